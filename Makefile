@@ -1,0 +1,35 @@
+# Every tool runs from the project virtualenv.
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+# bench/ may not exist yet; lint it once it does.
+LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
+
+.PHONY: venv services lint test demo bench
+
+venv: $(VENV)/.installed
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# Reinstall only when requirements.txt is newer than the stamp.
+$(VENV)/.installed: requirements.txt | $(PY)
+	$(VENV)/bin/pip install -r requirements.txt
+	touch $@
+
+services:
+	scripts/ensure_services.sh
+
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/mypy ultimate_jobs
+	DJANGO_SETTINGS_MODULE=tests.settings $(PY) manage.py makemigrations --check --dry-run
+
+test: venv services lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: venv services
+	$(PY) manage.py shop_demo
+
+bench: venv
+	$(PY) -m bench

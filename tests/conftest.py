@@ -1,0 +1,1 @@
+"""Shared pytest fixtures for the ultimate_jobs test suite (unit, postgres, redis, e2e)."""

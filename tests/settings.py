@@ -1,0 +1,60 @@
+"""Settings for the test suite (pytest-django, mypy's django plugin, makemigrations --check)."""
+
+import os
+
+SECRET_KEY = "test"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ROOT_URLCONF = "tests.urls"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "ultimate_jobs",
+    "demo_project.shop",
+]
+
+# pytest-django creates test_<NAME>; set ULTIMATE_JOBS_TEST_DB per checkout/CI job so
+# concurrent runs against the same server never share (or drop) each other's database.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("ULTIMATE_JOBS_TEST_DB", "ultimate_jobs"),
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": "5432",
+    },
+}
+
+ULTIMATE_JOBS = {"DRIVER": "memory"}
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+STATIC_URL = "static/"

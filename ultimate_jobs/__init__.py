@@ -1,0 +1,78 @@
+"""ultimate_jobs — durable background work for Django.
+
+>>> from ultimate_jobs import job, JobRun
+>>> @job(idempotency_key=lambda i: f"welcome:{i['user_id']}", tenant="none")
+... def send_welcome(run: JobRun) -> None:
+...     run.step.run("send", lambda: mail.send(run.input["user_id"]))
+>>> send_welcome.enqueue({"user_id": 7})
+"""
+
+from .clock import Clock, SystemClock, system_clock
+from .conf import job_clock, job_driver, set_job_clock, set_job_driver
+from .definition import Concurrency, JobDescriptor, JobHandle, job
+from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
+from .errors import UltimateError, register_error_retry
+from .events import publish_event, reset_event_bus, set_event_bus
+from .execute import JobExecution, Settled, execute_job, job_lease_key
+from .facade import set_jobs_facade
+from .retry import RetryPolicy, is_final_attempt, retry_schedule
+from .run import JobRun
+from .signals import CancelSignal, current_signal
+from .steps import Step, StepSuspension
+from .context import Actor, cross_tenant
+
+
+
+def __getattr__(name: str) -> object:
+    """``TenantScopedModel``/``TenantScopedQuerySet`` import Django models, so they load on first use
+    (an app's package must not import models before the app registry is ready)."""
+    if name in ("TenantScopedModel", "TenantScopedQuerySet"):
+        from . import tenancy
+
+        return getattr(tenancy, name)
+    raise AttributeError(f"module 'ultimate_jobs' has no attribute {name!r}")
+
+
+__all__ = [
+    "Actor",
+    "CancelSignal",
+    "ClaimRef",
+    "ClaimedJob",
+    "Clock",
+    "Concurrency",
+    "Enqueued",
+    "JobDescriptor",
+    "JobDriver",
+    "JobExecution",
+    "JobHandle",
+    "JobOutcome",
+    "JobRun",
+    "JobState",
+    "NackOptions",
+    "RetryPolicy",
+    "Settled",
+    "Step",
+    "StepSuspension",
+    "SystemClock",
+    "TenantScopedModel",
+    "TenantScopedQuerySet",
+    "UltimateError",
+    "cross_tenant",
+    "current_signal",
+    "execute_job",
+    "is_final_attempt",
+    "job",
+    "job_clock",
+    "job_driver",
+    "job_lease_key",
+    "nack_state",
+    "publish_event",
+    "register_error_retry",
+    "reset_event_bus",
+    "retry_schedule",
+    "set_event_bus",
+    "set_job_clock",
+    "set_job_driver",
+    "set_jobs_facade",
+    "system_clock",
+]

@@ -1,0 +1,60 @@
+"""The Django app: autodiscovery of ``<app>/jobs.py`` and ``<app>/tasks.py``, and the settings check."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from django.apps import AppConfig, apps
+from django.core import checks
+from django.utils.module_loading import autodiscover_modules
+
+
+class UltimateJobsConfig(AppConfig):
+    """Imports every installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``."""
+
+    name = "ultimate_jobs"
+    label = "ultimate_jobs"
+    verbose_name = "Ultimate jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .conf import jobs_settings
+        from .errors import UltimateError
+
+        autodiscover_modules("jobs", "tasks")
+        try:
+            modules = jobs_settings().modules
+        except UltimateError:
+            modules = ()  # the system check reports the bad setting
+        for module in modules:
+            importlib.import_module(module)
+        checks.register(check_settings, "ultimate_jobs")
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``manage.py check`` fails on a typo in ``ULTIMATE_JOBS`` rather than on the fourth attempt."""
+    from .conf import jobs_settings
+    from .errors import UltimateError
+
+    try:
+        jobs_settings()
+    except UltimateError as exc:
+        return [checks.Error(exc.message, id=f"ultimate_jobs.{exc.code}", obj="settings.ULTIMATE_JOBS")]
+    return []
+
+
+def installed_job_modules() -> list[str]:
+    """The ``jobs``/``tasks`` modules autodiscovery found, for the manifest."""
+    found = []
+    for config in apps.get_app_configs():
+        for leaf in ("jobs", "tasks"):
+            name = f"{config.name}.{leaf}"
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name:
+                    raise
+                continue
+            found.append(name)
+    return found

@@ -1,0 +1,1 @@
+"""Queue drivers: one protocol (:mod:`.base`), many backends (memory, postgres, redis)."""

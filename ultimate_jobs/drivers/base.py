@@ -1,0 +1,474 @@
+"""The driver seam: the protocol every backend implements and the records it trades in.
+
+Drivers return these frozen records, never cursor rows or Redis hashes. Settles (``ack``, ``nack``,
+``heartbeat``, ``save_step``, ``record_progress``) are fenced on the claim — ``ClaimRef(worker_id,
+claim)`` — and answer whether they landed. A nack's target state comes from :func:`nack_state`,
+shared by every driver so a new branch cannot land in one and not another.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+JobState = Literal["ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"]
+JobOutcome = Literal["completed", "suspended", "retried", "dead-lettered", "dropped", "interrupted", "refused"]
+NackTarget = Literal["dead", "failed", "suspended", "ready"]
+
+JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled")
+LIVE_STATES: tuple[JobState, ...] = ("ready", "delayed", "running", "suspended")
+REQUEUEABLE_STATES: tuple[JobState, ...] = ("done", "failed", "dead", "cancelled")
+PROMOTABLE_STATES: tuple[JobState, ...] = ("delayed", "ready")
+FINISHED_STATES = REQUEUEABLE_STATES
+
+MAX_JOB_PAGE = 200
+DEFAULT_JOB_PAGE = 100
+MAX_BULK_ROWS = 1_000
+MAX_WORKER_IN_FLIGHT = 100
+MAX_TASK_FIRES = 1_000
+PROGRESS_INTERVAL_MS = 1_000
+LEASE_LAPSED_FINAL_ATTEMPT = "LEASE_LAPSED_FINAL_ATTEMPT"
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+COUNTER_TIERS: tuple[tuple[int, int], ...] = (
+    (60_000, 24 * 3_600_000),  # 1-minute buckets kept 24 h
+    (300_000, 7 * 86_400_000),  # 5-minute buckets kept 7 d
+    (3_600_000, 30 * 86_400_000),  # 1-hour buckets kept 30 d
+)
+"""``(bucket width, retention)`` per tier — 1,440 + 2,016 + 720 = 4,176 rows per job name at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """The fence every settle carries: the worker that claimed and the claim token it got."""
+
+    worker_id: str
+    claim: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job row to insert. ``id``/``run_id`` name the row when the caller allocated them (outbox)."""
+
+    name: str
+    queue: str
+    input: Mapping[str, Any]
+    idempotency_key: str
+    tenant_id: str | None
+    max_attempts: int
+    priority: int = 0
+    run_at_ms: int | None = None
+    id: str | None = None
+    run_id: str | None = None
+    on_conflict: Literal["dedupe", "error"] = "dedupe"
+    enqueued_by: str | None = None
+    traceparent: str | None = None
+    concurrency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue answers on every path: the job's id, its run id, and whether a live key deduped it."""
+
+    id: str
+    run_id: str
+    deduped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One persisted step. ``status`` is ``done`` (output is final), ``sleeping`` or ``waiting``."""
+
+    name: str
+    seq: int
+    status: Literal["done", "sleeping", "waiting"]
+    output: Any = None
+    started_at_ms: int = 0
+    finished_at_ms: int | None = None
+    wake_at_ms: int | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A row a claim handed out, with its completed steps preloaded for replay."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    tenant_id: str | None
+    idempotency_key: str
+    input: Mapping[str, Any]
+    attempt: int
+    max_attempts: int
+    priority: int
+    run_at_ms: int
+    created_at_ms: int
+    worker_id: str
+    claim: str
+    lease_until_ms: int
+    steps: tuple[StepRecord, ...] = ()
+    concurrency_key: str | None = None
+    enqueued_by: str | None = None
+    traceparent: str | None = None
+
+    @property
+    def ref(self) -> ClaimRef:
+        """``claimOf(claimed)``: the fence this claim's settles carry."""
+        return ClaimRef(self.worker_id, self.claim)
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustedJob:
+    """A row the claim buried because its lease lapsed on the final attempt."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    tenant_id: str | None
+    input: Mapping[str, Any]
+    attempt: int
+    state: Literal["dead", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class NackOptions:
+    """How a nack settles a row. Read the target through :func:`nack_state`, never by hand.
+
+    ``count_attempt=False`` hands the attempt back (a suspension, a drain, a shed): the attempt
+    number is not spent and no counter moves, unless the row ends ``failed`` (a refusal).
+    """
+
+    error: str | None = None
+    code: str | None = None
+    run_at_ms: int | None = None
+    dead_letter: bool = False
+    fail: bool = False
+    park: bool = False
+    count_attempt: bool = True
+    duration_ms: int | None = None
+
+
+def nack_state(options: NackOptions) -> NackTarget:
+    """The one answer to "where does a nacked row go": dead, failed, suspended (park) or ready."""
+    if options.dead_letter:
+        return "dead"
+    if options.fail:
+        return "failed"
+    if options.park:
+        return "suspended"
+    return "ready"
+
+
+def nack_counter(options: NackOptions) -> Literal["retried", "failed", "dead"] | None:
+    """The counter a nack moves in its settling statement: none for a handed-back attempt."""
+    target = nack_state(options)
+    if target == "dead":
+        return "dead"
+    if target == "failed":
+        return "failed"
+    if target == "ready" and options.count_attempt:
+        return "retried"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One lease to renew in a batched heartbeat."""
+
+    job_id: str
+    ref: ClaimRef
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Per-queue depth, as metrics and ``jobs queues`` read it."""
+
+    queue: str
+    ready: int = 0
+    delayed: int = 0
+    running: int = 0
+    suspended: int = 0
+    done: int = 0
+    failed: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    oldest_ready_ms: int | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What ``run.progress(done, total, note)`` last wrote."""
+
+    done: float
+    total: float | None
+    note: str | None
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job row as the operator surface sees it."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    state: JobState
+    tenant_id: str | None
+    idempotency_key: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at_ms: int
+    created_at_ms: int
+    updated_at_ms: int
+    input: Mapping[str, Any]
+    last_error: str | None = None
+    last_code: str | None = None
+    finished_at_ms: int | None = None
+    worker_id: str | None = None
+    lease_until_ms: int | None = None
+    progress: Progress | None = None
+    enqueued_by: str | None = None
+    traceparent: str | None = None
+    concurrency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """``list()``'s filter and page: newest first; ``after``/``before`` are cursors from :func:`job_cursor`."""
+
+    queue: str | None = None
+    name: str | None = None
+    state: JobState | None = None
+    tenant_id: str | None = None
+    id_prefix: str | None = None
+    created_from_ms: int | None = None
+    created_to_ms: int | None = None
+    limit: int = DEFAULT_JOB_PAGE
+    after: str | None = None
+    before: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of rows, newest first. A page shorter than its limit is the last."""
+
+    rows: tuple[JobRecord, ...]
+    limit: int
+
+    @property
+    def is_last(self) -> bool:
+        """True when no older page exists."""
+        return len(self.rows) < self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class BulkFilter:
+    """The set a bulk operation works over."""
+
+    state: JobState
+    queue: str | None = None
+    name: str | None = None
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """Rows moved by this call, and what a second call could still move — "call until zero" ends."""
+
+    affected: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker's registry row."""
+
+    id: str
+    host: str
+    pid: int
+    started_at_ms: int
+    queues: tuple[str, ...]
+    slots: int
+    in_flight: tuple[str, ...]
+    heartbeat_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CounterBucket:
+    """One counter bucket of one job: settles by outcome and the summed duration."""
+
+    job: str
+    bucket_ms: int
+    width_ms: int
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    dead: int = 0
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CounterTotals:
+    """A job's summed counters since an instant."""
+
+    job: str
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    dead: int = 0
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFire:
+    """The last occurrence of a task that dispatched."""
+
+    task: str
+    occurrence_ms: int
+    fired_at_ms: int
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Fleet-wide slots: at most ``limit`` holders per key, each lapsing ``ttl_ms`` after its last renewal."""
+
+    def acquire(self, key: str, holder: str, *, limit: int, ttl_ms: int) -> bool:
+        """Take a slot of ``key`` for ``holder`` (idempotent for a holder that already has one)."""
+
+    def renew(self, key: str, holder: str, *, ttl_ms: int) -> bool:
+        """Extend ``holder``'s slot; ``False`` when it lapsed or was taken."""
+
+    def release(self, key: str, holder: str) -> None:
+        """Give the slot back. A holder that holds nothing is a no-op."""
+
+    def holders(self, key: str) -> list[str]:
+        """The live holders of one key, in slot order."""
+
+
+class JobIntrospection(Protocol):
+    """Every operator capability. The CLI, the admin and the JSON views read nothing else."""
+
+    def get(self, job_id: str) -> JobRecord | None: ...
+    def steps(self, job_id: str) -> list[StepRecord]: ...
+    def list(self, flt: JobFilter) -> JobPage: ...
+    def remove(self, job_id: str) -> None: ...
+    def requeue(self, job_id: str, *, from_step: str | None = None) -> JobRecord: ...
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None: ...
+    def requeue_many(self, flt: BulkFilter) -> BulkResult: ...
+    def remove_many(self, flt: BulkFilter) -> BulkResult: ...
+    def promote_many(self, flt: BulkFilter) -> BulkResult: ...
+    def promote(self, job_id: str) -> JobRecord: ...
+    def pause_queue(self, queue: str) -> None: ...
+    def resume_queue(self, queue: str) -> None: ...
+    def paused_queues(self) -> list[str]: ...
+    def pause_task(self, task: str) -> None: ...
+    def resume_task(self, task: str) -> None: ...
+    def paused_tasks(self) -> list[str]: ...
+    def record_worker(self, info: WorkerInfo) -> None: ...
+    def remove_worker(self, worker_id: str) -> None: ...
+    def workers(self) -> list[WorkerInfo]: ...
+    def counters(self, *, job: str, since_ms: int) -> list[CounterBucket]: ...
+    def counter_totals(self, since_ms: int) -> list[CounterTotals]: ...
+    def rollup_counters(self) -> int: ...
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool: ...
+    def task_fires(self) -> list[TaskFire]: ...
+    def record_task_fire(self, *, task: str, occurrence_ms: int) -> None: ...
+
+
+class JobDriver(Protocol):
+    """The one interface a job queue backend implements. Job code never names a backend."""
+
+    name: str
+    supports_listen: bool
+
+    @property
+    def introspect(self) -> JobIntrospection | None:
+        """The operator surface, or ``None`` (then operator calls are ``X_NOT_IMPLEMENTED``)."""
+
+    @property
+    def leases(self) -> LeaseStore | None:
+        """The fleet-wide lease store, or ``None`` (then a job declaring concurrency cannot run)."""
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        """Insert one row; a live key answers the live row with ``deduped=True`` (or ``X_JOB_DUPLICATE``)."""
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """Insert many rows in one round trip, one answer per request in order."""
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+    ) -> list[ClaimedJob]:
+        """Take up to ``limit`` due rows of ``queues``, burying lapsed final attempts on the way."""
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        """Settle a running row by :func:`nack_state`, fenced on ``ref``; answers whether it landed."""
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        """Renew many leases in one round; answers the job ids whose renewal landed."""
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        """Persist one step under the claim; answers whether it landed."""
+
+    def stats(self) -> list[QueueStats]:
+        """Per-queue counts by state."""
+
+    def close(self) -> None:
+        """Release connections and timers. Idempotent."""
+
+
+def job_cursor(row: JobRecord) -> str:
+    """The cursor of a row: ``filter.after = job_cursor(last_row)`` pages older, ``before`` newer."""
+    raw = json.dumps({"c": row.created_at_ms, "i": row.id}, separators=(",", ":")).encode()
+    return "jc1." + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, which: str) -> tuple[int, str]:
+    """``(created_at_ms, id)`` of a cursor :func:`job_cursor` produced; anything else is ``X_JOB_PAGE_INVALID``."""
+    from ..errors import JobPageInvalidError
+
+    try:
+        if not cursor.startswith("jc1."):
+            raise ValueError("prefix")
+        body = cursor[4:]
+        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        created, job_id = data["c"], data["i"]
+        if isinstance(created, bool) or not isinstance(created, int) or not isinstance(job_id, str):
+            raise ValueError("shape")
+        return created, job_id
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise JobPageInvalidError(
+            f"filter.{which} is not a cursor a page produced; pass job_cursor(row) of a row from the previous page. "
+            "Fix: python manage.py jobs list --limit 200 --json",
+            {"cursor": which},
+        ) from exc
+
+
+def check_page(flt: JobFilter) -> None:
+    """Refuse a limit over :data:`MAX_JOB_PAGE` (or below 1) and a filter carrying both cursors."""
+    from ..errors import JobPageInvalidError
+
+    if isinstance(flt.limit, bool) or not isinstance(flt.limit, int) or not 1 <= flt.limit <= MAX_JOB_PAGE:
+        raise JobPageInvalidError(
+            f"limit {flt.limit!r} is outside 1..{MAX_JOB_PAGE}. Fix: python manage.py jobs list --limit 200 --json",
+            {"limit": flt.limit},
+        )
+    if flt.after is not None and flt.before is not None:
+        raise JobPageInvalidError("pass filter.after or filter.before, never both", {"cursor": "after"})

@@ -1,0 +1,393 @@
+"""The in-memory driver: the whole driver contract in process maps, for tests and ``jobs_dev``.
+
+It passes the same conformance suite as Postgres: the live-key index, the claim fence, the
+final-attempt burial and every introspection member behave the same, error codes included.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..clock import Clock, system_clock
+from ..errors import ClaimQueuesEmptyError, JobDuplicateError
+from ..logs import log_event
+from .base import (
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    LEASE_LAPSED_FINAL_ATTEMPT,
+    LIVE_STATES,
+    ClaimedJob,
+    ClaimRef,
+    Enqueued,
+    EnqueueRequest,
+    ExhaustedJob,
+    Heartbeat,
+    JobRecord,
+    JobState,
+    NackOptions,
+    Progress,
+    QueueStats,
+    StepRecord,
+    nack_counter,
+    nack_state,
+)
+from .memory_introspect import MemoryIntrospection, MemoryLeaseStore
+
+WakeListener = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class MemoryRow:
+    """One mutable job row (private to the memory driver)."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    tenant_id: str | None
+    idempotency_key: str
+    input: dict[str, Any]
+    max_attempts: int
+    priority: int
+    run_at_ms: int
+    created_at_ms: int
+    updated_at_ms: int
+    state: JobState
+    attempts: int = 0
+    worker_id: str | None = None
+    claim: str | None = None
+    lease_until_ms: int | None = None
+    last_error: str | None = None
+    last_code: str | None = None
+    finished_at_ms: int | None = None
+    progress: Progress | None = None
+    enqueued_by: str | None = None
+    traceparent: str | None = None
+    concurrency_key: str | None = None
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+
+    @property
+    def live_key(self) -> tuple[str, str, str]:
+        return (self.name, self.tenant_id or "", self.idempotency_key)
+
+    def owned_by(self, ref: ClaimRef) -> bool:
+        return self.state == "running" and self.worker_id == ref.worker_id and self.claim == ref.claim
+
+    def record(self) -> JobRecord:
+        return JobRecord(
+            id=self.id,
+            run_id=self.run_id,
+            name=self.name,
+            queue=self.queue,
+            state=self.state,
+            tenant_id=self.tenant_id,
+            idempotency_key=self.idempotency_key,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            priority=self.priority,
+            run_at_ms=self.run_at_ms,
+            created_at_ms=self.created_at_ms,
+            updated_at_ms=self.updated_at_ms,
+            input=dict(self.input),
+            last_error=self.last_error,
+            last_code=self.last_code,
+            finished_at_ms=self.finished_at_ms,
+            worker_id=self.worker_id,
+            lease_until_ms=self.lease_until_ms,
+            progress=self.progress,
+            enqueued_by=self.enqueued_by,
+            traceparent=self.traceparent,
+            concurrency_key=self.concurrency_key,
+        )
+
+
+class MemoryDriver:
+    """Every driver operation over in-process maps, thread-safe under one lock.
+
+    >>> driver = MemoryDriver(clock=FrozenClock())
+    >>> set_job_driver(driver)
+    """
+
+    name = "memory"
+    supports_listen = False
+
+    def __init__(self, *, clock: Clock | None = None, visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS) -> None:
+        self.clock = clock or system_clock()
+        self.visibility_timeout_ms = visibility_timeout_ms
+        self.lock = threading.RLock()
+        self.rows: dict[str, MemoryRow] = {}
+        self.live: dict[tuple[str, str, str], str] = {}
+        self._listeners: list[WakeListener] = []
+        self._introspect = MemoryIntrospection(self)
+        self._leases = MemoryLeaseStore(self.clock)
+
+    # -- capabilities --------------------------------------------------------------------------
+
+    @property
+    def introspect(self) -> MemoryIntrospection:
+        return self._introspect
+
+    @property
+    def leases(self) -> MemoryLeaseStore:
+        return self._leases
+
+    def subscribe(self, listener: WakeListener) -> Callable[[], None]:
+        """Hear every queue a due row lands on (the memory driver's whole wake); answers an unsubscribe."""
+        with self.lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self.lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def announce(self, queue: str) -> None:
+        """Tell every listener that ``queue`` has due work."""
+        for listener in list(self._listeners):
+            listener(queue)
+
+    # -- the live index ------------------------------------------------------------------------
+
+    def set_state(self, row: MemoryRow, state: JobState) -> None:
+        """Move ``row`` to ``state``, keeping the live-key index in step (callers hold the lock)."""
+        was_live, is_live = row.state in LIVE_STATES, state in LIVE_STATES
+        row.state = state
+        row.updated_at_ms = self.clock.now_ms()
+        if was_live and not is_live and self.live.get(row.live_key) == row.id:
+            del self.live[row.live_key]
+        elif is_live and not was_live:
+            self.live[row.live_key] = row.id
+        if state == "running":
+            return
+        row.worker_id = row.claim = row.lease_until_ms = None
+        row.finished_at_ms = None if is_live else row.updated_at_ms
+
+    def delete(self, row: MemoryRow) -> None:
+        """Remove ``row`` and its steps (callers hold the lock)."""
+        if self.live.get(row.live_key) == row.id:
+            del self.live[row.live_key]
+        del self.rows[row.id]
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        return self.enqueue_many([request])[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        answers: list[Enqueued] = []
+        due: set[str] = set()
+        with self.lock:
+            now = self.clock.now_ms()
+            for request in requests:
+                if request.id is not None and request.id in self.rows:
+                    existing = self.rows[request.id]
+                    answers.append(Enqueued(existing.id, existing.run_id, True))
+                    continue
+                key = (request.name, request.tenant_id or "", request.idempotency_key)
+                holder = self.live.get(key)
+                if holder is not None:
+                    if request.on_conflict == "error":
+                        raise JobDuplicateError(
+                            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {holder}",
+                            {"job": request.name, "key": request.idempotency_key, "holder": holder},
+                        )
+                    answers.append(Enqueued(holder, self.rows[holder].run_id, True))
+                    continue
+                run_at = request.run_at_ms if request.run_at_ms is not None else now
+                row = MemoryRow(
+                    id=request.id or str(uuid.uuid4()),
+                    run_id=request.run_id or str(uuid.uuid4()),
+                    name=request.name,
+                    queue=request.queue,
+                    tenant_id=request.tenant_id,
+                    idempotency_key=request.idempotency_key,
+                    input=dict(request.input),
+                    max_attempts=request.max_attempts,
+                    priority=request.priority,
+                    run_at_ms=run_at,
+                    created_at_ms=now,
+                    updated_at_ms=now,
+                    state="delayed" if run_at > now else "ready",
+                    enqueued_by=request.enqueued_by,
+                    traceparent=request.traceparent,
+                    concurrency_key=request.concurrency_key,
+                )
+                self.rows[row.id] = row
+                self.live[key] = row.id
+                answers.append(Enqueued(row.id, row.run_id, False))
+                if run_at <= now:
+                    due.add(row.queue)
+        for queue in sorted(due):
+            self.announce(queue)
+        return answers
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+    ) -> list[ClaimedJob]:
+        if not queues:
+            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
+        claimed: list[ClaimedJob] = []
+        exhausted: list[ExhaustedJob] = []
+        with self.lock:
+            now = self.clock.now_ms()
+            wanted = set(queues) - self._introspect.paused_queue_set
+            candidates = [
+                row
+                for row in self.rows.values()
+                if row.queue in wanted
+                and (
+                    (row.state in ("ready", "delayed", "suspended") and row.run_at_ms <= now)
+                    or (row.state == "running" and row.lease_until_ms is not None and row.lease_until_ms <= now)
+                )
+            ]
+            candidates.sort(key=lambda r: (-r.priority, r.run_at_ms, r.created_at_ms, r.id))
+            for row in candidates:
+                if row.state == "running" and row.attempts >= row.max_attempts:
+                    exhausted.append(self._bury(row, drop_exhausted))
+                    continue
+                if len(claimed) >= limit:
+                    continue
+                row.attempts += 1
+                self.set_state(row, "running")
+                row.worker_id, row.claim = worker_id, uuid.uuid4().hex
+                row.lease_until_ms = now + visibility_timeout_ms
+                claimed.append(self._claimed(row))
+        if exhausted and on_exhausted is not None:
+            on_exhausted(exhausted)
+        return claimed
+
+    def _bury(self, row: MemoryRow, drop_exhausted: frozenset[str]) -> ExhaustedJob:
+        state: JobState = "failed" if row.name in drop_exhausted else "dead"
+        self.set_state(row, state)
+        row.last_error, row.last_code = LEASE_LAPSED_FINAL_ATTEMPT, None
+        self._introspect.count(row.name, state, 0)
+        return ExhaustedJob(
+            id=row.id,
+            run_id=row.run_id,
+            name=row.name,
+            queue=row.queue,
+            tenant_id=row.tenant_id,
+            input=dict(row.input),
+            attempt=row.attempts,
+            state="failed" if state == "failed" else "dead",
+        )
+
+    @staticmethod
+    def _claimed(row: MemoryRow) -> ClaimedJob:
+        assert row.worker_id is not None and row.claim is not None and row.lease_until_ms is not None
+        return ClaimedJob(
+            id=row.id,
+            run_id=row.run_id,
+            name=row.name,
+            queue=row.queue,
+            tenant_id=row.tenant_id,
+            idempotency_key=row.idempotency_key,
+            input=dict(row.input),
+            attempt=row.attempts,
+            max_attempts=row.max_attempts,
+            priority=row.priority,
+            run_at_ms=row.run_at_ms,
+            created_at_ms=row.created_at_ms,
+            worker_id=row.worker_id,
+            claim=row.claim,
+            lease_until_ms=row.lease_until_ms,
+            steps=tuple(sorted(row.steps.values(), key=lambda s: s.seq)),
+            concurrency_key=row.concurrency_key,
+            enqueued_by=row.enqueued_by,
+            traceparent=row.traceparent,
+        )
+
+    # -- settles -------------------------------------------------------------------------------
+
+    def _owned(self, job_id: str, ref: ClaimRef, op: str) -> MemoryRow | None:
+        row = self.rows.get(job_id)
+        if row is not None and row.owned_by(ref):
+            return row
+        log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
+        return None
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        with self.lock:
+            row = self._owned(job_id, ref, "ack")
+            if row is None:
+                return False
+            self.set_state(row, "done")
+            self._introspect.count(row.name, "done", duration_ms or 0)
+            return True
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        with self.lock:
+            row = self._owned(job_id, ref, "nack")
+            if row is None:
+                return False
+            target = nack_state(options)
+            if not options.count_attempt:
+                row.attempts = max(0, row.attempts - 1)
+            if options.run_at_ms is not None:
+                row.run_at_ms = options.run_at_ms
+            elif target == "ready":
+                row.run_at_ms = self.clock.now_ms()
+            if options.error is not None:
+                row.last_error, row.last_code = options.error, options.code
+            self.set_state(row, target)
+            counter = nack_counter(options)
+            if counter is not None:
+                self._introspect.count(row.name, counter, options.duration_ms or 0)
+            due = target == "ready" and row.run_at_ms <= self.clock.now_ms()
+        if due:
+            self.announce(row.queue)
+        return True
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        renewed: set[str] = set()
+        with self.lock:
+            until = self.clock.now_ms() + visibility_timeout_ms
+            for beat in beats:
+                row = self.rows.get(beat.job_id)
+                if row is not None and row.owned_by(beat.ref):
+                    row.lease_until_ms = until
+                    renewed.add(row.id)
+        return frozenset(renewed)
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        with self.lock:
+            row = self._owned(job_id, ref, "save_step")
+            if row is None:
+                return False
+            row.steps[step.name] = replace(step)
+            return True
+
+    def stats(self) -> list[QueueStats]:
+        with self.lock:
+            now = self.clock.now_ms()
+            paused = self._introspect.paused_queue_set
+            counts: dict[str, dict[str, int]] = {}
+            oldest: dict[str, int] = {}
+            for row in self.rows.values():
+                per = counts.setdefault(row.queue, {})
+                per[row.state] = per.get(row.state, 0) + 1
+                if row.state in ("ready", "delayed") and row.run_at_ms <= now:
+                    oldest[row.queue] = min(oldest.get(row.queue, row.run_at_ms), row.run_at_ms)
+            return [
+                QueueStats(queue=queue, oldest_ready_ms=oldest.get(queue), paused=queue in paused, **per)
+                for queue, per in sorted(counts.items())
+            ]
+
+    def close(self) -> None:
+        with self.lock:
+            self._listeners.clear()

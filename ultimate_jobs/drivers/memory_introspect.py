@@ -1,0 +1,406 @@
+"""The memory driver's operator surface (``JobIntrospection``) and lease store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from ..clock import Clock
+from ..errors import (
+    JobDuplicateError,
+    JobNotFoundError,
+    JobNotPromotableError,
+    JobNotRemovableError,
+    JobNotRequeueableError,
+)
+from .base import (
+    COUNTER_TIERS,
+    LIVE_STATES,
+    MAX_BULK_ROWS,
+    MAX_TASK_FIRES,
+    MAX_WORKER_IN_FLIGHT,
+    PROMOTABLE_STATES,
+    REQUEUEABLE_STATES,
+    BulkFilter,
+    BulkResult,
+    ClaimRef,
+    CounterBucket,
+    CounterTotals,
+    JobFilter,
+    JobPage,
+    JobRecord,
+    Progress,
+    StepRecord,
+    TaskFire,
+    WorkerInfo,
+    check_page,
+    decode_cursor,
+)
+
+if TYPE_CHECKING:
+    from .memory import MemoryDriver, MemoryRow
+
+CounterField = Literal["done", "retried", "failed", "dead"]
+
+
+class MemoryIntrospection:
+    """``driver.introspect`` for the memory driver. Shares the driver's lock and rows."""
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self._d = driver
+        self.paused_queue_set: set[str] = set()
+        self._paused_tasks: set[str] = set()
+        self._workers: dict[str, WorkerInfo] = {}
+        self._fires: dict[str, TaskFire] = {}
+        # (job, width_ms, bucket_ms) -> [done, retried, failed, dead, duration_ms]
+        self._counters: dict[tuple[str, int, int], list[int]] = {}
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _row(self, job_id: str) -> MemoryRow:
+        row = self._d.rows.get(job_id)
+        if row is None:
+            raise JobNotFoundError(
+                f"no queue holds job {job_id!r}. Fix: python manage.py jobs list --json", {"job_id": job_id}
+            )
+        return row
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._d.lock:
+            row = self._d.rows.get(job_id)
+            return row.record() if row else None
+
+    def steps(self, job_id: str) -> list[StepRecord]:
+        with self._d.lock:
+            row = self._d.rows.get(job_id)
+            return sorted(row.steps.values(), key=lambda s: s.seq) if row else []
+
+    def list(self, flt: JobFilter) -> JobPage:
+        check_page(flt)
+        after = decode_cursor(flt.after, which="after") if flt.after is not None else None
+        before = decode_cursor(flt.before, which="before") if flt.before is not None else None
+        with self._d.lock:
+            rows = [r for r in self._d.rows.values() if _matches(r, flt)]
+        keyed = sorted(rows, key=lambda r: (r.created_at_ms, r.id), reverse=True)
+        if after is not None:
+            page = [r for r in keyed if (r.created_at_ms, r.id) < after][: flt.limit]
+        elif before is not None:
+            newer = [r for r in reversed(keyed) if (r.created_at_ms, r.id) > before][: flt.limit]
+            page = list(reversed(newer))
+        else:
+            page = keyed[: flt.limit]
+        return JobPage(rows=tuple(r.record() for r in page), limit=flt.limit)
+
+    # -- single-row operations -----------------------------------------------------------------
+
+    def remove(self, job_id: str) -> None:
+        with self._d.lock:
+            row = self._row(job_id)
+            if row.state == "running":
+                raise JobNotRemovableError(
+                    f"job {job_id} is running. Fix: python manage.py jobs cancel {job_id} --json", {"job_id": job_id}
+                )
+            self._d.delete(row)
+
+    def requeue(self, job_id: str, *, from_step: str | None = None) -> JobRecord:
+        with self._d.lock:
+            row = self._row(job_id)
+            if row.state in LIVE_STATES:
+                raise JobNotRequeueableError(
+                    f"job {job_id} is {row.state}; only a finished job (done, failed, dead, cancelled) can be requeued",
+                    {"job_id": job_id, "state": row.state},
+                )
+            holder = self._d.live.get(row.live_key)
+            if holder is not None:
+                raise JobDuplicateError(
+                    f"job {job_id}'s idempotency key {row.idempotency_key!r} is held by live job {holder}",
+                    {"job_id": job_id, "holder": holder},
+                )
+            if from_step is not None:
+                cut = row.steps.get(from_step)
+                if cut is None:
+                    raise JobNotFoundError(
+                        f"job {job_id} has no step {from_step!r}. Fix: python manage.py jobs show {job_id} --json",
+                        {"job_id": job_id, "step": from_step},
+                    )
+                row.steps = {n: s for n, s in row.steps.items() if s.seq < cut.seq}
+            self._reset(row)
+            record = row.record()
+        self._d.announce(record.queue)
+        return record
+
+    def _reset(self, row: MemoryRow) -> None:
+        row.attempts = 0
+        row.run_at_ms = self._d.clock.now_ms()
+        row.progress = None
+        self._d.set_state(row, "ready")
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        with self._d.lock:
+            row = self._d.rows.get(job_id)
+            if row is None or row.state not in LIVE_STATES:
+                return None
+            self._d.set_state(row, "cancelled")
+            row.last_error, row.last_code = f"cancelled: {reason or 'by an operator'}", "X_JOB_CANCELLED"
+            return row.record()
+
+    def promote(self, job_id: str) -> JobRecord:
+        with self._d.lock:
+            row = self._row(job_id)
+            now = self._d.clock.now_ms()
+            if row.state not in PROMOTABLE_STATES or row.run_at_ms <= now:
+                raise JobNotPromotableError(
+                    f"job {job_id} is {row.state} and not waiting on its run time", {"job_id": job_id, "state": row.state}
+                )
+            row.run_at_ms = now
+            self._d.set_state(row, "ready")
+            record = row.record()
+        self._d.announce(record.queue)
+        return record
+
+    # -- bulk ----------------------------------------------------------------------------------
+
+    def _select(self, flt: BulkFilter) -> list[MemoryRow]:
+        rows = [
+            r
+            for r in self._d.rows.values()
+            if r.state == flt.state
+            and (flt.queue is None or r.queue == flt.queue)
+            and (flt.name is None or r.name == flt.name)
+            and (flt.tenant_id is None or r.tenant_id == flt.tenant_id)
+        ]
+        return sorted(rows, key=lambda r: (r.created_at_ms, r.id))
+
+    def requeue_many(self, flt: BulkFilter) -> BulkResult:
+        if flt.state not in REQUEUEABLE_STATES:
+            raise JobNotRequeueableError(
+                f"requeue_many over {flt.state!r}: only finished states {REQUEUEABLE_STATES} can be requeued",
+                {"state": flt.state},
+            )
+        moved: set[str] = set()
+        affected = 0
+        with self._d.lock:
+            for row in self._select(flt):
+                if affected >= MAX_BULK_ROWS:
+                    break
+                if row.live_key in self._d.live:
+                    continue  # held by a live job, or by the older row this call just requeued
+                self._reset(row)
+                affected += 1
+                moved.add(row.queue)
+            remaining = len({r.live_key for r in self._select(flt) if r.live_key not in self._d.live})
+        for queue in sorted(moved):
+            self._d.announce(queue)
+        return BulkResult(affected=affected, remaining=remaining)
+
+    def remove_many(self, flt: BulkFilter) -> BulkResult:
+        if flt.state == "running":
+            raise JobNotRemovableError(
+                "remove_many cannot remove running jobs. Fix: python manage.py jobs cancel <id> --json",
+                {"state": flt.state},
+            )
+        with self._d.lock:
+            rows = self._select(flt)
+            for row in rows[:MAX_BULK_ROWS]:
+                self._d.delete(row)
+            return BulkResult(affected=min(len(rows), MAX_BULK_ROWS), remaining=max(0, len(rows) - MAX_BULK_ROWS))
+
+    def promote_many(self, flt: BulkFilter) -> BulkResult:
+        if flt.state not in PROMOTABLE_STATES:
+            raise JobNotPromotableError(
+                f"promote_many over {flt.state!r}: only {PROMOTABLE_STATES} rows wait on a run time", {"state": flt.state}
+            )
+        moved: set[str] = set()
+        with self._d.lock:
+            now = self._d.clock.now_ms()
+            waiting = [r for r in self._select(flt) if r.run_at_ms > now]
+            for row in waiting[:MAX_BULK_ROWS]:
+                row.run_at_ms = now
+                self._d.set_state(row, "ready")
+                moved.add(row.queue)
+            affected = min(len(waiting), MAX_BULK_ROWS)
+        for queue in sorted(moved):
+            self._d.announce(queue)
+        return BulkResult(affected=affected, remaining=len(waiting) - affected)
+
+    # -- pauses --------------------------------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> None:
+        with self._d.lock:
+            self.paused_queue_set.add(queue)
+
+    def resume_queue(self, queue: str) -> None:
+        with self._d.lock:
+            self.paused_queue_set.discard(queue)
+        self._d.announce(queue)
+
+    def paused_queues(self) -> list[str]:
+        with self._d.lock:
+            return sorted(self.paused_queue_set)
+
+    def pause_task(self, task: str) -> None:
+        with self._d.lock:
+            self._paused_tasks.add(task)
+
+    def resume_task(self, task: str) -> None:
+        with self._d.lock:
+            self._paused_tasks.discard(task)
+
+    def paused_tasks(self) -> list[str]:
+        with self._d.lock:
+            return sorted(self._paused_tasks)
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        with self._d.lock:
+            self._workers[info.id] = replace(info, in_flight=tuple(info.in_flight[:MAX_WORKER_IN_FLIGHT]))
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self._d.lock:
+            self._workers.pop(worker_id, None)
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._d.lock:
+            cutoff = self._d.clock.now_ms() - self._d.visibility_timeout_ms
+            for worker_id in [w.id for w in self._workers.values() if w.heartbeat_at_ms <= cutoff]:
+                del self._workers[worker_id]
+            return sorted(self._workers.values(), key=lambda w: (w.started_at_ms, w.id))
+
+    # -- counters ------------------------------------------------------------------------------
+
+    def count(self, job: str, outcome: CounterField, duration_ms: int) -> None:
+        """Move one counter in the settling call (callers hold the driver lock)."""
+        width = COUNTER_TIERS[0][0]
+        now = self._d.clock.now_ms()
+        bucket = self._counters.setdefault((job, width, now - now % width), [0, 0, 0, 0, 0])
+        bucket[("done", "retried", "failed", "dead").index(outcome)] += 1
+        bucket[4] += duration_ms
+
+    def counters(self, *, job: str, since_ms: int) -> list[CounterBucket]:
+        with self._d.lock:
+            return sorted(
+                (
+                    _bucket(name, width, start, values)
+                    for (name, width, start), values in self._counters.items()
+                    if name == job and start + width > since_ms
+                ),
+                key=lambda b: (b.bucket_ms, b.width_ms),
+            )
+
+    def counter_totals(self, since_ms: int) -> list[CounterTotals]:
+        with self._d.lock:
+            totals: dict[str, list[int]] = {}
+            for (name, width, start), values in self._counters.items():
+                if start + width > since_ms:
+                    into = totals.setdefault(name, [0, 0, 0, 0, 0])
+                    for i, value in enumerate(values):
+                        into[i] += value
+            return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
+
+    def rollup_counters(self) -> int:
+        """Fold buckets past their tier's retention into the next tier; the last tier's are dropped."""
+        folded = 0
+        with self._d.lock:
+            now = self._d.clock.now_ms()
+            for tier, (width, keep) in enumerate(COUNTER_TIERS):
+                expired = [k for k in self._counters if k[1] == width and k[2] + width <= now - keep]
+                for key in expired:
+                    values = self._counters.pop(key)
+                    folded += 1
+                    if tier + 1 < len(COUNTER_TIERS):
+                        wider = COUNTER_TIERS[tier + 1][0]
+                        into = self._counters.setdefault((key[0], wider, key[2] - key[2] % wider), [0, 0, 0, 0, 0])
+                        for i, value in enumerate(values):
+                            into[i] += value
+        return folded
+
+    # -- progress and task fires ---------------------------------------------------------------
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        with self._d.lock:
+            row = self._d.rows.get(job_id)
+            if row is None or not row.owned_by(ref):
+                return False
+            row.progress = progress
+            return True
+
+    def task_fires(self) -> list[TaskFire]:
+        with self._d.lock:
+            return sorted(self._fires.values(), key=lambda f: f.task)[:MAX_TASK_FIRES]
+
+    def record_task_fire(self, *, task: str, occurrence_ms: int) -> None:
+        with self._d.lock:
+            self._fires[task] = TaskFire(task=task, occurrence_ms=occurrence_ms, fired_at_ms=self._d.clock.now_ms())
+
+
+def _matches(row: MemoryRow, flt: JobFilter) -> bool:
+    return (
+        (flt.queue is None or row.queue == flt.queue)
+        and (flt.name is None or row.name == flt.name)
+        and (flt.state is None or row.state == flt.state)
+        and (flt.tenant_id is None or row.tenant_id == flt.tenant_id)
+        and (flt.id_prefix is None or row.id.startswith(flt.id_prefix))
+        and (flt.created_from_ms is None or row.created_at_ms >= flt.created_from_ms)
+        and (flt.created_to_ms is None or row.created_at_ms < flt.created_to_ms)
+    )
+
+
+def _bucket(job: str, width: int, start: int, values: Iterable[int]) -> CounterBucket:
+    done, retried, failed, dead, duration = values
+    return CounterBucket(job, start, width, done, retried, failed, dead, duration)
+
+
+class MemoryLeaseStore:
+    """Fleet slots in one heap: ``key -> [(holder, expires_at_ms)]`` in slot order."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._slots: dict[str, list[tuple[str, int]]] = {}
+
+    def _live(self, key: str) -> list[tuple[str, int]]:
+        now = self._clock.now_ms()
+        slots = [(h, exp) for h, exp in self._slots.get(key, []) if exp > now]
+        if slots:
+            self._slots[key] = slots
+        else:
+            self._slots.pop(key, None)
+        return slots
+
+    def acquire(self, key: str, holder: str, *, limit: int, ttl_ms: int) -> bool:
+        with self._lock:
+            slots = self._live(key)
+            expires = self._clock.now_ms() + ttl_ms
+            for i, (h, _) in enumerate(slots):
+                if h == holder:
+                    slots[i] = (holder, expires)
+                    return True
+            if len(slots) >= limit:
+                return False
+            self._slots[key] = [*slots, (holder, expires)]
+            return True
+
+    def renew(self, key: str, holder: str, *, ttl_ms: int) -> bool:
+        with self._lock:
+            slots = self._live(key)
+            for i, (h, _) in enumerate(slots):
+                if h == holder:
+                    slots[i] = (holder, self._clock.now_ms() + ttl_ms)
+                    return True
+            return False
+
+    def release(self, key: str, holder: str) -> None:
+        with self._lock:
+            slots = [(h, exp) for h, exp in self._live(key) if h != holder]
+            if slots:
+                self._slots[key] = slots
+            else:
+                self._slots.pop(key, None)
+
+    def holders(self, key: str) -> list[str]:
+        with self._lock:
+            return [h for h, _ in self._live(key)]
+

@@ -1,0 +1,439 @@
+"""Every error ultimate_jobs raises, with the spec's code, and the retry classification table.
+
+Across a process or job boundary the class is gone and the code is what survives, so match on
+``err.code``. The executor reads :func:`retry_class` to decide what a thrown error does to a job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+RetryClass = Literal["terminal", "retry-after", "retryable"]
+"""How the executor treats a code: dead-letter now, retry at a named time, or follow the backoff."""
+
+
+class UltimateError(Exception):
+    """The base of every ultimate_jobs error: a stable ``code``, a message saying what to do, ``meta``.
+
+    >>> raise UltimateError("X_INVOICE_REJECTED", "the gateway refused the card", {"invoice": 7})
+    """
+
+    default_code = "X_ULTIMATE"
+
+    def __init__(self, code: str | None = None, message: str = "", meta: Mapping[str, Any] | None = None):
+        self.code = code or self.default_code
+        self.message = message or self.code
+        self.meta: dict[str, Any] = dict(meta or {})
+        super().__init__(f"{self.code}: {self.message}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape every surface prints: ``{"code", "message", "meta"}``."""
+        return {"code": self.code, "message": self.message, "meta": self.meta}
+
+
+class CodedError(UltimateError):
+    """An error whose class fixes its code: raise it with a message (and meta) only."""
+
+    def __init__(self, message: str = "", meta: Mapping[str, Any] | None = None) -> None:
+        super().__init__(self.default_code, message, meta)
+
+
+# The spec's "Error classes" table, one class per row, same code strings. Classes that share a code
+# (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
+class ActionJobUnbridgedError(CodedError):
+    """An action enqueued a job with no bridge installed."""
+
+    default_code = "X_ACTION_JOB_UNBRIDGED"
+
+
+class BackfillAppliedError(CodedError):
+    """The backfill already completed; pass --force to sweep again."""
+
+    default_code = "X_BACKFILL_APPLIED"
+
+
+class BackfillEnvironmentError(CodedError):
+    """The backfill does not run in this environment."""
+
+    default_code = "X_BACKFILL_ENVIRONMENT"
+
+
+class BackfillMigrationPendingError(CodedError):
+    """The migration the backfill requires is not applied."""
+
+    default_code = "X_BACKFILL_MIGRATION_PENDING"
+
+
+class BackfillPendingError(CodedError):
+    """Declared backfills have not been swept."""
+
+    default_code = "X_BACKFILL_PENDING"
+
+
+class BackfillRunningError(CodedError):
+    """A pass of this backfill is in flight."""
+
+    default_code = "X_BACKFILL_RUNNING"
+
+
+class BackfillStalledError(CodedError):
+    """The source ran out while count() still matches rows."""
+
+    default_code = "X_BACKFILL_STALLED"
+
+
+class BackfillUnknownError(CodedError):
+    """No backfill is declared under that name."""
+
+    default_code = "X_BACKFILL_UNKNOWN"
+
+
+class CancelUnsupportedError(CodedError):
+    """The driver has no cancel."""
+
+    default_code = "X_JOB_NOT_CANCELLABLE"
+
+
+class ClaimQueuesEmptyError(CodedError):
+    """A claim named no queue."""
+
+    default_code = "X_JOB_CLAIM_QUEUES_EMPTY"
+
+
+class ConcurrencyUnenforceableError(CodedError):
+    """A job declares concurrency and the driver has no lease store."""
+
+    default_code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+
+
+class DriverUnavailableError(CodedError):
+    """No driver is configured or reachable."""
+
+    default_code = "X_DRIVER_UNAVAILABLE"
+
+
+class ExportPartTooLargeError(CodedError):
+    """One export page encoded past max_part_bytes; lower the batch."""
+
+    default_code = "X_EXPORT_PART_TOO_LARGE"
+
+
+class ExportRowInvalidError(CodedError):
+    """row() answered a key the columns do not carry."""
+
+    default_code = "X_EXPORT_ROW_INVALID"
+
+
+class IdempotencyRequiredError(CodedError):
+    """A job was declared without idempotency_key."""
+
+    default_code = "X_IDEMPOTENCY_REQUIRED"
+
+
+class JobAbortedError(CodedError):
+    """A cancelled attempt tried to write a step."""
+
+    default_code = "X_ABORTED"
+
+
+class JobConcurrencyInvalidError(CodedError):
+    """The declared concurrency cannot be honoured."""
+
+    default_code = "X_JOB_DECLARATION_INVALID"
+
+
+class JobConcurrencyKeyInvalidError(CodedError):
+    """concurrency.key answered an empty, non-string or over-long key."""
+
+    default_code = "X_JOB_DECLARATION_INVALID"
+
+
+class JobDeclarationInvalidError(CodedError):
+    """job() is missing a required field or declares an invalid one."""
+
+    default_code = "X_JOB_DECLARATION_INVALID"
+
+
+class JobDrainedError(CodedError):
+    """The worker is draining; the attempt is handed back uncounted."""
+
+    default_code = "X_DRAINING"
+
+
+class JobDuplicateError(CodedError):
+    """An enqueue collided with a live key under on_conflict='error'."""
+
+    default_code = "X_JOB_DUPLICATE"
+
+
+class JobKeyBusyError(CodedError):
+    """The concurrency key held its limit of runs under when_busy='fail'."""
+
+    default_code = "X_JOB_KEY_BUSY"
+
+
+class JobMaxAttemptsError(CodedError):
+    """Retries exhausted; the job was dead-lettered."""
+
+    default_code = "X_JOB_MAX_ATTEMPTS"
+
+
+class JobNameTakenError(CodedError):
+    """Two different handles claim one durable job name."""
+
+    default_code = "X_JOB_DUPLICATE"
+
+
+class JobNotCancellableError(CodedError):
+    """The job is not live (done, failed, dead, cancelled or unknown)."""
+
+    default_code = "X_JOB_NOT_CANCELLABLE"
+
+
+class JobNotFoundError(CodedError):
+    """No queue holds that job id."""
+
+    default_code = "X_JOB_NOT_FOUND"
+
+
+class JobNotPromotableError(CodedError):
+    """The job is not waiting on its run time."""
+
+    default_code = "X_JOB_NOT_PROMOTABLE"
+
+
+class JobNotRemovableError(CodedError):
+    """The job is running; cancel it first."""
+
+    default_code = "X_JOB_NOT_REMOVABLE"
+
+
+class JobNotRequeueableError(CodedError):
+    """Only a finished job can be requeued."""
+
+    default_code = "X_JOB_NOT_REQUEUEABLE"
+
+
+class JobOnSettledFailedError(CodedError):
+    """on_settled threw on every try; logged, never thrown."""
+
+    default_code = "X_JOB_ON_SETTLED_FAILED"
+
+
+class JobPageInvalidError(CodedError):
+    """A page limit over MAX_JOB_PAGE or a cursor no page produced."""
+
+    default_code = "X_JOB_PAGE_INVALID"
+
+
+class JobRowStatusUnknownError(CodedError):
+    """A stored row carries a state this version does not know."""
+
+    default_code = "X_JOB_ROW_STATUS_UNKNOWN"
+
+
+class JobSlotLostError(CodedError):
+    """The fleet concurrency slot this run held was taken by another worker."""
+
+    default_code = "X_JOB_SLOT_LOST"
+
+
+class JobTenantRequiredError(CodedError):
+    """A job was declared without tenant."""
+
+    default_code = "X_JOB_TENANT_REQUIRED"
+
+
+class JobTenantMismatchError(CodedError):
+    """The payload's org is not the org the run is under."""
+
+    default_code = "X_JOB_TENANT_MISMATCH"
+
+
+class JobTimeoutError(CodedError):
+    """The job, a step or a required wait exceeded its timeout."""
+
+    default_code = "X_JOB_TIMEOUT"
+
+
+class LeaseLostError(CodedError):
+    """The job was cancelled or its lease lapsed while this worker ran it."""
+
+    default_code = "X_JOB_LEASE_LOST"
+
+
+class OutboxNoTxError(CodedError):
+    """enqueue outside a transaction with OUTBOX='required'."""
+
+    default_code = "X_OUTBOX_NO_TX"
+
+
+class StepDuplicateError(CodedError):
+    """Two steps share a name in one run."""
+
+    default_code = "X_STEP_DUPLICATE"
+
+
+class WebhookDeliveryFailedError(CodedError):
+    """The endpoint failed the delivery."""
+
+    default_code = "X_WEBHOOK_DELIVERY_FAILED"
+
+
+class WebhookDeliveryRejectedError(CodedError):
+    """The endpoint rejected the delivery for good."""
+
+    default_code = "X_WEBHOOK_DELIVERY_REJECTED"
+
+
+class WebhookDeliveryThrottledError(CodedError):
+    """The endpoint asked to retry later."""
+
+    default_code = "X_WEBHOOK_DELIVERY_THROTTLED"
+
+
+class WebhookEndpointDisabledError(CodedError):
+    """The endpoint is disabled."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_DISABLED"
+
+
+class WebhookEndpointInvalidError(CodedError):
+    """The endpoint row is unusable."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_INVALID"
+
+
+class WebhookEndpointUnknownError(CodedError):
+    """No endpoint under that id."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_UNKNOWN"
+
+
+class WebhookEventInvalidError(CodedError):
+    """The event row is unusable."""
+
+    default_code = "X_WEBHOOK_EVENT_INVALID"
+
+
+class WebhookEventUnknownError(CodedError):
+    """No event under that id."""
+
+    default_code = "X_WEBHOOK_EVENT_UNKNOWN"
+
+
+class NotImplementedOnDriverError(CodedError):
+    """The driver has no introspect."""
+
+    default_code = "X_NOT_IMPLEMENTED"
+
+
+class InvariantError(CodedError):
+    """A value broke an invariant the caller must keep (core's code)."""
+
+    default_code = "X_INVARIANT"
+
+
+class ValidationError(CodedError):
+    """A job input failed its declared model (core's code)."""
+
+    default_code = "X_VALIDATION"
+
+
+class TenancyActorMismatchError(CodedError):
+    """A tenant-scoped row belongs to another org than the acting one."""
+
+    default_code = "X_TENANCY_ACTOR_MISMATCH"
+
+
+class TenancyActorOrgRequiredError(CodedError):
+    """A tenant-scoped read ran with no org; wrap it in cross_tenant()."""
+
+    default_code = "X_TENANCY_ACTOR_ORG_REQUIRED"
+
+
+# ---------------------------------------------------------------------------------------------
+# Retry classification: one table, read by the executor and by --json output.
+
+_RETRY_LOCK = threading.Lock()
+_RETRY: dict[str, RetryClass] = {
+    "X_DRAINING": "retryable",
+    "X_TIMEOUT": "retryable",
+    "X_JOB_TIMEOUT": "retryable",
+    "X_RATE_LIMITED": "retry-after",
+    "X_OVERLOADED": "retry-after",
+    "X_WEBHOOK_DELIVERY_THROTTLED": "retry-after",
+    "X_JOB_KEY_BUSY": "terminal",
+    "X_JOB_TENANT_MISMATCH": "terminal",
+    "X_VALIDATION": "terminal",
+    "X_INVARIANT": "terminal",
+    "X_JOB_DECLARATION_INVALID": "terminal",
+    "X_TENANCY_ACTOR_MISMATCH": "terminal",
+    "X_TENANCY_ACTOR_ORG_REQUIRED": "terminal",
+    "X_WEBHOOK_DELIVERY_REJECTED": "terminal",
+    "X_WEBHOOK_ENDPOINT_DISABLED": "terminal",
+    "X_WEBHOOK_ENDPOINT_INVALID": "terminal",
+    "X_WEBHOOK_ENDPOINT_UNKNOWN": "terminal",
+    "X_WEBHOOK_EVENT_INVALID": "terminal",
+    "X_WEBHOOK_EVENT_UNKNOWN": "terminal",
+    "X_EXPORT_ROW_INVALID": "terminal",
+    "X_EXPORT_PART_TOO_LARGE": "terminal",
+    "X_BACKFILL_ENVIRONMENT": "terminal",
+    "X_BACKFILL_STALLED": "terminal",
+}
+_VALID_CLASSES = ("terminal", "retry-after", "retryable")
+
+
+def register_error_retry(table: Mapping[str, RetryClass]) -> None:
+    """Classify your app's codes beside the module that declares them.
+
+    >>> register_error_retry({"X_INVOICE_REJECTED": "terminal", "X_GATEWAY_BUSY": "retry-after"})
+
+    A code nobody classified keeps the attempt-count path. An unknown class is ``X_INVARIANT``.
+    """
+    for code, cls in table.items():
+        if not isinstance(code, str) or not code:
+            raise InvariantError("register_error_retry: every key must be a non-empty code string", {"code": code})
+        if cls not in _VALID_CLASSES:
+            raise InvariantError(
+                f"register_error_retry: {code!r} -> {cls!r}; use one of {', '.join(_VALID_CLASSES)}",
+                {"code": code, "class": cls},
+            )
+    with _RETRY_LOCK:
+        _RETRY.update(table)
+
+
+def retry_class(error: BaseException) -> RetryClass | None:
+    """The classification of a thrown error, or ``None`` when it is unclassified (not ours, or no row)."""
+    code = getattr(error, "code", None)
+    if not isinstance(code, str):
+        return None
+    return _RETRY.get(code)
+
+
+def retry_classes() -> dict[str, RetryClass]:
+    """A copy of the whole table, as ``--json`` prints it."""
+    with _RETRY_LOCK:
+        return dict(_RETRY)
+
+
+def retry_after_seconds_of(error: BaseException) -> float | None:
+    """``meta.retryAfterSeconds`` (or ``retry_after_seconds``) when it is a positive number, else ``None``.
+
+    Zero or a negative number is "unstated", exactly as a past HTTP date is.
+    """
+    meta = getattr(error, "meta", None)
+    if not isinstance(meta, Mapping):
+        return None
+    value = meta.get("retryAfterSeconds", meta.get("retry_after_seconds"))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value > 0 else None
+
+
+def code_of(error: BaseException | None) -> str | None:
+    """The ``code`` an error carries, or ``None`` for a foreign exception."""
+    code = getattr(error, "code", None)
+    return code if isinstance(code, str) else None

@@ -1,0 +1,44 @@
+"""Enqueue routing. With nothing installed, every enqueue publishes straight to the driver; the
+outbox installs a facade that stages the row in the caller's transaction instead."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .conf import job_driver
+from .drivers.base import EnqueueRequest, Enqueued
+
+
+class JobsFacade(Protocol):
+    """Where ``handle.enqueue()`` sends a row."""
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        """Write or stage one row; answer the job's own ids."""
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """Write or stage many rows in one round trip."""
+
+
+class DirectFacade:
+    """The fallback: publish to :func:`job_driver` at the call — not transactional."""
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        return job_driver().enqueue(request)
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        return job_driver().enqueue_many(requests)
+
+
+_facade: JobsFacade | None = None
+
+
+def jobs_facade() -> JobsFacade:
+    """The installed facade, or the direct fallback."""
+    return _facade or DirectFacade()
+
+
+def set_jobs_facade(facade: JobsFacade | None) -> None:
+    """Install ``facade`` (``None`` restores the direct fallback)."""
+    global _facade
+    _facade = facade

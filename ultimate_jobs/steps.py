@@ -1,0 +1,245 @@
+"""Durable steps: ``step.run`` runs once ever, ``step.sleep`` and ``step.wait_for_event`` suspend.
+
+Step names are the replay key, so they must be deterministic and unique in a run (a duplicate is
+``X_STEP_DUPLICATE``). A completed step's output is persisted before the next step starts, and an
+attempt that replays reads it back without calling the function. Suspension is control flow
+(:class:`StepSuspension`), never a failure: it burns no attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .clock import Clock
+from .drivers.base import ClaimRef, StepRecord
+from .durations import Duration, format_duration, parse_duration
+from .errors import (
+    InvariantError,
+    JobAbortedError,
+    JobTimeoutError,
+    LeaseLostError,
+    StepDuplicateError,
+)
+from .events.base import EventBus
+from .signals import CancelSignal, signal_scope
+
+logger = logging.getLogger("ultimate_jobs")
+
+T = TypeVar("T")
+
+
+class StepSuspension(BaseException):  # noqa: N818 — control flow, not an error
+    """Raised by a sleep or a wait to hand the run back until ``resume_at_ms``.
+
+    It derives from ``BaseException`` so a body's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, step: str, resume_at_ms: int, reason: str) -> None:
+        super().__init__(f"{reason} {step!r} until {resume_at_ms}")
+        self.step = step
+        self.resume_at_ms = resume_at_ms
+        self.reason = reason
+
+
+SaveStep = Callable[[StepRecord], bool]
+
+
+class Step:
+    """The step runner a body reaches as ``run.step``."""
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        ref: ClaimRef,
+        completed: tuple[StepRecord, ...],
+        save: SaveStep,
+        signal: CancelSignal,
+        clock: Clock,
+        bus: Callable[[], EventBus],
+        step_timeout_ms: int | None = None,
+        event_poll_ms: int = 30_000,
+    ) -> None:
+        self._job_id = job_id
+        self._ref = ref
+        self._records: dict[str, StepRecord] = {r.name: r for r in completed}
+        self._next_seq = max((r.seq for r in completed), default=0) + 1
+        self._save = save
+        self._signal = signal
+        self._clock = clock
+        self._bus = bus
+        self._step_timeout_ms = step_timeout_ms
+        self._event_poll_ms = event_poll_ms
+        self._seen: set[str] = set()
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _enter(self, name: str) -> StepRecord | None:
+        if not isinstance(name, str) or not name:
+            raise InvariantError("a step name must be a non-empty string", {"job_id": self._job_id})
+        if name in self._seen:
+            raise StepDuplicateError(
+                f"step {name!r} ran twice in one run; step names are the replay key — make each one unique "
+                f"(e.g. f'enqueue:{{row.id}}')",
+                {"step": name, "job_id": self._job_id},
+            )
+        self._seen.add(name)
+        self._refuse_if_aborted(name)
+        return self._records.get(name)
+
+    def _refuse_if_aborted(self, name: str) -> None:
+        reason = self._signal.reason
+        if reason is not None:
+            raise JobAbortedError(
+                f"step {name!r} refused: the attempt was cancelled ({reason.code}); every step write after the "
+                "cancel is refused — return from the body",
+                {"step": name, "reason": reason.code, "job_id": self._job_id},
+            )
+
+    def _persist(self, record: StepRecord) -> None:
+        self._refuse_if_aborted(record.name)
+        if not self._save(record):
+            raise LeaseLostError(
+                f"step {record.name!r} was not saved: this worker no longer holds the job's claim",
+                {"step": record.name, "job_id": self._job_id},
+            )
+        self._records[record.name] = record
+
+    def _record(self, name: str, status: Any, **fields: Any) -> StepRecord:
+        existing = self._records.get(name)
+        seq = existing.seq if existing else self._next_seq
+        if existing is None:
+            self._next_seq += 1
+        started = existing.started_at_ms if existing else self._clock.now_ms()
+        return StepRecord(name=name, seq=seq, status=status, started_at_ms=started, **fields)
+
+    @property
+    def completed(self) -> dict[str, StepRecord]:
+        """The steps known to this attempt, by name (replayed and new)."""
+        return dict(self._records)
+
+    # -- step.run ------------------------------------------------------------------------------
+
+    def run(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` once ever under ``name``; a replay answers the stored output without calling it.
+
+        ``fn`` reads its cancel signal with :func:`~ultimate_jobs.current_signal` — the step's own
+        signal, which the job's ``step_timeout`` aborts. The output must be JSON-serialisable, and
+        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay).
+        """
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return record.output  # type: ignore[no-any-return]
+        started = self._clock.now_ms()
+        step_signal = self._signal.child()
+        timer = None
+        if self._step_timeout_ms is not None:
+            ceiling = self._step_timeout_ms
+            timer = self._clock.call_at(
+                started + ceiling,
+                lambda: step_signal.abort(
+                    JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name})
+                ),
+            )
+        try:
+            with signal_scope(step_signal):
+                output = fn()
+        except Exception as exc:
+            if step_signal.reason is not None and not self._signal.aborted and step_signal.reason is not exc:
+                raise step_signal.reason from exc
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if step_signal.reason is not None and not self._signal.aborted:
+            raise step_signal.reason
+        stored = _json_roundtrip(name, output)
+        self._persist(self._record(name, "done", output=stored, finished_at_ms=self._clock.now_ms()))
+        return stored  # type: ignore[no-any-return]
+
+    # -- step.sleep ----------------------------------------------------------------------------
+
+    def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
+        """Suspend the run for ``duration`` without holding a process: ``step.sleep("3d")`` or
+        ``step.sleep("cool-off", "3d")`` (the one-argument form names the step ``sleep:3d``)."""
+        if duration is None:
+            ms = parse_duration(name_or_duration, field="step.sleep")
+            name = f"sleep:{format_duration(ms)}"
+        else:
+            if not isinstance(name_or_duration, str):
+                raise InvariantError("step.sleep(name, duration): the name must be a string", {})
+            name = name_or_duration
+            ms = parse_duration(duration, field="step.sleep")
+        if ms < 0:
+            raise InvariantError(f"step.sleep {name!r}: a negative duration", {"step": name})
+        record = self._enter(name)
+        now = self._clock.now_ms()
+        if record is None:
+            wake = now + ms
+            self._persist(self._record(name, "sleeping", wake_at_ms=wake))
+        else:
+            wake = record.wake_at_ms or now
+        if now < wake:
+            raise StepSuspension(name, wake, "sleep")
+
+    # -- step.wait_for_event -------------------------------------------------------------------
+
+    def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        timeout: Duration,
+        match: Mapping[str, Any] | None = None,
+        required: bool = False,
+    ) -> Any:
+        """Suspend until :func:`publish_event` publishes ``event`` whose data contains ``match``.
+
+        Answers the event's data, or ``None`` when ``timeout`` passes first — ``X_JOB_TIMEOUT``
+        instead when ``required=True``. Between polls the run parks for the job's ``event_poll``.
+        The wait is stamped and judged on the bus's clock, never this process's.
+        """
+        timeout_ms = parse_duration(timeout, field="wait_for_event.timeout")
+        if timeout_ms <= 0:
+            raise InvariantError(f"wait_for_event {name!r}: timeout must be positive", {"step": name})
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return record.output
+        bus = self._bus()
+        if record is None:
+            since = bus.now()
+            meta = {"event": event, "match": dict(match or {}), "since_ms": since, "deadline_ms": since + timeout_ms}
+            _json_roundtrip(name, meta)
+            record = self._record(name, "waiting", meta=meta)
+            self._persist(record)
+        since, deadline = int(record.meta["since_ms"]), int(record.meta["deadline_ms"])
+        found = bus.find(event, match, since_ms=since)
+        if found is not None:
+            data = _json_roundtrip(name, dict(found.data))
+            self._persist(self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta))
+            return data
+        bus_now = bus.now()
+        if bus_now >= deadline:
+            if required:
+                raise JobTimeoutError(
+                    f"wait_for_event {name!r}: no {event!r} event matched within {timeout_ms} ms",
+                    {"step": name, "event": event},
+                )
+            self._persist(self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta))
+            return None
+        park = min(self._event_poll_ms, deadline - bus_now)
+        raise StepSuspension(name, self._clock.now_ms() + park, "wait")
+
+
+def _json_roundtrip(name: str, value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise InvariantError(
+            f"step {name!r} returned a value that is not JSON-serialisable ({exc}); return plain dicts, lists, "
+            "strings, numbers, booleans or None — a step's output is persisted and replayed",
+            {"step": name},
+        ) from exc
