@@ -9,6 +9,7 @@
 
 from .clock import Clock, SystemClock, system_clock
 from .conf import job_clock, job_driver, set_job_clock, set_job_driver
+from .context import Actor, cross_tenant
 from .definition import Concurrency, JobDescriptor, JobHandle, job
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
@@ -19,8 +20,6 @@ from .retry import RetryPolicy, is_final_attempt, retry_schedule
 from .run import JobRun
 from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
-from .context import Actor, cross_tenant
-
 
 
 def __getattr__(name: str) -> object:

@@ -42,7 +42,7 @@ class Clock(Protocol):
 
 
 class _Entry:
-    __slots__ = ("at", "seq", "fn", "interval", "cancelled")
+    __slots__ = ("at", "cancelled", "fn", "interval", "seq")
 
     def __init__(self, at: int, seq: int, fn: Callable[[], None], interval: int | None) -> None:
         self.at, self.seq, self.fn, self.interval, self.cancelled = at, seq, fn, interval, False

@@ -17,7 +17,8 @@ from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 import pydantic
 
 from . import registry
-from .drivers.base import EnqueueRequest, Enqueued
+from .context import Actor
+from .drivers.base import Enqueued, EnqueueRequest
 from .durations import Duration
 from .errors import (
     IdempotencyRequiredError,
@@ -31,7 +32,6 @@ from .errors import (
 )
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
 from .run import JobRun
-from .context import Actor
 
 InputT = TypeVar("InputT")
 ResultT = TypeVar("ResultT")
@@ -183,12 +183,15 @@ class JobHandle(Generic[InputT, ResultT]):
             ) from exc
 
     def dump_input(self, parsed: InputT) -> dict[str, Any]:
-        """The JSON payload stored on the row."""
+        """The JSON payload stored on the row. NaN and Infinity are refused: they are not JSON, and a
+        Postgres ``jsonb`` column rejects what the memory driver would have kept."""
         if isinstance(parsed, pydantic.BaseModel):
-            return parsed.model_dump(mode="json")
-        payload = dict(parsed)  # type: ignore[call-overload]
+            return self._json_payload(parsed.model_dump(mode="json"))
+        return self._json_payload(dict(parsed))  # type: ignore[call-overload]
+
+    def _json_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            json.dumps(payload)
+            json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError(f"{self.name}: input is not JSON-serialisable: {exc}", {"job": self.name}) from exc
         return payload

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
+from fractions import Fraction
 
 from .errors import InvariantError
 
 Duration = int | str | timedelta
-"""What a duration field accepts: int milliseconds, ``'250ms'``/``'10s'``/``'5m'``/``'2h'``/``'3d'``/``'1w'``, or a timedelta."""
+"""What a duration field accepts: int milliseconds, ``'250ms'``/``'10s'``/``'5m'``/``'2h'``/``'3d'``/``'1w'``,
+or a timedelta."""
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
@@ -22,9 +24,15 @@ def parse_duration(value: object, *, field: str = "duration") -> int:
     (259200000, 250, 2000)
     """
     if isinstance(value, bool):
-        raise InvariantError(f"{field}: {value!r} is not a duration; write '10s', '250ms' or an int of ms", {"field": field})
+        raise InvariantError(
+            f"{field}: {value!r} is not a duration; write '10s', '250ms' or an int of ms", {"field": field}
+        )
     if isinstance(value, timedelta):
-        return int(value.total_seconds() * 1000)
+        # integer arithmetic: total_seconds() * 1000 is a float, and timedelta(milliseconds=1001) became 1000
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        if micros % 1000:
+            raise InvariantError(f"{field}: {value!r} is not a whole number of milliseconds", {"field": field})
+        return micros // 1000
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -38,8 +46,8 @@ def parse_duration(value: object, *, field: str = "duration") -> int:
                 f"{field}: {value!r} is not a duration; write e.g. '250ms', '10s', '5m', '2h', '3d'",
                 {"field": field, "value": value},
             )
-        ms = float(match.group(1)) * _UNITS[match.group(2)]
-        if ms != int(ms):
+        ms = Fraction(match.group(1)) * _UNITS[match.group(2)]  # exact: float('1.001') * 1000 is 1000.999…
+        if ms.denominator != 1:
             raise InvariantError(f"{field}: {value!r} is not a whole number of milliseconds", {"field": field})
         return int(ms)
     raise InvariantError(f"{field}: {type(value).__name__} is not a duration", {"field": field})

@@ -366,6 +366,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_OVERLOADED": "retry-after",
     "X_WEBHOOK_DELIVERY_THROTTLED": "retry-after",
     "X_JOB_KEY_BUSY": "terminal",
+    "X_STEP_DUPLICATE": "terminal",
     "X_JOB_TENANT_MISMATCH": "terminal",
     "X_VALIDATION": "terminal",
     "X_INVARIANT": "terminal",
@@ -406,11 +407,16 @@ def register_error_retry(table: Mapping[str, RetryClass]) -> None:
 
 
 def retry_class(error: BaseException) -> RetryClass | None:
-    """The classification of a thrown error, or ``None`` when it is unclassified (not ours, or no row)."""
-    code = getattr(error, "code", None)
-    if not isinstance(code, str):
+    """The classification of a thrown error, or ``None`` when it is unclassified (not ours, or no row).
+
+    Only an :class:`UltimateError` is read: a foreign exception that happens to carry a ``code``
+    attribute (Django's ``ValidationError``, an HTTP client's status) keeps the backoff path.
+    """
+    code = code_of(error)
+    if code is None:
         return None
-    return _RETRY.get(code)
+    with _RETRY_LOCK:
+        return _RETRY.get(code)
 
 
 def retry_classes() -> dict[str, RetryClass]:
@@ -434,6 +440,7 @@ def retry_after_seconds_of(error: BaseException) -> float | None:
 
 
 def code_of(error: BaseException | None) -> str | None:
-    """The ``code`` an error carries, or ``None`` for a foreign exception."""
-    code = getattr(error, "code", None)
-    return code if isinstance(code, str) else None
+    """The ``code`` an error carries, or ``None`` for a foreign exception (even one with a ``code`` attribute)."""
+    if not isinstance(error, UltimateError):
+        return None
+    return error.code if isinstance(error.code, str) else None

@@ -25,12 +25,13 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from . import registry
 from .clock import Clock
 from .conf import job_clock
+from .context import Actor, acting_as
 from .definition import JobHandle
 from .drivers.base import (
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -59,7 +60,6 @@ from .retry import backoff_ms, is_final_attempt, retry_after_delay_ms
 from .run import JobRun
 from .signals import CancelSignal, signal_scope
 from .steps import Step, StepSuspension
-from .context import Actor, acting_as
 
 ON_SETTLED_ATTEMPTS = 3
 KEY_BUSY_RECHECK_MS = 250
@@ -67,6 +67,16 @@ UNREGISTERED_RECHECK_MS = 60_000
 
 StopReason = Literal["terminal", "attempts-exhausted"]
 ENDINGS: frozenset[JobOutcome] = frozenset({"completed", "dead-lettered", "dropped", "refused"})
+
+
+class ExecutionHooks(Protocol):
+    """What the worker hears from inside an attempt."""
+
+    def slot_taken(self, key: str, holder: str) -> None:
+        """The run holds fleet slot ``key`` as ``holder`` until the attempt ends."""
+
+    def settling(self) -> None:
+        """The attempt is about to settle its row; the lease is no longer the worker's to renew."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,8 @@ class _Attempt:
         self.clock = clock
         self.context = context
         self.rng = rng
+        self.hooks: ExecutionHooks | None = None
+        self.lease_key: str | None = None  # the fleet slot this run asked for (held or busy)
         self.started = clock.now_ms()
         self.final = is_final_attempt(handle.retry, claimed.attempt)
         self.execution = JobExecution(
@@ -168,14 +180,16 @@ class _Attempt:
 
     # -- settling ------------------------------------------------------------------------------
 
-    def settle(self, fn: Callable[[], None]) -> bool:
-        """Run ``fn`` (which settles the row) unless another path settled first."""
+    def settle(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run ``fn(*args)`` (which settles the row) unless another path settled first."""
         with self._settle_lock:
             if self._settled:
                 return False
             self._settled = True
+        if self.hooks is not None:
+            self.hooks.settling()
         self._flush_progress()
-        fn()
+        fn(*args)
         return True
 
     @property
@@ -207,6 +221,12 @@ class _Attempt:
         ex.landed = self.driver.nack(self.claimed.id, self.claimed.ref, options)
         ex.outcome, ex.error, ex.code, ex.resume_at_ms = "interrupted", reason, reason.code, now
         log_event(logging.WARNING, "jobs.job.interrupted", reason=reason.code, **self._fields())
+
+    def hand_back(self, run_at_ms: int) -> None:
+        """Give the claim back unrun and uncounted (a busy key under ``when_busy="wait"``)."""
+        options = NackOptions(count_attempt=False, run_at_ms=run_at_ms)
+        self.execution.landed = self.driver.nack(self.claimed.id, self.claimed.ref, options)
+        self.execution.resume_at_ms = run_at_ms
 
     def refuse(self, error: UltimateError) -> None:
         ex = self.execution
@@ -333,9 +353,12 @@ def _acquire_slot(attempt: _Attempt, ttl_ms: int) -> Literal["run", "wait", "ref
             {"job": handle.name, "driver": attempt.driver.name},
         )
     key = job_lease_key(handle.name, handle.derive_concurrency_key(attempt.parsed))
+    attempt.lease_key = key
     holder = f"{claimed.id}:{claimed.claim}"
     if leases.acquire(key, holder, limit=concurrency.limit, ttl_ms=ttl_ms):
         attempt.execution.slot_key = key
+        if attempt.hooks is not None:
+            attempt.hooks.slot_taken(key, holder)
         return "run"
     if concurrency.when_busy == "wait":
         return "wait"
@@ -356,12 +379,15 @@ def execute_job(
     handle: JobHandle[Any, Any] | None = None,
     visibility_timeout_ms: int = 30_000,
     rng: random.Random | None = None,
+    hooks: ExecutionHooks | None = None,
 ) -> JobExecution:
     """Run one attempt of ``claimed`` and settle it through ``driver``: one :class:`JobExecution`.
 
     ``signal`` is the worker's abort line into the run (drain, cancel, lease loss); the job's own
     ``timeout`` is armed here on ``clock``: it aborts the run's signal and fails the attempt at once,
-    and a body that returns after that is logged ``jobs.timeout.abandoned``.
+    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``hooks`` tell the worker
+    when the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a
+    renewal already on the wire that comes back unowned is not reported as a lost lease).
     """
     clock = clock or job_clock()
     found = handle or registry.lookup(claimed.name)
@@ -369,6 +395,7 @@ def execute_job(
         return _hand_back_unknown(claimed, driver, clock)
     ctx = context() if context is not None else None
     attempt = _Attempt(claimed, found, driver, clock, ctx, rng)
+    attempt.hooks = hooks
     run_signal = signal.child() if signal is not None else CancelSignal()
     try:
         _run(attempt, run_signal, visibility_timeout_ms)
@@ -388,23 +415,27 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
     except UltimateError as exc:
         if isinstance(exc, ConcurrencyUnenforceableError):
             raise
-        attempt.settle(lambda: attempt.fail(exc))
+        attempt.settle(attempt.fail, exc)
         return
     except Exception as exc:  # concurrency.key(input) or tenant(input) threw: the ordinary retry path
-        attempt.settle(lambda: attempt.fail(exc))
+        attempt.settle(attempt.fail, exc)
         return
     if verdict == "wait":
-        options = NackOptions(count_attempt=False, run_at_ms=clock.now_ms() + KEY_BUSY_RECHECK_MS)
-        attempt.settle(lambda: setattr(attempt.execution, "landed", attempt.driver.nack(claimed.id, claimed.ref, options)))
+        attempt.settle(attempt.hand_back, clock.now_ms() + KEY_BUSY_RECHECK_MS)
         log_event(logging.DEBUG, "jobs.job.key-busy", **attempt._fields())
         return
     if verdict == "refuse":
         error = JobKeyBusyError(
             f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "
             f"run(s); the body never ran. Fix: python manage.py jobs list --name {handle.name} --state running --json",
-            {"job": handle.name, "key": attempt.execution.slot_key},
+            {"job": handle.name, "key": attempt.lease_key},
         )
-        attempt.settle(lambda: attempt.refuse(error))
+        attempt.settle(attempt.refuse, error)
+        return
+    if run_signal.reason is not None:
+        # cancelled between the claim and the start (a drain's accept phase): never start the body —
+        # settle by the signal's verdict, so a drained run goes back uncounted
+        _after_abort_or(attempt, run_signal, attempt.fail, run_signal.reason)
         return
 
     timer = None
@@ -418,7 +449,7 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
                 {"job": handle.name, "timeout_ms": timeout_ms},
             )
             run_signal.abort(error)
-            attempt.settle(lambda: attempt.fail(error))
+            attempt.settle(attempt.fail, error)
 
         timer = clock.call_at(deadline, on_deadline)
 
@@ -452,10 +483,10 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
         with acting_as(actor), signal_scope(run_signal):
             result = handle.fn(job_run)
     except StepSuspension as suspension:
-        _after_abort_or(attempt, run_signal, lambda: attempt.suspend(suspension))
+        _after_abort_or(attempt, run_signal, attempt.suspend, suspension)
         return
     except Exception as exc:
-        _after_abort_or(attempt, run_signal, lambda: attempt.fail(exc))
+        _after_abort_or(attempt, run_signal, attempt.fail, exc)
         return
     finally:
         if timer is not None:
@@ -465,25 +496,24 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
         log_event(logging.WARNING, "jobs.timeout.abandoned", **attempt._fields())
         return
     try:
-        stored = result
-        attempt.settle(lambda: attempt.complete(stored))
+        attempt.settle(attempt.complete, result)
     except Exception as exc:  # an ack that raised (a driver fault): the lease lapses and the queue redelivers
         log_event(logging.ERROR, "jobs.settle.failed", error=repr(exc), **attempt._fields())
         raise
 
 
-def _after_abort_or(attempt: _Attempt, run_signal: CancelSignal, settle: Callable[[], None]) -> None:
+def _after_abort_or(attempt: _Attempt, run_signal: CancelSignal, settle: Callable[[Any], None], arg: Any) -> None:
     """Settle by the signal's verdict when the attempt was cancelled, else by what the body did."""
     reason = run_signal.reason
     if reason is None:
-        attempt.settle(settle)
+        attempt.settle(settle, arg)
         return
     if attempt.settled:
         return  # the deadline settled it already
     if reason.code == "X_DRAINING":
-        attempt.settle(lambda: attempt.interrupt(reason))
+        attempt.settle(attempt.interrupt, reason)
         return
-    attempt.settle(lambda: attempt.fail(reason))
+    attempt.settle(attempt.fail, reason)
 
 
 def _run_tenant(handle: JobHandle[Any, Any], parsed: Any, claimed: ClaimedJob) -> str | None:

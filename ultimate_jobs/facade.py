@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .conf import job_driver
-from .drivers.base import EnqueueRequest, Enqueued
+from .drivers.base import Enqueued, EnqueueRequest
 
 
 class JobsFacade(Protocol):

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 logger = logging.getLogger("ultimate_jobs")
+logger.addHandler(logging.NullHandler())  # a library logs; the app decides where it goes
 
 
 def log_event(level: int, event: str, /, *, exc_info: bool = False, **fields: Any) -> None:

@@ -89,8 +89,10 @@ def _validate(policy: RetryPolicy, job: str) -> None:
         raise bad("attempts", f"must be a whole number >= 1, got {policy.attempts!r}")
     if policy.backoff not in ("exponential", "linear", "fixed"):
         raise bad("backoff", f"must be 'exponential', 'linear' or 'fixed', got {policy.backoff!r}")
-    if policy.delay_ms < 0:
-        raise bad("delay", "must not be negative")
+    if isinstance(policy.delay_ms, bool) or not isinstance(policy.delay_ms, int) or policy.delay_ms < 0:
+        raise bad("delay", f"must be a whole number of milliseconds >= 0, got {policy.delay_ms!r}")
+    if isinstance(policy.max_delay_ms, bool) or not isinstance(policy.max_delay_ms, int):
+        raise bad("max_delay", f"must be a whole number of milliseconds, got {policy.max_delay_ms!r}")
     if policy.max_delay_ms < policy.delay_ms:
         raise bad("max_delay", f"({policy.max_delay_ms} ms) is below delay ({policy.delay_ms} ms)")
     if not isinstance(policy.jitter, bool):
@@ -102,7 +104,7 @@ def _validate(policy: RetryPolicy, job: str) -> None:
 def base_delay_ms(policy: RetryPolicy, attempt: int) -> int:
     """The un-jittered wait after failed attempt ``attempt`` (1-based), clamped by ``max_delay_ms``."""
     if policy.backoff == "exponential":
-        raw = policy.delay_ms * (2 ** min(attempt - 1, 62))
+        raw = policy.delay_ms * (1 << min(attempt - 1, 62))
     elif policy.backoff == "linear":
         raw = policy.delay_ms * attempt
     else:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .signals import CancelSignal
 from .context import Actor
+from .signals import CancelSignal
 
 if TYPE_CHECKING:
     from .steps import Step

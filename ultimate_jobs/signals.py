@@ -85,7 +85,11 @@ class CancelSignal:
     def child(self) -> CancelSignal:
         """A signal that aborts when this one does (with the same reason), and can abort alone."""
         child = CancelSignal()
-        self.add_callback(child.abort)
+
+        def forward(reason: UltimateError) -> None:
+            child.abort(reason)
+
+        self.add_callback(forward)
         return child
 
 

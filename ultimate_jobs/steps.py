@@ -31,7 +31,7 @@ logger = logging.getLogger("ultimate_jobs")
 T = TypeVar("T")
 
 
-class StepSuspension(BaseException):  # noqa: N818 — control flow, not an error
+class StepSuspension(BaseException):
     """Raised by a sleep or a wait to hand the run back until ``resume_at_ms``.
 
     It derives from ``BaseException`` so a body's ``except Exception`` cannot swallow it.
@@ -138,12 +138,11 @@ class Step:
         timer = None
         if self._step_timeout_ms is not None:
             ceiling = self._step_timeout_ms
-            timer = self._clock.call_at(
-                started + ceiling,
-                lambda: step_signal.abort(
-                    JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name})
-                ),
-            )
+
+            def on_ceiling() -> None:
+                step_signal.abort(JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name}))
+
+            timer = self._clock.call_at(started + ceiling, on_ceiling)
         try:
             with signal_scope(step_signal):
                 output = fn()
@@ -219,7 +218,8 @@ class Step:
         found = bus.find(event, match, since_ms=since)
         if found is not None:
             data = _json_roundtrip(name, dict(found.data))
-            self._persist(self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta))
+            done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            self._persist(done)
             return data
         bus_now = bus.now()
         if bus_now >= deadline:
@@ -228,7 +228,8 @@ class Step:
                     f"wait_for_event {name!r}: no {event!r} event matched within {timeout_ms} ms",
                     {"step": name, "event": event},
                 )
-            self._persist(self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta))
+            timed_out = self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            self._persist(timed_out)
             return None
         park = min(self._event_poll_ms, deadline - bus_now)
         raise StepSuspension(name, self._clock.now_ms() + park, "wait")
@@ -236,7 +237,7 @@ class Step:
 
 def _json_roundtrip(name: str, value: Any) -> Any:
     try:
-        return json.loads(json.dumps(value))
+        return json.loads(json.dumps(value, allow_nan=False))  # NaN/Infinity are not JSON; jsonb refuses them
     except (TypeError, ValueError) as exc:
         raise InvariantError(
             f"step {name!r} returned a value that is not JSON-serialisable ({exc}); return plain dicts, lists, "

@@ -8,6 +8,7 @@ tenant-scoped read in a ``tenant="none"`` job outside :func:`cross_tenant` is
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from django.db import models
@@ -27,45 +28,77 @@ __all__ = [
 
 
 class TenantScopedQuerySet(models.QuerySet[Any]):
-    """A queryset whose rows are checked against the ambient org. Set ``tenant_field`` on the model's
-    manager (``TenantScopedManager(tenant_field="org_id")``) or as ``TENANT_FIELD`` on the model."""
+    """A queryset every read and write of which is checked against the ambient org.
+
+    Model rows are checked as they load (no extra query); a read that yields no model rows
+    (``values()``, ``values_list()``, ``count()``, ``exists()``, ``aggregate()``, ``iterator()``) and a
+    bulk write (``update()``, ``delete()``) first asks whether the selection reaches another org's rows.
+    The org lives in the model's ``TENANT_FIELD`` (default ``org_id``).
+    """
 
     def _tenant_field(self) -> str:
         return str(getattr(self.model, "TENANT_FIELD", "org_id"))
 
-    def _fetch_all(self) -> None:
-        super()._fetch_all()  # type: ignore[misc]
-        field = self._tenant_field()
-        for row in self._result_cache or ():  # type: ignore[attr-defined]
-            value = row.get(field) if isinstance(row, dict) else getattr(row, field, None)
-            if value is not None or not isinstance(row, dict | tuple):
-                check_org(value, model=self.model.__name__)
-
-    def _guard_bulk(self) -> None:
+    def _guard_selection(self) -> None:
+        """Refuse when the (unsliced) selection reaches a row of another org, or there is no org."""
         scope = _scope.get()
         if scope is None or scope.cross_tenant_reason is not None:
             return
+        name = self.model.__name__
+        org = scope.actor.org_id
+        if org is None:
+            check_org(None, model=name)
+            return
         field = self._tenant_field()
-        if scope.actor.org_id is None:
-            check_org(None, model=self.model.__name__)
-        other = self.exclude(**{field: scope.actor.org_id}).values_list(field, flat=True)[:1]
+        probe: models.QuerySet[Any] = models.QuerySet(self.model, query=self.query.chain(), using=self.db)
+        probe.query.clear_limits()
+        probe.query.clear_ordering(force=True)
+        other = probe.exclude(**{field: org}).values_list(field, flat=True)[:1]
         for org_id in models.QuerySet.iterator(other):
-            check_org(org_id, model=self.model.__name__)
+            check_org(org_id, model=name)
+
+    def _fetch_all(self) -> None:
+        if self._result_cache is None and self._iterable_class is not models.query.ModelIterable:
+            self._guard_selection()
+        super()._fetch_all()
+        if self._iterable_class is models.query.ModelIterable:
+            field, name = self._tenant_field(), self.model.__name__
+            for row in self._result_cache or ():
+                check_org(getattr(row, field), model=name)
+
+    def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
+        self._guard_selection()
+        return super().iterator(chunk_size=chunk_size)
+
+    def count(self) -> int:
+        self._guard_selection()
+        return super().count()
+
+    def exists(self) -> bool:
+        self._guard_selection()
+        return super().exists()
+
+    def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self._guard_selection()
+        return super().aggregate(*args, **kwargs)
 
     def update(self, **kwargs: Any) -> int:
-        self._guard_bulk()
+        self._guard_selection()
         field = self._tenant_field()
         if field in kwargs:
             check_org(kwargs[field], model=self.model.__name__)
         return super().update(**kwargs)
 
     def delete(self) -> tuple[int, dict[str, int]]:
-        self._guard_bulk()
+        self._guard_selection()
         return super().delete()
 
-    def count(self) -> int:
-        self._guard_bulk()
-        return super().count()
+    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        objs = list(objs)
+        field = self._tenant_field()
+        for obj in objs:
+            check_org(getattr(obj, field), model=self.model.__name__)
+        return super().bulk_create(objs, *args, **kwargs)
 
 
 class TenantScopedModel(models.Model):

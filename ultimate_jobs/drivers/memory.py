@@ -6,12 +6,13 @@ final-attempt burial and every introspection member behave the same, error codes
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..clock import Clock, system_clock
 from ..errors import ClaimQueuesEmptyError, JobDuplicateError
@@ -35,7 +36,7 @@ from .base import (
     nack_counter,
     nack_state,
 )
-from .memory_introspect import MemoryIntrospection, MemoryLeaseStore
+from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
 
 WakeListener = Callable[[str], None]
 
@@ -92,7 +93,7 @@ class MemoryRow:
             run_at_ms=self.run_at_ms,
             created_at_ms=self.created_at_ms,
             updated_at_ms=self.updated_at_ms,
-            input=dict(self.input),
+            input=copy.deepcopy(self.input),
             last_error=self.last_error,
             last_code=self.last_code,
             finished_at_ms=self.finished_at_ms,
@@ -115,7 +116,9 @@ class MemoryDriver:
     name = "memory"
     supports_listen = False
 
-    def __init__(self, *, clock: Clock | None = None, visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS) -> None:
+    def __init__(
+        self, *, clock: Clock | None = None, visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+    ) -> None:
         self.clock = clock or system_clock()
         self.visibility_timeout_ms = visibility_timeout_ms
         self.lock = threading.RLock()
@@ -180,52 +183,59 @@ class MemoryDriver:
         return self.enqueue_many([request])[0]
 
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """All or nothing, like the one statement it stands for: a refused request inserts no row of the batch."""
         answers: list[Enqueued] = []
-        due: set[str] = set()
         with self.lock:
             now = self.clock.now_ms()
+            fresh: dict[str, MemoryRow] = {}  # this batch's rows by id, inserted only once none was refused
+            fresh_keys: dict[tuple[str, str, str], MemoryRow] = {}
             for request in requests:
-                if request.id is not None and request.id in self.rows:
-                    existing = self.rows[request.id]
+                existing = None if request.id is None else self.rows.get(request.id) or fresh.get(request.id)
+                if existing is not None:  # an id that already names a row, live or finished, inserts nothing
                     answers.append(Enqueued(existing.id, existing.run_id, True))
                     continue
                 key = (request.name, request.tenant_id or "", request.idempotency_key)
-                holder = self.live.get(key)
+                holder = fresh_keys.get(key) or (self.rows[self.live[key]] if key in self.live else None)
                 if holder is not None:
                     if request.on_conflict == "error":
                         raise JobDuplicateError(
-                            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {holder}",
-                            {"job": request.name, "key": request.idempotency_key, "holder": holder},
+                            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job "
+                            f"{holder.id}; enqueue with on_conflict='dedupe' to answer that job instead",
+                            {"job": request.name, "key": request.idempotency_key, "holder": holder.id},
                         )
-                    answers.append(Enqueued(holder, self.rows[holder].run_id, True))
+                    answers.append(Enqueued(holder.id, holder.run_id, True))
                     continue
-                run_at = request.run_at_ms if request.run_at_ms is not None else now
-                row = MemoryRow(
-                    id=request.id or str(uuid.uuid4()),
-                    run_id=request.run_id or str(uuid.uuid4()),
-                    name=request.name,
-                    queue=request.queue,
-                    tenant_id=request.tenant_id,
-                    idempotency_key=request.idempotency_key,
-                    input=dict(request.input),
-                    max_attempts=request.max_attempts,
-                    priority=request.priority,
-                    run_at_ms=run_at,
-                    created_at_ms=now,
-                    updated_at_ms=now,
-                    state="delayed" if run_at > now else "ready",
-                    enqueued_by=request.enqueued_by,
-                    traceparent=request.traceparent,
-                    concurrency_key=request.concurrency_key,
-                )
-                self.rows[row.id] = row
-                self.live[key] = row.id
+                row = self._new_row(request, now)
+                fresh[row.id] = fresh_keys[key] = row
                 answers.append(Enqueued(row.id, row.run_id, False))
-                if run_at <= now:
-                    due.add(row.queue)
-        for queue in sorted(due):
+            for row in fresh.values():
+                self.rows[row.id] = row
+                self.live[row.live_key] = row.id
+        for queue in sorted({row.queue for row in fresh.values() if row.run_at_ms <= now}):
             self.announce(queue)
         return answers
+
+    @staticmethod
+    def _new_row(request: EnqueueRequest, now: int) -> MemoryRow:
+        run_at = request.run_at_ms if request.run_at_ms is not None else now
+        return MemoryRow(
+            id=request.id or str(uuid.uuid4()),
+            run_id=request.run_id or str(uuid.uuid4()),
+            name=request.name,
+            queue=request.queue,
+            tenant_id=request.tenant_id,
+            idempotency_key=request.idempotency_key,
+            input=copy.deepcopy(dict(request.input)),
+            max_attempts=request.max_attempts,
+            priority=request.priority,
+            run_at_ms=run_at,
+            created_at_ms=now,
+            updated_at_ms=now,
+            state="delayed" if run_at > now else "ready",
+            enqueued_by=request.enqueued_by,
+            traceparent=request.traceparent,
+            concurrency_key=request.concurrency_key,
+        )
 
     # -- claim ---------------------------------------------------------------------------------
 
@@ -272,7 +282,7 @@ class MemoryDriver:
         return claimed
 
     def _bury(self, row: MemoryRow, drop_exhausted: frozenset[str]) -> ExhaustedJob:
-        state: JobState = "failed" if row.name in drop_exhausted else "dead"
+        state: Literal["failed", "dead"] = "failed" if row.name in drop_exhausted else "dead"
         self.set_state(row, state)
         row.last_error, row.last_code = LEASE_LAPSED_FINAL_ATTEMPT, None
         self._introspect.count(row.name, state, 0)
@@ -282,9 +292,9 @@ class MemoryDriver:
             name=row.name,
             queue=row.queue,
             tenant_id=row.tenant_id,
-            input=dict(row.input),
+            input=copy.deepcopy(row.input),
             attempt=row.attempts,
-            state="failed" if state == "failed" else "dead",
+            state=state,
         )
 
     @staticmethod
@@ -297,7 +307,7 @@ class MemoryDriver:
             queue=row.queue,
             tenant_id=row.tenant_id,
             idempotency_key=row.idempotency_key,
-            input=dict(row.input),
+            input=copy.deepcopy(row.input),
             attempt=row.attempts,
             max_attempts=row.max_attempts,
             priority=row.priority,
@@ -306,7 +316,7 @@ class MemoryDriver:
             worker_id=row.worker_id,
             claim=row.claim,
             lease_until_ms=row.lease_until_ms,
-            steps=tuple(sorted(row.steps.values(), key=lambda s: s.seq)),
+            steps=tuple(copy_step(s) for s in sorted(row.steps.values(), key=lambda s: s.seq)),
             concurrency_key=row.concurrency_key,
             enqueued_by=row.enqueued_by,
             traceparent=row.traceparent,
@@ -314,7 +324,8 @@ class MemoryDriver:
 
     # -- settles -------------------------------------------------------------------------------
 
-    def _owned(self, job_id: str, ref: ClaimRef, op: str) -> MemoryRow | None:
+    def owned_row(self, job_id: str, ref: ClaimRef, op: str) -> MemoryRow | None:
+        """The row ``ref`` still owns, or ``None`` after logging ``jobs.settle.unowned`` (callers hold the lock)."""
         row = self.rows.get(job_id)
         if row is not None and row.owned_by(ref):
             return row
@@ -323,7 +334,7 @@ class MemoryDriver:
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         with self.lock:
-            row = self._owned(job_id, ref, "ack")
+            row = self.owned_row(job_id, ref, "ack")
             if row is None:
                 return False
             self.set_state(row, "done")
@@ -332,7 +343,7 @@ class MemoryDriver:
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         with self.lock:
-            row = self._owned(job_id, ref, "nack")
+            row = self.owned_row(job_id, ref, "nack")
             if row is None:
                 return False
             target = nack_state(options)
@@ -358,18 +369,18 @@ class MemoryDriver:
         with self.lock:
             until = self.clock.now_ms() + visibility_timeout_ms
             for beat in beats:
-                row = self.rows.get(beat.job_id)
-                if row is not None and row.owned_by(beat.ref):
+                row = self.owned_row(beat.job_id, beat.ref, "heartbeat")
+                if row is not None:
                     row.lease_until_ms = until
                     renewed.add(row.id)
         return frozenset(renewed)
 
     def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
         with self.lock:
-            row = self._owned(job_id, ref, "save_step")
+            row = self.owned_row(job_id, ref, "save_step")
             if row is None:
                 return False
-            row.steps[step.name] = replace(step)
+            row.steps[step.name] = copy_step(step)
             return True
 
     def stats(self) -> list[QueueStats]:

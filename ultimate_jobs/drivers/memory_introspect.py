@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import copy
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -45,6 +47,11 @@ if TYPE_CHECKING:
 CounterField = Literal["done", "retried", "failed", "dead"]
 
 
+def copy_step(step: StepRecord) -> StepRecord:
+    """A step record sharing no mutable object with ``step``: what is stored is what was saved, as in a database."""
+    return replace(step, output=copy.deepcopy(step.output), meta=copy.deepcopy(dict(step.meta)))
+
+
 class MemoryIntrospection:
     """``driver.introspect`` for the memory driver. Shares the driver's lock and rows."""
 
@@ -75,7 +82,7 @@ class MemoryIntrospection:
     def steps(self, job_id: str) -> list[StepRecord]:
         with self._d.lock:
             row = self._d.rows.get(job_id)
-            return sorted(row.steps.values(), key=lambda s: s.seq) if row else []
+            return [copy_step(s) for s in sorted(row.steps.values(), key=lambda s: s.seq)] if row else []
 
     def list(self, flt: JobFilter) -> JobPage:
         check_page(flt)
@@ -83,15 +90,15 @@ class MemoryIntrospection:
         before = decode_cursor(flt.before, which="before") if flt.before is not None else None
         with self._d.lock:
             rows = [r for r in self._d.rows.values() if _matches(r, flt)]
-        keyed = sorted(rows, key=lambda r: (r.created_at_ms, r.id), reverse=True)
-        if after is not None:
-            page = [r for r in keyed if (r.created_at_ms, r.id) < after][: flt.limit]
-        elif before is not None:
-            newer = [r for r in reversed(keyed) if (r.created_at_ms, r.id) > before][: flt.limit]
-            page = list(reversed(newer))
-        else:
-            page = keyed[: flt.limit]
-        return JobPage(rows=tuple(r.record() for r in page), limit=flt.limit)
+            keyed = sorted(rows, key=lambda r: (r.created_at_ms, r.id), reverse=True)
+            if after is not None:
+                page = [r for r in keyed if (r.created_at_ms, r.id) < after][: flt.limit]
+            elif before is not None:
+                newer = [r for r in reversed(keyed) if (r.created_at_ms, r.id) > before][: flt.limit]
+                page = list(reversed(newer))
+            else:
+                page = keyed[: flt.limit]
+            return JobPage(rows=tuple(r.record() for r in page), limit=flt.limit)
 
     # -- single-row operations -----------------------------------------------------------------
 
@@ -152,7 +159,8 @@ class MemoryIntrospection:
             now = self._d.clock.now_ms()
             if row.state not in PROMOTABLE_STATES or row.run_at_ms <= now:
                 raise JobNotPromotableError(
-                    f"job {job_id} is {row.state} and not waiting on its run time", {"job_id": job_id, "state": row.state}
+                    f"job {job_id} is {row.state} and not waiting on its run time",
+                    {"job_id": job_id, "state": row.state},
                 )
             row.run_at_ms = now
             self._d.set_state(row, "ready")
@@ -162,7 +170,7 @@ class MemoryIntrospection:
 
     # -- bulk ----------------------------------------------------------------------------------
 
-    def _select(self, flt: BulkFilter) -> list[MemoryRow]:
+    def _select(self, flt: BulkFilter) -> builtins.list[MemoryRow]:
         rows = [
             r
             for r in self._d.rows.values()
@@ -210,7 +218,8 @@ class MemoryIntrospection:
     def promote_many(self, flt: BulkFilter) -> BulkResult:
         if flt.state not in PROMOTABLE_STATES:
             raise JobNotPromotableError(
-                f"promote_many over {flt.state!r}: only {PROMOTABLE_STATES} rows wait on a run time", {"state": flt.state}
+                f"promote_many over {flt.state!r}: only {PROMOTABLE_STATES} rows wait on a run time",
+                {"state": flt.state},
             )
         moved: set[str] = set()
         with self._d.lock:
@@ -236,7 +245,7 @@ class MemoryIntrospection:
             self.paused_queue_set.discard(queue)
         self._d.announce(queue)
 
-    def paused_queues(self) -> list[str]:
+    def paused_queues(self) -> builtins.list[str]:
         with self._d.lock:
             return sorted(self.paused_queue_set)
 
@@ -248,7 +257,7 @@ class MemoryIntrospection:
         with self._d.lock:
             self._paused_tasks.discard(task)
 
-    def paused_tasks(self) -> list[str]:
+    def paused_tasks(self) -> builtins.list[str]:
         with self._d.lock:
             return sorted(self._paused_tasks)
 
@@ -262,7 +271,7 @@ class MemoryIntrospection:
         with self._d.lock:
             self._workers.pop(worker_id, None)
 
-    def workers(self) -> list[WorkerInfo]:
+    def workers(self) -> builtins.list[WorkerInfo]:
         with self._d.lock:
             cutoff = self._d.clock.now_ms() - self._d.visibility_timeout_ms
             for worker_id in [w.id for w in self._workers.values() if w.heartbeat_at_ms <= cutoff]:
@@ -279,7 +288,7 @@ class MemoryIntrospection:
         bucket[("done", "retried", "failed", "dead").index(outcome)] += 1
         bucket[4] += duration_ms
 
-    def counters(self, *, job: str, since_ms: int) -> list[CounterBucket]:
+    def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
         with self._d.lock:
             return sorted(
                 (
@@ -290,7 +299,7 @@ class MemoryIntrospection:
                 key=lambda b: (b.bucket_ms, b.width_ms),
             )
 
-    def counter_totals(self, since_ms: int) -> list[CounterTotals]:
+    def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
         with self._d.lock:
             totals: dict[str, list[int]] = {}
             for (name, width, start), values in self._counters.items():
@@ -321,13 +330,13 @@ class MemoryIntrospection:
 
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
         with self._d.lock:
-            row = self._d.rows.get(job_id)
-            if row is None or not row.owned_by(ref):
+            row = self._d.owned_row(job_id, ref, "record_progress")
+            if row is None:
                 return False
             row.progress = progress
             return True
 
-    def task_fires(self) -> list[TaskFire]:
+    def task_fires(self) -> builtins.list[TaskFire]:
         with self._d.lock:
             return sorted(self._fires.values(), key=lambda f: f.task)[:MAX_TASK_FIRES]
 
@@ -403,4 +412,3 @@ class MemoryLeaseStore:
     def holders(self, key: str) -> list[str]:
         with self._lock:
             return [h for h, _ in self._live(key)]
-

@@ -7,22 +7,25 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..clock import Clock, system_clock
+from ..clock import Clock
+from ..conf import job_clock
 from ..durations import Duration, parse_duration
 from .base import DEFAULT_EVENT_TTL, EventRecord, matches
 
 
 class MemoryEventBus:
-    """Events in a list, stamped with ``clock`` (the frozen clock in tests)."""
+    """Events in a list, stamped with ``clock`` — or, when none is given, the clock installed with
+    ``set_job_clock`` at each read, so the bus ``event_bus()`` rebuilds after ``reset_event_bus()``
+    keeps the frozen clock a test installed instead of jumping to wall time."""
 
     def __init__(self, clock: Clock | None = None) -> None:
-        self._clock = clock or system_clock()
+        self._clock = clock
         self._events: list[EventRecord] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
     def now(self) -> int:
-        return self._clock.now_ms()
+        return (self._clock or job_clock()).now_ms()
 
     def publish(self, event: str, data: Mapping[str, Any], *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
         now = self.now()

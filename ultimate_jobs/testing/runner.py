@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import registry
 from ..conf import job_clock, job_driver
 from ..definition import JobHandle
-from ..drivers.base import ExhaustedJob, JobDriver, JobFilter, JobState
+from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from .clock import FrozenClock
 
@@ -45,22 +45,35 @@ def _queues() -> list[str]:
     return sorted(names | {"default"})
 
 
-def _next_due(driver: JobDriver, queues: Sequence[str], now: int) -> int | None:
+def _rows(driver: JobDriver, **filters: Any) -> Iterator[JobRecord]:
+    """Every row matching ``filters``, page by page."""
     introspect = driver.introspect
     if introspect is None:
-        return None
-    best: int | None = None
-    for state in WAITING_STATES:
-        for queue in queues:
-            page = introspect.list(JobFilter(state=state, queue=queue, limit=200))
-            for row in page.rows:
-                if row.run_at_ms > now and (best is None or row.run_at_ms < best):
-                    best = row.run_at_ms
-    running = introspect.list(JobFilter(state="running", limit=200)).rows
-    for row in running:
-        if row.lease_until_ms is not None and row.lease_until_ms > now and (best is None or row.lease_until_ms < best):
-            best = row.lease_until_ms
-    return best
+        return
+    after: str | None = None
+    while True:
+        page = introspect.list(JobFilter(limit=MAX_JOB_PAGE, after=after, **filters))
+        yield from page.rows
+        if page.is_last:
+            return
+        after = job_cursor(page.rows[-1])
+
+
+def _next_due(driver: JobDriver, queues: Sequence[str], now: int) -> int | None:
+    """The earliest instant after ``now`` at which a waiting row falls due or a running lease lapses."""
+    candidates = [
+        row.run_at_ms
+        for state in WAITING_STATES
+        for queue in queues
+        for row in _rows(driver, state=state, queue=queue)
+        if row.run_at_ms > now
+    ]
+    candidates += [
+        row.lease_until_ms
+        for row in _rows(driver, state="running")
+        if row.lease_until_ms is not None and row.lease_until_ms > now
+    ]
+    return min(candidates, default=None)
 
 
 def run_jobs(

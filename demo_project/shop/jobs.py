@@ -1,0 +1,187 @@
+"""The demo shop's background work. ultimate_jobs imports this module at start-up (autodiscovery).
+
+Each job shows one behaviour:
+
+- ``fulfil_order``: durable steps. The receipt email fails once; attempt 2 replays ``charge`` from
+  storage (the card is charged once), then the run sleeps three days without holding a process and
+  sends a nudge.
+- ``book_shipment``: a flaky carrier API; the run retries on the backoff and succeeds.
+- ``sync_inventory``: a warehouse that stays down; retried at its Retry-After, then dead-lettered.
+- ``issue_refund``: a terminal code; dead-lettered on attempt 1, the other attempts unspent.
+- ``daily_sales_report``: ``tenant="none"``; counts orders of every org inside ``cross_tenant()``.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from django.db.models import Count, F
+from pydantic import BaseModel, Field
+
+from ultimate_jobs import JobRun, Settled, cross_tenant, job, register_error_retry
+
+from .models import Order
+from .services import MAIL_TEMPORARY, REFUND_REJECTED, WAREHOUSE_BUSY, ShopServices
+
+# Classify the shop's codes where the jobs that meet them live. An unclassified code (or a plain
+# Python exception such as TimeoutError) follows the backoff schedule.
+register_error_retry(
+    {
+        MAIL_TEMPORARY: "retryable",  # the relay will take it in a moment: the backoff schedule
+        WAREHOUSE_BUSY: "retry-after",  # the warehouse names when to come back (meta.retryAfterSeconds)
+        REFUND_REJECTED: "terminal",  # retrying cannot create a charge: dead-letter now
+    }
+)
+
+
+class OrderRef(BaseModel):
+    """One order of one org."""
+
+    org_id: str = Field(min_length=1)
+    number: str = Field(min_length=1)
+
+
+class RefundRequest(OrderRef):
+    """A refund the customer asked for."""
+
+    reason: str
+
+
+class InventorySync(BaseModel):
+    """Pull one warehouse's stock levels for one org."""
+
+    org_id: str = Field(min_length=1)
+    warehouse: str = Field(min_length=1)
+
+
+class SalesReportInput(BaseModel):
+    """The day to total."""
+
+    day: date
+
+
+def _order(ref: OrderRef) -> Order:
+    return Order.objects.get(org_id=ref.org_id, number=ref.number)
+
+
+def _customer(order: Order) -> str:
+    return f"customer-{order.number}@{order.org_id}.example"
+
+
+# -- on_settled hooks: told once per ending, under the job's tenant --------------------------------
+
+
+def record_fulfilment(settled: Settled) -> None:
+    """The order's status column follows how fulfilment ended (a notification, not a guarantee)."""
+    if settled.input is None:  # the stored payload no longer parses: nothing to point at
+        return
+    status = Order.Status.FULFILLED if settled.outcome == "completed" else Order.Status.ATTENTION
+    Order.objects.filter(org_id=settled.input.org_id, number=settled.input.number).update(status=status)
+
+
+def page_on_failure(settled: Settled) -> None:
+    """Page whoever is on call when a run ends in anything but ``completed``."""
+    if settled.outcome == "completed" or not isinstance(settled.ctx, ShopServices):
+        return
+    settled.ctx.page_on_call(f"{settled.name} {settled.outcome} on attempt {settled.attempt} ({settled.code})")
+
+
+# -- the jobs -------------------------------------------------------------------------------------
+
+
+@job(
+    input=OrderRef,
+    idempotency_key=lambda i: f"fulfil:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 3, "backoff": "exponential", "delay": "1s"},
+    queue="orders",
+    on_settled=record_fulfilment,
+)
+def fulfil_order(run: JobRun[OrderRef]) -> dict[str, Any]:
+    """Charge the card, email the receipt, and ask for a review three days later."""
+    shop: ShopServices = run.ctx
+    order = _order(run.input)
+
+    def charge() -> dict[str, Any]:
+        charge_id = shop.gateway.charge(order_number=order.number, amount_cents=order.total_cents)
+        Order.objects.filter(pk=order.pk).update(charged=True, charges=F("charges") + 1, status=Order.Status.PAID)
+        return {"charge_id": charge_id, "amount_cents": order.total_cents}
+
+    def email(subject: str) -> str:
+        message_id = shop.mailer.send(to=_customer(order), subject=subject)
+        Order.objects.filter(pk=order.pk).update(emailed=F("emailed") + 1)
+        return message_id
+
+    charged = run.step.run("charge", charge)  # attempt 2 reads this back; the gateway is not called
+    run.step.run("email-receipt", lambda: email(f"Receipt for order {order.number}"))
+    run.step.sleep("3d")  # the run suspends; the queue hands it back in three days
+    run.step.run("nudge", lambda: email(f"How was order {order.number}?"))
+    return {"charge_id": charged["charge_id"]}
+
+
+@job(
+    input=OrderRef,
+    idempotency_key=lambda i: f"ship:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 5, "backoff": "linear", "delay": "30s"},
+    queue="orders",
+)
+def book_shipment(run: JobRun[OrderRef]) -> dict[str, Any]:
+    """Book a shipping label with the carrier (whose API times out now and then)."""
+    shop: ShopServices = run.ctx
+    label = run.step.run("book-label", lambda: shop.carrier.book_label(order_number=run.input.number))
+    return {"label": label}
+
+
+@job(
+    input=InventorySync,
+    idempotency_key=lambda i: f"inventory:{i.org_id}:{i.warehouse}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 3, "backoff": "exponential", "delay": "1m", "max_delay": "10m"},
+    on_settled=page_on_failure,
+)
+def sync_inventory(run: JobRun[InventorySync]) -> dict[str, Any]:
+    """Pull stock levels from one warehouse."""
+    shop: ShopServices = run.ctx
+    levels = run.step.run("fetch-levels", lambda: shop.warehouse.stock_levels(run.input.warehouse))
+    return {"skus": len(levels)}
+
+
+@job(
+    input=RefundRequest,
+    idempotency_key=lambda i: f"refund:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 5},
+    queue="payments",
+    priority=10,
+    on_settled=page_on_failure,
+)
+def issue_refund(run: JobRun[RefundRequest]) -> dict[str, Any]:
+    """Refund an order through the gateway."""
+    shop: ShopServices = run.ctx
+    order = _order(run.input)
+    refund_id = run.step.run(
+        "refund", lambda: shop.gateway.refund(order_number=order.number, amount_cents=order.total_cents)
+    )
+    return {"refund_id": refund_id}
+
+
+def _orders_by_org() -> dict[str, int]:
+    rows = Order.objects.values("org_id").annotate(orders=Count("id")).order_by("org_id")
+    return {row["org_id"]: row["orders"] for row in rows}
+
+
+@job(
+    input=SalesReportInput,
+    idempotency_key=lambda i: f"sales-report:{i.day.isoformat()}",
+    tenant="none",
+    queue="reports",
+)
+def daily_sales_report(run: JobRun[SalesReportInput]) -> dict[str, Any]:
+    """Count the day's orders across every org. The job belongs to no tenant, so its tenant-scoped read
+    says why it spans them; without ``cross_tenant`` it would be ``X_TENANCY_ACTOR_ORG_REQUIRED``."""
+    by_org = run.step.run(
+        "count-orders", lambda: cross_tenant("the daily sales report totals every org", _orders_by_org)
+    )
+    return {"day": run.input.day.isoformat(), "orders": sum(by_org.values()), "orgs": len(by_org), "by_org": by_org}

@@ -1,0 +1,81 @@
+"""``manage.py shop_demo`` (what ``make demo`` runs): the scenario ends the way the demo says it does."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from demo_project.shop.models import Order
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+JOB_COLUMNS = ("job", "id", "state", "attempts", "outcomes", "note")
+
+
+def job_rows(output: str) -> dict[str, dict[str, str]]:
+    """The jobs table, by job name; a wrapped note is joined back into one string."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split(" | ")[0].strip() == "job")
+    rows: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in lines[start + 2 :]:
+        if " | " not in line:
+            break
+        cells = [cell.strip() for cell in line.split(" | ")]
+        if cells[0]:
+            current = dict(zip(JOB_COLUMNS, cells, strict=False))
+            rows[current["job"]] = current
+        elif current is not None:
+            current["note"] = f"{current['note']} {cells[-1]}"
+    return rows
+
+
+@pytest.fixture
+def output() -> str:
+    out = StringIO()
+    call_command("shop_demo", stdout=out)
+    return out.getvalue()
+
+
+def test_fulfil_order_charges_once_replays_and_sleeps(output: str) -> None:
+    row = job_rows(output)["fulfil_order"]
+    assert row["state"] == "done"
+    assert row["attempts"] == "2 of 3"
+    assert row["outcomes"] == "retried → suspended → completed"
+    assert "charges=1" in row["note"]
+    assert "slept 3d" in row["note"]
+    order = Order.objects.get(org_id="org-acme", number="1001")
+    assert (order.charges, order.emailed, order.status) == (1, 2, Order.Status.FULFILLED)
+
+
+def test_retried_job_succeeds(output: str) -> None:
+    row = job_rows(output)["book_shipment"]
+    assert (row["state"], row["attempts"], row["outcomes"]) == ("done", "3 of 5", "retried → retried → completed")
+
+
+def test_transient_failure_is_dead_lettered_after_its_attempts(output: str) -> None:
+    row = job_rows(output)["sync_inventory"]
+    assert (row["state"], row["attempts"], row["outcomes"]) == ("dead", "3 of 3", "retried → retried → dead-lettered")
+    assert "X_WAREHOUSE_BUSY: warehouse wh-east answered 503" in output
+    assert "[attempts-exhausted] stopped on attempt 3 of 3" in output
+
+
+def test_terminal_code_is_dead_lettered_on_attempt_one(output: str) -> None:
+    row = job_rows(output)["issue_refund"]
+    assert (row["state"], row["attempts"], row["outcomes"]) == ("dead", "1 of 5", "dead-lettered")
+    assert "[terminal] stopped on attempt 1 of 5" in output
+    assert "issue_refund dead-lettered on attempt 1 (X_REFUND_REJECTED)" in output  # its on_settled paged
+
+
+def test_cross_tenant_report_counts_every_org(output: str) -> None:
+    row = job_rows(output)["daily_sales_report"]
+    assert row["state"] == "done"
+    assert "3 orders across 2 orgs" in row["note"]
+
+
+def test_a_second_run_starts_from_a_clean_shop(output: str) -> None:
+    call_command("shop_demo", stdout=StringIO())
+    assert Order.objects.count() == 3
+    assert Order.objects.get(org_id="org-acme", number="1001").charges == 1

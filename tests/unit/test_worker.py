@@ -1,0 +1,823 @@
+"""The worker role on the memory driver and the frozen clock: slots, leases, deadlines, the drain,
+cancel, limits, keyed concurrency, refusal at start, the registry row, progress and logging.
+
+Bodies that must stay running block on a per-job gate (a bounded ``threading.Event`` wait); time
+moves only through ``jobs.clock.advance()``, which fires the worker's heartbeat on the test thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from tests.conftest import JobsEnv
+from tests.helpers import eventually
+from ultimate_jobs import Concurrency, JobRun, job, registry
+from ultimate_jobs.conf import set_job_clock
+from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.drivers.base import Heartbeat, JobRecord, Progress
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.execute import Settled, job_lease_key
+from ultimate_jobs.limits import LimitConfig
+from ultimate_jobs.worker import JobWorker, job_worker
+
+QUEUE = "wq"
+HEARTBEAT_MS = 10_000  # a third of the default 30 s visibility timeout
+WAIT = 5.0  # the bound on every cross-thread wait; a passing test never spends it
+
+
+class Probe:
+    """What the bodies report: each run that started, and a gate per job the test opens."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.runs: dict[str, JobRun[Any]] = {}
+        self._gates: dict[str, threading.Event] = {}
+        self._all_open = False
+
+    def gate(self, job_id: str) -> threading.Event:
+        with self._cond:
+            event = self._gates.setdefault(job_id, threading.Event())
+            if self._all_open:
+                event.set()
+            return event
+
+    def enter(self, run: JobRun[Any]) -> None:
+        with self._cond:
+            self.runs[run.job_id] = run
+            self._cond.notify_all()
+
+    def hold(self, run: JobRun[Any]) -> None:
+        """Report the start, then block until the test opens this job's gate."""
+        self.enter(run)
+        self.gate(run.job_id).wait(WAIT)
+
+    def started(self, *job_ids: str) -> list[JobRun[Any]]:
+        with self._cond:
+            assert self._cond.wait_for(lambda: all(j in self.runs for j in job_ids), WAIT), (
+                f"bodies {job_ids} never started; started: {sorted(self.runs)}"
+            )
+            return [self.runs[j] for j in job_ids]
+
+    def release(self, job_id: str) -> None:
+        self.gate(job_id).set()
+
+    def release_all(self) -> None:
+        with self._cond:
+            self._all_open = True
+            for event in self._gates.values():
+                event.set()
+
+
+class Delegating:
+    """A driver that forwards everything to ``inner``; subclasses override the member under test."""
+
+    def __init__(self, inner: MemoryDriver) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.supports_listen = inner.supports_listen
+
+    @property
+    def introspect(self) -> Any:
+        return self.inner.introspect
+
+    @property
+    def leases(self) -> Any:
+        return self.inner.leases
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+class FailingHeartbeat(Delegating):
+    """Renewals land until ``broken`` is set; from then on every one raises, as a lost connection does."""
+
+    broken = False
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        if self.broken:
+            raise ConnectionError("the database went away")
+        return self.inner.heartbeat(beats, visibility_timeout_ms=visibility_timeout_ms)
+
+
+class NoLeaseStore(Delegating):
+    """A driver with no lease store (the spec's redis driver)."""
+
+    @property
+    def leases(self) -> Any:
+        return None
+
+
+@pytest.fixture
+def probe() -> Iterator[Probe]:
+    p = Probe()
+    yield p
+    p.release_all()
+
+
+@pytest.fixture
+def make_worker(jobs: JobsEnv, probe: Probe) -> Iterator[Callable[..., JobWorker]]:
+    """Build (and by default start, without the claim loop) a worker over the test's driver and frozen
+    clock; every worker built is drained at teardown after every gate is opened."""
+    built: list[JobWorker] = []
+
+    def make(*, start: bool = True, **options: Any) -> JobWorker:
+        options.setdefault("driver", jobs.driver)
+        options.setdefault("context", lambda: {"app": "ctx"})
+        options.setdefault("clock", jobs.clock)
+        options.setdefault("queues", [QUEUE])
+        options.setdefault("concurrency", 2)
+        worker = job_worker(**options)
+        built.append(worker)
+        if start:
+            worker.start(loop=False)
+        return worker
+
+    yield make
+    probe.release_all()
+    for worker in built:
+        if worker.state != "stopped":
+            worker.drain(deadline_ms=int(WAIT * 1000))
+
+
+def declare(name: str, body: Callable[[JobRun[Any]], Any], **options: Any) -> JobHandle[Any, Any]:
+    """A throwaway job on the test queue; the input's ``k`` is its idempotency key."""
+    options.setdefault("queue", QUEUE)
+    options.setdefault("tenant", "none")
+    return job(name=name, idempotency_key=lambda i: f"{name}:{i['k']}", **options)(body)
+
+
+def in_order(jobs: JobsEnv, handle: JobHandle[Any, Any], inputs: Sequence[dict[str, Any]]) -> list[str]:
+    """Enqueue ``inputs`` a millisecond apart, so the claim hands them out in this order."""
+    ids = []
+    for payload in inputs:
+        ids.append(handle.enqueue(payload).id)
+        jobs.clock.advance(1)
+    return ids
+
+
+def row(jobs: JobsEnv, job_id: str) -> JobRecord:
+    record = jobs.driver.introspect.get(job_id)
+    assert record is not None
+    return record
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "ultimate_jobs" and r.getMessage() == name]
+
+
+def code(run: JobRun[Any]) -> str | None:
+    reason = run.signal.reason
+    return None if reason is None else reason.code
+
+
+def lost_counter(queue: str) -> float:
+    return REGISTRY.get_sample_value("job_leases_lost_total", {"queue": queue}) or 0.0
+
+
+# -- slots -------------------------------------------------------------------------------------
+
+
+def test_a_pass_claims_only_the_free_slots(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+    blocked = declare("slots_blocked", probe.hold)
+    ids = [blocked.enqueue({"k": n}).id for n in range(4)]
+    worker = make_worker(concurrency=2)
+
+    assert worker.run_once() == 2
+    running = [i for i in ids if row(jobs, i).state == "running"]
+    assert len(running) == 2
+    probe.started(*running)
+    assert worker.run_once() == 0  # both slots taken: no claim at all
+    assert sum(row(jobs, i).state == "ready" for i in ids) == 2
+
+    probe.release(running[0])
+    eventually(lambda: len(worker.in_flight()) == 1, timeout=WAIT)
+    assert worker.run_once() == 1
+    assert sum(row(jobs, i).state == "running" for i in ids) == 2
+    assert worker.stats.claimed == 3
+
+
+def test_concurrency_table_sizes_each_queue(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+    blocked = declare("slots_table", probe.hold)
+    for n in range(3):
+        blocked.enqueue({"k": f"a{n}"}, queue="qa")
+        blocked.enqueue({"k": f"b{n}"}, queue="qb")
+    worker = make_worker(queues=["qa", "qb", "qc"], concurrency={"qa": 1, "qb": 3})
+
+    assert worker.slots == {"qa": 1, "qb": 3, "qc": 8}  # an unnamed queue gets JOBS_CONCURRENCY_DEFAULT
+    assert worker.run_once() == 4
+    stats = {s.queue: s for s in jobs.driver.stats()}
+    assert (stats["qa"].running, stats["qa"].ready) == (1, 2)
+    assert (stats["qb"].running, stats["qb"].ready) == (3, 0)
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+
+def test_heartbeat_keeps_moving_the_lease(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    blocked = declare("lease_renewed", probe.hold)
+    job_id = blocked.enqueue({"k": 1}).id
+    worker = make_worker(visibility_timeout="30s")
+    assert worker.heartbeat_interval_ms == HEARTBEAT_MS
+    worker.run_once()
+    probe.started(job_id)
+    first = row(jobs, job_id).lease_until_ms
+    assert first == jobs.clock.now_ms() + 30_000
+
+    leases = []
+    for _ in range(6):  # 60 s: twice the window, which only renewals can survive
+        jobs.clock.advance(HEARTBEAT_MS)
+        leases.append(row(jobs, job_id).lease_until_ms)
+        assert leases[-1] == jobs.clock.now_ms() + 30_000
+    assert leases == sorted(set(leases)) and leases[0] > first
+    assert row(jobs, job_id).state == "running"
+    assert not events(caplog, "jobs.lease.lost") and not events(caplog, "jobs.heartbeat.failed")
+    assert not probe.runs[job_id].signal.aborted
+
+    probe.release(job_id)
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, job_id).state == "done"
+
+
+def test_failing_heartbeats_warn_then_lose_the_lease(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    queue = "hb-fail"
+
+    def waits_on_signal(run: JobRun[Any]) -> None:
+        probe.enter(run)
+        run.signal.wait(WAIT)
+        run.signal.throw_if_aborted()
+
+    handle = declare("lease_lost", waits_on_signal, queue=queue)
+    job_id = handle.enqueue({"k": 1}).id
+    driver = FailingHeartbeat(jobs.driver)
+    worker = make_worker(driver=driver, queues=[queue], visibility_timeout="30s")
+    before = lost_counter(queue)
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    jobs.clock.advance(2 * HEARTBEAT_MS)  # two renewals land; the window runs from the last of them
+    driver.broken = True
+
+    jobs.clock.advance(HEARTBEAT_MS)
+    failed = events(caplog, "jobs.heartbeat.failed")
+    assert len(failed) == 1 and failed[0].levelno == logging.WARNING
+    assert failed[0].jobs["job_id"] == job_id
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert len(events(caplog, "jobs.heartbeat.failed")) == 2
+    assert not events(caplog, "jobs.lease.lost") and not run.signal.aborted
+    assert lost_counter(queue) == before
+
+    jobs.clock.advance(HEARTBEAT_MS)  # a whole window (30 s) since the last renewal that landed
+    lost = events(caplog, "jobs.lease.lost")
+    assert len(lost) == 1 and lost[0].levelno == logging.ERROR
+    assert lost[0].jobs["job_id"] == job_id and lost[0].jobs["queue"] == queue
+    assert lost_counter(queue) == before + 1
+    assert worker.stats.leases_lost == 1
+    assert code(run) == "X_JOB_LEASE_LOST"
+
+    assert worker.wait_idle(WAIT)
+    jobs.clock.advance(HEARTBEAT_MS)  # reported once, never again
+    assert len(events(caplog, "jobs.lease.lost")) == 1 and lost_counter(queue) == before + 1
+    (execution,) = worker.executions
+    assert (execution.outcome, execution.code) == ("retried", "X_JOB_LEASE_LOST")
+
+
+def test_no_lease_loss_for_a_job_that_finished_under_a_renewal(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    blocked = declare("finished_under_beat", probe.hold)
+    job_id = blocked.enqueue({"k": 1}).id
+    answers: list[frozenset[str]] = []
+
+    class AckRacesTheBeat(Delegating):
+        """The renewal is on the wire while the job acks: it lands after the row is done."""
+
+        def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+            probe.release(job_id)
+            eventually(lambda: row(jobs, job_id).state == "done", timeout=WAIT, interval=0.002)
+            answer = self.inner.heartbeat(beats, visibility_timeout_ms=visibility_timeout_ms)
+            answers.append(answer)
+            return answer
+
+    worker = make_worker(driver=AckRacesTheBeat(jobs.driver))
+    worker.run_once()
+    probe.started(job_id)
+    jobs.clock.advance(HEARTBEAT_MS)
+
+    assert answers == [frozenset()]  # the fenced renewal came back unowned...
+    assert worker.wait_idle(WAIT)
+    assert not events(caplog, "jobs.lease.lost")  # ...and nobody was paged for it
+    assert not events(caplog, "jobs.heartbeat.failed")
+    assert worker.stats.leases_lost == 0
+    assert worker.executions[0].outcome == "completed"
+
+
+# -- deadlines and cancel ----------------------------------------------------------------------
+
+
+def test_timeout_aborts_the_signal_and_retries_the_attempt(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+
+    def overstays(run: JobRun[Any]) -> str:
+        probe.enter(run)
+        run.signal.wait(WAIT)
+        probe.gate(run.job_id).wait(WAIT)  # returns normally, after the cancel: the abandoned case
+        return "late"
+
+    handle = declare("overstays", overstays, timeout="5s")
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    jobs.clock.advance(4_999)
+    assert not run.signal.aborted and row(jobs, job_id).state == "running"
+    jobs.clock.advance(1)
+    assert code(run) == "X_JOB_TIMEOUT"
+    record = row(jobs, job_id)
+    assert (record.state, record.attempts, record.last_code) == ("ready", 1, "X_JOB_TIMEOUT")
+    assert record.run_at_ms > jobs.clock.now_ms()  # the backoff, not at once
+    assert not events(caplog, "jobs.timeout.abandoned")
+
+    probe.release(job_id)
+    assert worker.wait_idle(WAIT)
+    abandoned = events(caplog, "jobs.timeout.abandoned")
+    assert len(abandoned) == 1 and abandoned[0].jobs["job_id"] == job_id
+    (execution,) = worker.executions
+    assert (execution.outcome, execution.code, execution.abandoned) == ("retried", "X_JOB_TIMEOUT", True)
+    assert row(jobs, job_id).state == "ready"  # the late return did not ack
+    assert worker.stats.retried == 1 and worker.stats.completed == 0
+
+
+def test_cancel_stops_a_running_body(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+
+    def waits_on_signal(run: JobRun[Any]) -> None:
+        probe.enter(run)
+        run.signal.wait(WAIT)
+        run.signal.throw_if_aborted()
+
+    handle = declare("cancelled_mid_run", waits_on_signal)
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    assert jobs.driver.introspect.cancel(job_id, "operator") is not None
+    assert not run.signal.aborted  # cooperative: the worker hears it at its next renewal
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert code(run) == "X_JOB_LEASE_LOST"
+    assert worker.wait_idle(WAIT)
+
+    record = row(jobs, job_id)
+    assert (record.state, record.last_code) == ("cancelled", "X_JOB_CANCELLED")
+    assert worker.executions[0].landed is False  # the fenced settle did not un-cancel it
+    assert events(caplog, "jobs.job.cancelled")
+    assert not events(caplog, "jobs.lease.lost") and worker.stats.leases_lost == 0
+
+
+# -- the drain and stop ------------------------------------------------------------------------
+
+
+def test_drain_interrupts_uncounted_whatever_the_body_raised(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    def unwinds_badly(run: JobRun[Any]) -> None:
+        probe.enter(run)
+        run.signal.wait(WAIT)
+        raise ValueError("the app's own error for a child the shutdown killed")
+
+    handle = declare("drained", unwinds_badly)
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    assert worker.drain() is True
+    assert code(run) == "X_DRAINING"
+    (execution,) = worker.executions
+    assert (execution.outcome, execution.code) == ("interrupted", "X_DRAINING")
+    record = row(jobs, job_id)
+    assert (record.state, record.attempts) == ("ready", 0)
+    assert record.run_at_ms <= jobs.clock.now_ms()  # claimable at once by the replacement
+    assert worker.state == "stopped"
+    assert worker.stats.interrupted == 1 and worker.stats.retried == 0
+    assert worker.run_once() == 0  # a stopped worker claims nothing
+
+
+def test_drain_deadline_abandons_a_body_that_ignores_the_signal(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    stubborn = declare("stubborn", probe.hold)
+    job_id = stubborn.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    assert worker.drain(deadline_ms=50) is False
+    assert run.signal.aborted
+    abandoned = events(caplog, "jobs.worker.drain-abandoned")
+    assert len(abandoned) == 1 and abandoned[0].jobs["job_ids"] == [job_id]
+    assert worker.state == "stopped" and worker.stats.abandoned == 1
+    assert row(jobs, job_id).state == "running"  # its lease lapses; the queue delivers it again
+
+    probe.release(job_id)
+    eventually(lambda: worker.executions, timeout=WAIT)
+
+
+def test_manual_stop_aborts_nothing_and_waits(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    blocked = declare("stopped_politely", probe.hold)
+    job_id = blocked.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    stopper = threading.Thread(target=worker.stop, name="test-stop")
+    stopper.start()
+    eventually(lambda: worker.state == "draining", timeout=WAIT)
+    stopper.join(0.02)
+    assert stopper.is_alive()  # waiting for the job, with no budget
+    assert not run.signal.aborted
+    assert worker.run_once() == 0  # but no longer claiming
+
+    probe.release(job_id)
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    assert worker.state == "stopped"
+    assert worker.executions[0].outcome == "completed"
+    assert row(jobs, job_id).state == "done"
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+def by_org(i: dict[str, Any]) -> str:
+    return str(i["org"])
+
+
+def test_per_tenant_limit_sheds_without_burning_an_attempt(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    handle = declare("per_tenant", probe.hold, tenant=by_org)
+    first, second, other = in_order(
+        jobs, handle, [{"k": 1, "org": "org-a"}, {"k": 2, "org": "org-a"}, {"k": 3, "org": "org-b"}]
+    )
+    worker = make_worker(concurrency=3, limits=LimitConfig(per_tenant=1))
+
+    assert worker.run_once() == 2
+    probe.started(first, other)
+    assert worker.stats.shed == 1
+    shed = row(jobs, second)
+    assert (shed.state, shed.attempts) == ("ready", 0)
+    assert second not in probe.runs
+
+    probe.release(first)
+    eventually(lambda: len(worker.in_flight()) == 1, timeout=WAIT)
+    jobs.clock.advance(worker.poll_interval_ms)
+    assert worker.run_once() == 1
+    (run,) = probe.started(second)
+    assert run.attempt == 1  # the shed attempt was handed back, not spent
+
+
+def test_global_limit_sheds(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+    handle = declare("global_cap", probe.hold, tenant=by_org)
+    ids = in_order(jobs, handle, [{"k": n, "org": f"org-{n}"} for n in range(2)])
+    worker = make_worker(limits=LimitConfig(global_=1))
+
+    assert worker.run_once() == 1
+    assert worker.stats.shed == 1
+    assert [row(jobs, i).attempts for i in ids] == [1, 0]
+
+
+def test_per_queue_limit_sheds_only_its_queue(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    handle = declare("queue_cap", probe.hold)
+    capped = [handle.enqueue({"k": f"c{n}"}, queue="capped").id for n in range(2)]
+    free = [handle.enqueue({"k": f"f{n}"}, queue="free").id for n in range(2)]
+    worker = make_worker(queues=["capped", "free"], limits=LimitConfig(per_queue={"capped": 1}))
+
+    assert worker.run_once() == 3
+    assert worker.stats.shed == 1
+    assert sorted(row(jobs, i).state for i in capped) == ["ready", "running"]
+    assert [row(jobs, i).state for i in free] == ["running", "running"]
+
+
+def test_rate_per_tenant_sheds_until_the_window_passes(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    def quick(run: JobRun[Any]) -> None:
+        probe.enter(run)
+
+    handle = declare("rated", quick, tenant=by_org)
+    first, second = in_order(jobs, handle, [{"k": 1, "org": "org-a"}, {"k": 2, "org": "org-a"}])
+    worker = make_worker(limits=LimitConfig(rate_per_tenant=(1, "1s")))
+
+    assert worker.run_once() == 1
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, first).state == "done"
+    assert (row(jobs, second).state, row(jobs, second).attempts) == ("ready", 0)
+
+    jobs.clock.advance(worker.poll_interval_ms)  # due again, still inside the 1 s window
+    assert worker.run_once() == 0
+    assert worker.stats.shed == 2
+
+    jobs.clock.advance(1_000 - worker.poll_interval_ms)
+    assert worker.run_once() == 1
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, second).state == "done"
+    assert (row(jobs, second).attempts, worker.stats.shed) == (1, 2)
+
+
+# -- one run per key ---------------------------------------------------------------------------
+
+
+def by_account(i: dict[str, Any]) -> str:
+    return str(i["account"])
+
+
+def test_busy_key_waits_uncounted_then_runs(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    handle = declare("keyed_wait", probe.hold, concurrency=Concurrency(key=by_account, limit=1))
+    worker = make_worker()
+    first = handle.enqueue({"k": 1, "account": "acct-1"}).id
+    assert worker.run_once() == 1
+    probe.started(first)
+    key = job_lease_key("keyed_wait", "acct-1")
+    assert len(jobs.driver.leases.holders(key)) == 1
+
+    second = handle.enqueue({"k": 2, "account": "acct-1"}).id
+    assert worker.run_once() == 1
+    eventually(lambda: len(worker.executions) == 1, timeout=WAIT)
+    handed_back = worker.executions[0]
+    assert (handed_back.job_id, handed_back.outcome) == (second, None)
+    record = row(jobs, second)
+    assert (record.state, record.attempts) == ("ready", 0)
+    assert second not in probe.runs  # the body never started
+
+    probe.release(first)
+    eventually(lambda: not worker.in_flight(), timeout=WAIT)
+    assert jobs.driver.leases.holders(key) == []
+    jobs.clock.advance(250)
+    assert worker.run_once() == 1
+    (run,) = probe.started(second)
+    assert run.attempt == 1
+    probe.release(second)
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, second).state == "done"
+
+
+def test_busy_key_under_fail_refuses(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    told: list[Settled] = []
+    handle = declare(
+        "keyed_fail",
+        probe.hold,
+        concurrency=Concurrency(key=by_account, limit=1, when_busy="fail"),
+        on_settled=told.append,
+    )
+    worker = make_worker()
+    first = handle.enqueue({"k": 1, "account": "acct-1"}).id
+    worker.run_once()
+    probe.started(first)
+
+    second = handle.enqueue({"k": 2, "account": "acct-1"}).id
+    worker.run_once()
+    eventually(lambda: len(worker.executions) == 1, timeout=WAIT)
+    record = row(jobs, second)
+    assert (record.state, record.attempts, record.last_code) == ("failed", 0, "X_JOB_KEY_BUSY")
+    assert record.last_error is not None and record.last_error.startswith("X_JOB_KEY_BUSY")
+    assert second not in probe.runs
+    assert [(s.job_id, s.outcome, s.code) for s in told] == [(second, "refused", "X_JOB_KEY_BUSY")]
+    assert worker.stats.refused == 1 and worker.stats.retried == 0
+
+    other_key = handle.enqueue({"k": 3, "account": "acct-2"}).id  # another key is not busy
+    worker.run_once()
+    probe.started(other_key)
+
+
+def test_plain_concurrency_cap_serialises(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+    handle = declare("plain_cap", probe.hold, concurrency=1)
+    worker = make_worker()
+    first = handle.enqueue({"k": 1}).id
+    worker.run_once()
+    probe.started(first)
+    assert len(jobs.driver.leases.holders("job:plain_cap")) == 1
+
+    second = handle.enqueue({"k": 2}).id
+    worker.run_once()
+    eventually(lambda: len(worker.executions) == 1, timeout=WAIT)
+    assert (row(jobs, second).state, row(jobs, second).attempts) == ("ready", 0)
+
+    probe.release(first)
+    eventually(lambda: not worker.in_flight(), timeout=WAIT)
+    jobs.clock.advance(250)
+    worker.run_once()
+    probe.started(second)
+
+
+def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(
+    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+) -> None:
+    declare("capped_nowhere", lambda run: None, concurrency=Concurrency(key=by_account, limit=2))
+    worker = make_worker(driver=NoLeaseStore(jobs.driver), start=False)
+    with pytest.raises(UltimateError) as refused:
+        worker.start(loop=False)
+    assert refused.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE"
+    assert "capped_nowhere" in refused.value.meta["jobs"]
+    assert worker.state == "idle"
+
+    registry.unregister("capped_nowhere")  # with no declaration the same driver boots
+    plain = make_worker(driver=NoLeaseStore(jobs.driver), start=False)
+    plain.start(loop=False)
+    assert plain.state == "running"
+
+
+def test_a_stolen_slot_aborts_the_run(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+
+    def waits_on_signal(run: JobRun[Any]) -> None:
+        probe.enter(run)
+        run.signal.wait(WAIT)
+        run.signal.throw_if_aborted()
+
+    handle = declare("slot_thief", waits_on_signal, concurrency=Concurrency(key=by_account, limit=1))
+    job_id = handle.enqueue({"k": 1, "account": "acct-1"}).id
+    worker = make_worker()
+    worker.run_once()
+    (run,) = probe.started(job_id)
+
+    jobs.clock.advance(HEARTBEAT_MS)  # a healthy slot renews quietly
+    assert not run.signal.aborted and not events(caplog, "jobs.worker.slot-lost")
+
+    leases = jobs.driver.leases
+    key = job_lease_key("slot_thief", "acct-1")
+    (holder,) = leases.holders(key)
+    leases.release(key, holder)
+    assert leases.acquire(key, "another-worker", limit=1, ttl_ms=30_000)
+
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert code(run) == "X_JOB_SLOT_LOST"
+    lost = events(caplog, "jobs.worker.slot-lost")
+    assert len(lost) == 1 and lost[0].levelno == logging.ERROR
+    assert lost[0].jobs["key"] == key and lost[0].jobs["job_id"] == job_id
+    assert worker.wait_idle(WAIT)
+    assert leases.holders(key) == ["another-worker"]  # the run's exit released nothing it no longer held
+
+
+# -- the operator surface ----------------------------------------------------------------------
+
+
+def test_workers_lists_this_worker_while_it_runs(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    blocked = declare("registry_row", probe.hold)
+    job_id = blocked.enqueue({"k": 1}).id
+    worker = make_worker(concurrency=3)
+
+    (info,) = jobs.driver.introspect.workers()
+    assert (info.id, info.host, info.queues, info.slots) == (worker.worker_id, worker.host, (QUEUE,), 3)
+    assert info.in_flight == () and info.started_at_ms == jobs.clock.now_ms()
+
+    worker.run_once()
+    probe.started(job_id)
+    jobs.clock.advance(HEARTBEAT_MS)
+    (info,) = jobs.driver.introspect.workers()
+    assert info.in_flight == (job_id,)
+    assert info.heartbeat_at_ms == jobs.clock.now_ms()
+
+    probe.release(job_id)
+    worker.stop()
+    assert jobs.driver.introspect.workers() == []
+
+
+def test_progress_is_throttled_and_the_last_value_lands_before_the_settle(
+    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    writes: list[Progress] = []
+    second_half = threading.Event()
+
+    class CountingIntrospect:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def record_progress(self, job_id: str, ref: Any, progress: Progress) -> bool:
+            writes.append(progress)
+            landed: bool = self.inner.record_progress(job_id, ref, progress)
+            return landed
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.inner, attr)
+
+    class CountingDriver(Delegating):
+        @property
+        def introspect(self) -> Any:
+            return CountingIntrospect(self.inner.introspect)
+
+    def reports(run: JobRun[Any]) -> None:
+        for done in range(50):
+            run.progress(done, 100)
+        probe.enter(run)
+        second_half.wait(WAIT)
+        for done in range(50, 100):
+            run.progress(done, 100, note="half way" if done < 99 else "last")
+
+    handle = declare("reports_progress", reports)
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker(driver=CountingDriver(jobs.driver))
+    worker.run_once()
+    probe.started(job_id)
+    assert [p.done for p in writes] == [0]  # fifty calls at one instant: one write
+    assert row(jobs, job_id).progress == writes[0]
+
+    jobs.clock.advance(1_000)
+    second_half.set()
+    assert worker.wait_idle(WAIT)
+    assert [p.done for p in writes] == [0, 50, 99]  # a second later one more, and the last at the settle
+    final = row(jobs, job_id)
+    assert final.state == "done"
+    assert final.progress is not None and (final.progress.done, final.progress.note) == (99, "last")
+
+
+def test_log_records_are_the_event_name_with_the_job_facts(
+    jobs: JobsEnv, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    handle = declare("logged", lambda run: "ok")
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    assert worker.wait_idle(WAIT)
+
+    (record,) = events(caplog, "jobs.job.completed")
+    assert record.getMessage() == "jobs.job.completed" == record.msg
+    facts = record.jobs
+    assert (facts["job_id"], facts["name"], facts["queue"], facts["attempt"]) == (job_id, "logged", QUEUE, 1)
+    started = events(caplog, "jobs.worker.started")
+    assert started and started[0].jobs["worker_id"] == worker.worker_id
+
+
+# -- the claim loop ----------------------------------------------------------------------------
+
+
+def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: JobsEnv, probe: Probe) -> None:
+    set_job_clock(None)  # real threads and wall time for this one; the fixture restores the frozen clock
+    memory = MemoryDriver()
+    claims = threading.Semaphore(0)
+    done = threading.Event()
+
+    class CountingClaims(Delegating):
+        def claim(self, **options: Any) -> Any:
+            try:
+                return self.inner.claim(**options)
+            finally:
+                claims.release()
+
+    def quick(run: JobRun[Any]) -> None:
+        probe.enter(run)
+        done.set()
+
+    handle = declare("woken", quick)
+    worker = job_worker(
+        driver=CountingClaims(memory),
+        context=lambda: None,
+        queues=[QUEUE],
+        concurrency=2,
+        poll_interval="30s",  # after the first (empty) pass the next poll is 30 s away: only the wake is prompt
+        idle_poll_max="30s",
+    )
+    worker.start()
+    try:
+        assert claims.acquire(timeout=WAIT), "the claim loop never ran its first pass"
+        job_id = memory.enqueue(handle.build_request({"k": 1})).id
+        assert done.wait(WAIT), "the enqueue never woke the claim loop"
+        eventually(lambda: memory.introspect.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
+        assert worker.stats.completed == 1
+    finally:
+        assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
+    assert worker.state == "stopped"
+    assert worker._loop_thread is not None and not worker._loop_thread.is_alive()

@@ -1,0 +1,113 @@
+"""In-process limits: ``per_tenant``, ``per_queue``, ``global`` and ``rate_per_tenant``.
+
+These caps are this process's only — multiplied by your replica count, and the rate window is in
+memory (a restart grants a fresh allowance). Size them as a per-pod budget. The fleet-wide cap is
+a job's ``concurrency``, held in the driver's lease store. Over any cap the worker hands the claim
+straight back without burning an attempt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .clock import Clock
+from .durations import Duration, parse_duration
+from .errors import InvariantError
+
+
+@dataclass(frozen=True, slots=True)
+class LimitConfig:
+    """Per-process caps. ``rate_per_tenant=(10, "1s")`` starts at most 10 runs per tenant per second.
+
+    >>> LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
+    """
+
+    per_tenant: int | None = None
+    per_queue: Mapping[str, int] = field(default_factory=dict)
+    global_: int | None = None
+    rate_per_tenant: tuple[int, Duration] | None = None
+
+    @classmethod
+    def from_settings(cls, raw: Mapping[str, Any] | None) -> LimitConfig:
+        """Build from ``ULTIMATE_JOBS['LIMITS']`` (keys ``PER_TENANT``, ``PER_QUEUE``, ``GLOBAL``, ``RATE_PER_TENANT``)."""
+        raw = dict(raw or {})
+        unknown = set(raw) - {"PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT"}
+        if unknown:
+            raise InvariantError(f"ULTIMATE_JOBS['LIMITS'] has unknown keys {sorted(unknown)}", {})
+        rate = raw.get("RATE_PER_TENANT")
+        config = cls(
+            per_tenant=raw.get("PER_TENANT"),
+            per_queue=dict(raw.get("PER_QUEUE", {}) or {}),
+            global_=raw.get("GLOBAL"),
+            rate_per_tenant=(rate[0], rate[1]) if rate is not None else None,
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Refuse a cap that is not a whole number >= 1 (``X_INVARIANT``)."""
+
+        def positive(value: object, name: str) -> None:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InvariantError(f"limits.{name} must be a whole number >= 1, got {value!r}", {"field": name})
+
+        positive(self.per_tenant, "per_tenant")
+        positive(self.global_, "global")
+        for queue, cap in self.per_queue.items():
+            positive(cap, f"per_queue[{queue!r}]")
+        if self.rate_per_tenant is not None:
+            count, window = self.rate_per_tenant
+            positive(count, "rate_per_tenant[0]")
+            if parse_duration(window, field="rate_per_tenant window") <= 0:
+                raise InvariantError("limits.rate_per_tenant window must be positive", {"field": "rate_per_tenant"})
+
+
+class Limiter:
+    """Counts in-flight runs by tenant, queue and in all, and starts per tenant in a sliding window."""
+
+    def __init__(self, config: LimitConfig, clock: Clock) -> None:
+        config.validate()
+        self._config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tenant: dict[str, int] = defaultdict(int)
+        self._queue: dict[str, int] = defaultdict(int)
+        self._total = 0
+        self._starts: dict[str, deque[int]] = defaultdict(deque)
+        self._window_ms = parse_duration(config.rate_per_tenant[1]) if config.rate_per_tenant else 0
+
+    def admit(self, *, queue: str, tenant_id: str | None) -> bool:
+        """Take a place for one run, or answer ``False`` when any cap is full."""
+        c = self._config
+        tenant = tenant_id or ""
+        with self._lock:
+            if c.global_ is not None and self._total >= c.global_:
+                return False
+            cap = c.per_queue.get(queue)
+            if cap is not None and self._queue[queue] >= cap:
+                return False
+            if tenant_id is not None and c.per_tenant is not None and self._tenant[tenant] >= c.per_tenant:
+                return False
+            if tenant_id is not None and c.rate_per_tenant is not None:
+                starts = self._starts[tenant]
+                now = self._clock.now_ms()
+                while starts and starts[0] <= now - self._window_ms:
+                    starts.popleft()
+                if len(starts) >= c.rate_per_tenant[0]:
+                    return False
+                starts.append(now)
+            self._total += 1
+            self._queue[queue] += 1
+            self._tenant[tenant] += 1
+            return True
+
+    def release(self, *, queue: str, tenant_id: str | None) -> None:
+        """Give back the place :meth:`admit` took."""
+        with self._lock:
+            self._total -= 1
+            self._queue[queue] -= 1
+            self._tenant[tenant_id or ""] -= 1

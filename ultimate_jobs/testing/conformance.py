@@ -1,0 +1,173 @@
+"""The driver conformance suite: one set of scenarios every driver's tests subclass.
+
+>>> class TestMemoryDriver(DriverConformance):
+...     @pytest.fixture
+...     def make_driver(self):
+...         return lambda clock: MemoryDriver(clock=clock)
+
+The suite builds a fresh driver per test from ``make_driver(clock)`` over a :class:`FrozenClock`
+(the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.drivers.base`.
+A test of an optional capability asks for the ``introspect`` or ``leases`` fixture, which skips,
+with its reason, only when the driver declares that capability ``None``. Each test expects an
+empty store: a driver over a database truncates (or rolls back) in its ``make_driver`` fixture.
+See ``docs/conformance.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ..drivers.base import JobDriver, JobIntrospection, LeaseStore
+from .clock import FrozenClock
+from .conformance_operator import OperatorContract
+from .conformance_queue import QueueContract
+from .conformance_support import (
+    JOB,
+    QUEUE,
+    VT,
+    claim,
+    claim_one,
+    claimed_ids,
+    enqueue_finished,
+    finish,
+    fixed_id,
+    new_id,
+    raises_code,
+    record,
+    request,
+    requests,
+    settle_done,
+)
+
+__all__ = [
+    "JOB",
+    "QUEUE",
+    "VT",
+    "DriverConformance",
+    "DriverFactory",
+    "LeaseContract",
+    "OperatorContract",
+    "QueueContract",
+    "claim",
+    "claim_one",
+    "claimed_ids",
+    "enqueue_finished",
+    "finish",
+    "fixed_id",
+    "new_id",
+    "raises_code",
+    "record",
+    "request",
+    "requests",
+    "settle_done",
+]
+
+DriverFactory = Callable[[FrozenClock], JobDriver]
+"""What ``make_driver`` answers: build a driver over the test's frozen clock."""
+
+TTL = 1_000
+KEY = "job:conformance.capped"
+
+
+class LeaseContract:
+    """``driver.leases``: fleet slots, at most ``limit`` holders per key, each lapsing on its own TTL."""
+
+    def test_lease_acquire_up_to_limit(self, leases: LeaseStore) -> None:
+        assert leases.acquire(KEY, "h1", limit=2, ttl_ms=TTL) is True
+        assert leases.acquire(KEY, "h2", limit=2, ttl_ms=TTL) is True
+        assert leases.acquire(KEY, "h3", limit=2, ttl_ms=TTL) is False
+        assert leases.holders(KEY) == ["h1", "h2"]
+
+    def test_lease_acquire_is_idempotent_per_holder(self, leases: LeaseStore) -> None:
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        assert leases.holders(KEY) == ["h1"]
+        assert leases.acquire(KEY, "h2", limit=1, ttl_ms=TTL) is False
+
+    def test_lease_holders_are_in_slot_order(self, leases: LeaseStore, clock: FrozenClock) -> None:
+        for holder in ("h3", "h1", "h2"):
+            assert leases.acquire(KEY, holder, limit=3, ttl_ms=TTL)
+            clock.advance(1)
+        assert leases.holders(KEY) == ["h3", "h1", "h2"]
+        assert leases.holders("job:conformance.nobody") == []
+
+    def test_lease_keys_are_independent(self, leases: LeaseStore) -> None:
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        assert leases.acquire("job-key:conformance.capped:acct-1", "h2", limit=1, ttl_ms=TTL)
+        assert leases.holders(KEY) == ["h1"]
+
+    def test_lease_renew_extends_only_a_held_slot(self, leases: LeaseStore, clock: FrozenClock) -> None:
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        clock.advance(TTL - 1)
+        assert leases.renew(KEY, "h1", ttl_ms=TTL) is True
+        clock.advance(TTL - 1)
+        assert leases.holders(KEY) == ["h1"]
+        assert leases.renew(KEY, "h2", ttl_ms=TTL) is False
+        clock.advance(1)
+        assert leases.renew(KEY, "h1", ttl_ms=TTL) is False
+
+    def test_lease_release_frees_the_slot(self, leases: LeaseStore) -> None:
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        leases.release(KEY, "h2")  # holds nothing: a no-op
+        assert leases.holders(KEY) == ["h1"]
+        leases.release(KEY, "h1")
+        leases.release(KEY, "h1")
+        assert leases.holders(KEY) == []
+        assert leases.acquire(KEY, "h2", limit=1, ttl_ms=TTL) is True
+
+    def test_lease_ttl_lapse_frees_the_slot_with_no_cleanup_call(self, leases: LeaseStore, clock: FrozenClock) -> None:
+        assert leases.acquire(KEY, "h1", limit=1, ttl_ms=TTL)
+        clock.advance(TTL - 1)
+        assert leases.acquire(KEY, "h2", limit=1, ttl_ms=TTL) is False
+        clock.advance(1)
+        assert leases.holders(KEY) == []
+        assert leases.acquire(KEY, "h2", limit=1, ttl_ms=TTL) is True
+        assert leases.holders(KEY) == ["h2"]
+
+
+class DriverConformance(QueueContract, OperatorContract, LeaseContract):
+    """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
+
+    Override ``visibility_timeout_ms`` when ``make_driver`` builds a driver whose ``workers()`` rows
+    expire on a window other than :data:`~ultimate_jobs.drivers.base.DEFAULT_VISIBILITY_TIMEOUT_MS`.
+    """
+
+    @pytest.fixture
+    def clock(self) -> FrozenClock:
+        """The frozen clock the driver reads; tests advance it, never sleep."""
+        return FrozenClock()
+
+    @pytest.fixture
+    def make_driver(self) -> DriverFactory:
+        """Override in the subclass: answer a function building the driver under test over a clock."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define a `make_driver` fixture answering "
+            "`lambda clock: YourDriver(clock=clock)`"
+        )
+
+    @pytest.fixture
+    def driver(self, make_driver: DriverFactory, clock: FrozenClock) -> Iterator[JobDriver]:
+        """A fresh driver per test, closed afterwards."""
+        built = make_driver(clock)
+        try:
+            yield built
+        finally:
+            built.close()
+
+    @pytest.fixture
+    def introspect(self, driver: JobDriver) -> JobIntrospection:
+        """``driver.introspect``; the test skips only when the driver declares it ``None``."""
+        surface = driver.introspect
+        if surface is None:
+            pytest.skip(f"driver {driver.name!r} declares introspect=None (no operator surface)")
+        return surface
+
+    @pytest.fixture
+    def leases(self, driver: JobDriver) -> LeaseStore:
+        """``driver.leases``; the test skips only when the driver declares it ``None``."""
+        store = driver.leases
+        if store is None:
+            pytest.skip(f"driver {driver.name!r} declares leases=None (no fleet lease store)")
+        return store

@@ -1,0 +1,153 @@
+"""Helpers the driver conformance suite builds its scenarios from (public: a driver's own tests use them too).
+
+Everything here speaks the driver protocol of :mod:`ultimate_jobs.drivers.base` only, so a scenario
+written with it runs unchanged on every driver.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import pytest
+
+from ..drivers.base import ClaimedJob, EnqueueRequest, JobDriver, JobIntrospection, JobRecord, NackOptions
+from ..errors import UltimateError
+
+QUEUE = "conformance"
+"""The queue a scenario uses unless it names one."""
+
+JOB = "conformance.job"
+"""The job name a scenario uses unless it names one."""
+
+VT = 10_000
+"""The visibility timeout every scenario claims with (ms)."""
+
+_keys = itertools.count(1)
+
+
+def fixed_id(prefix: str, n: int) -> str:
+    """A UUID-shaped job id with a chosen 8-hex-digit ``prefix`` — valid for a ``uuid`` or ``text`` column.
+
+    >>> fixed_id("aaaaaaaa", 7)
+    'aaaaaaaa-0000-4000-8000-000000000007'
+    """
+    if len(prefix) != 8 or any(c not in "0123456789abcdef" for c in prefix):
+        raise ValueError("prefix must be 8 lowercase hex digits")
+    return f"{prefix}-0000-4000-8000-{n:012d}"
+
+
+def new_id() -> str:
+    """A fresh job id nobody has used."""
+    return str(uuid.uuid4())
+
+
+def request(
+    name: str = JOB,
+    *,
+    key: str | None = None,
+    queue: str = QUEUE,
+    tenant_id: str | None = None,
+    input: Mapping[str, Any] | None = None,
+    max_attempts: int = 3,
+    priority: int = 0,
+    run_at_ms: int | None = None,
+    id: str | None = None,
+    run_id: str | None = None,
+    on_conflict: Literal["dedupe", "error"] = "dedupe",
+) -> EnqueueRequest:
+    """An :class:`EnqueueRequest` with a fresh idempotency key unless ``key`` is given.
+
+    >>> driver.enqueue(request(key="k1", tenant_id="org-1", max_attempts=1))
+    """
+    return EnqueueRequest(
+        name=name,
+        queue=queue,
+        input=dict(input) if input is not None else {"n": 1},
+        idempotency_key=key if key is not None else f"conformance-key-{next(_keys)}",
+        tenant_id=tenant_id,
+        max_attempts=max_attempts,
+        priority=priority,
+        run_at_ms=run_at_ms,
+        id=id,
+        run_id=run_id,
+        on_conflict=on_conflict,
+    )
+
+
+def requests(n: int, **fields: Any) -> list[EnqueueRequest]:
+    """``n`` requests with distinct keys, sharing every other field."""
+    return [request(**fields) for _ in range(n)]
+
+
+def claim(
+    driver: JobDriver,
+    *,
+    worker: str = "w1",
+    queues: Sequence[str] = (QUEUE,),
+    limit: int = 100,
+    visibility_timeout_ms: int = VT,
+) -> list[ClaimedJob]:
+    """One claim round with the suite's visibility timeout."""
+    return driver.claim(queues=list(queues), limit=limit, worker_id=worker, visibility_timeout_ms=visibility_timeout_ms)
+
+
+def claim_one(driver: JobDriver, *, worker: str = "w1", queues: Sequence[str] = (QUEUE,)) -> ClaimedJob:
+    """Claim exactly one row; fails the test when the queue hands out none."""
+    got = claim(driver, worker=worker, queues=queues, limit=1)
+    assert len(got) == 1, f"expected one claimable row in {list(queues)}, got {len(got)}"
+    return got[0]
+
+
+def claimed_ids(driver: JobDriver, *, worker: str = "w1", queues: Sequence[str] = (QUEUE,)) -> set[str]:
+    """The ids one claim round hands out."""
+    return {job.id for job in claim(driver, worker=worker, queues=queues)}
+
+
+def finish(driver: JobDriver, job: ClaimedJob, state: Literal["done", "dead", "failed"] = "done") -> None:
+    """Settle a claimed row into a finished state through the protocol."""
+    if state == "done":
+        landed = driver.ack(job.id, job.ref)
+    else:
+        landed = driver.nack(job.id, job.ref, NackOptions(dead_letter=state == "dead", fail=state == "failed"))
+    assert landed, f"settling {job.id} {state} did not land"
+
+
+def enqueue_finished(driver: JobDriver, req: EnqueueRequest, state: Literal["done", "dead", "failed"] = "done") -> str:
+    """Enqueue ``req`` (due now), claim it and settle it ``state``; answers its id."""
+    job_id = driver.enqueue(req).id
+    job = claim_one(driver, queues=(req.queue,))
+    assert job.id == job_id, "another due row in the queue was claimed first"
+    finish(driver, job, state)
+    return job_id
+
+
+@contextmanager
+def raises_code(code: str) -> Iterator[pytest.ExceptionInfo[UltimateError]]:
+    """``pytest.raises`` for an :class:`UltimateError` whose ``.code`` is ``code``; meta is read after the block.
+
+    >>> with raises_code("X_JOB_PAGE_INVALID") as info:
+    ...     driver.introspect.list(JobFilter(limit=201))
+    >>> info.value.meta
+    """
+    with pytest.raises(UltimateError) as info:
+        yield info
+    assert info.value.code == code, f"expected {code}, got {info.value.code}: {info.value}"
+
+
+def record(introspect: JobIntrospection, job_id: str) -> JobRecord:
+    """``introspect.get(job_id)``, failing the test when the row is gone."""
+    row = introspect.get(job_id)
+    assert row is not None, f"job {job_id} is not in the store"
+    return row
+
+
+def settle_done(driver: JobDriver, name: str = JOB, *, duration_ms: int | None = None) -> str:
+    """Enqueue one ``name`` row, claim it and ack it with ``duration_ms``; answers its id."""
+    job_id = driver.enqueue(request(name)).id
+    job = claim_one(driver)
+    assert job.id == job_id and driver.ack(job.id, job.ref, duration_ms=duration_ms)
+    return job_id

@@ -1,0 +1,136 @@
+"""The worker's record of one running attempt, and the heartbeat that keeps every lease alive."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..drivers.base import ClaimedJob, Heartbeat
+from ..errors import JobSlotLostError, LeaseLostError
+from ..logs import log_event
+from ..metrics import JOB_LEASES_LOST
+from ..signals import CancelSignal
+
+if TYPE_CHECKING:
+    from .runtime import JobWorker
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One attempt this worker holds: its claim, its abort line, its last landed renewal, its slot."""
+
+    job: ClaimedJob
+    signal: CancelSignal
+    last_renewed_ms: int
+    slot: tuple[str, str] | None = None
+    settling: bool = False
+    lost: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        j = self.job
+        return {"job_id": j.id, "name": j.name, "queue": j.queue, "attempt": j.attempt, "run_id": j.run_id}
+
+
+class _Hooks:
+    """Adapts an :class:`InFlight` to the executor's hooks."""
+
+    def __init__(self, flight: InFlight) -> None:
+        self._flight = flight
+
+    def slot_taken(self, key: str, holder: str) -> None:
+        self._flight.slot = (key, holder)
+
+    def settling(self) -> None:
+        self._flight.settling = True
+
+
+def hooks_for(flight: InFlight) -> _Hooks:
+    """The executor hooks that report into ``flight``."""
+    return _Hooks(flight)
+
+
+def renew_round(worker: JobWorker) -> None:
+    """One heartbeat round: every in-flight lease in one batched call, then every fleet slot.
+
+    A renewal that raised is ``jobs.heartbeat.failed`` while the window still has room; once a whole
+    visibility window passed with none landing it is ``jobs.lease.lost`` (+ ``job_leases_lost_total``)
+    and the body is aborted with ``X_JOB_LEASE_LOST``. A renewal the fence refused means the row is no
+    longer this claim's (cancelled, or re-claimed elsewhere): abort at once. Neither fires for a job
+    whose settle has begun.
+    """
+    flights = [f for f in worker.in_flight() if not f.settling and not f.lost]
+    if not flights:
+        return
+    beats = [Heartbeat(f.job.id, f.job.ref) for f in flights]
+    try:
+        renewed = worker.driver.heartbeat(beats, visibility_timeout_ms=worker.visibility_timeout_ms)
+    except Exception as exc:
+        now = worker.clock.now_ms()
+        for flight in flights:
+            if flight.settling:
+                continue
+            if now - flight.last_renewed_ms >= worker.visibility_timeout_ms:
+                _lease_lost(worker, flight, f"no renewal landed for a whole window ({exc!r})")
+            else:
+                log_event(logging.WARNING, "jobs.heartbeat.failed", error=repr(exc), **flight.fields())
+        return
+    now = worker.clock.now_ms()
+    for flight in flights:
+        if flight.job.id in renewed:
+            pass
+        elif not flight.settling:
+            _unowned(worker, flight)
+    _renew_slots(worker, flights)
+
+
+def _renew_slots(worker: JobWorker, flights: list[InFlight]) -> None:
+    leases = worker.driver.leases
+    if leases is None:
+        return
+    for flight in flights:
+        if flight.slot is None or flight.settling or flight.lost:
+            continue
+        key, holder = flight.slot
+        if leases.renew(key, holder, ttl_ms=worker.visibility_timeout_ms) or flight.settling:
+            continue
+        flight.lost = True
+        log_event(logging.ERROR, "jobs.worker.slot-lost", key=key, **flight.fields())
+        flight.signal.abort(
+            JobSlotLostError(
+                f"{flight.job.name}: the fleet slot {key} was taken by another worker while this run held it",
+                {"job_id": flight.job.id, "key": key},
+            )
+        )
+
+
+def _unowned(worker: JobWorker, flight: InFlight) -> None:
+    """The fence refused the renewal: the row was cancelled, or its lease lapsed and it was re-claimed."""
+    introspect = worker.driver.introspect
+    row = introspect.get(flight.job.id) if introspect is not None else None
+    if row is not None and row.state == "cancelled":
+        flight.lost = True
+        log_event(logging.WARNING, "jobs.job.cancelled", **flight.fields())
+        flight.signal.abort(
+            LeaseLostError(
+                f"{flight.job.name}: the job was cancelled while this worker ran it; stop and return",
+                {"job_id": flight.job.id, "cancelled": True},
+            )
+        )
+        return
+    _lease_lost(worker, flight, "the row is no longer held by this claim")
+
+
+def _lease_lost(worker: JobWorker, flight: InFlight, why: str) -> None:
+    if flight.lost:
+        return
+    flight.lost = True
+    JOB_LEASES_LOST.labels(queue=flight.job.queue).inc()
+    worker.stats.leases_lost += 1
+    log_event(logging.ERROR, "jobs.lease.lost", why=why, **flight.fields())
+    flight.signal.abort(
+        LeaseLostError(
+            f"{flight.job.name}: this worker lost the job's lease ({why}); another worker may run it now",
+            {"job_id": flight.job.id},
+        )
+    )

@@ -1,0 +1,475 @@
+"""``job_worker()``: claim work for its queues, run each job in a slot, keep every lease alive, stop
+bodies on deadlines, and drain in two phases on SIGTERM/SIGINT.
+
+One lifecycle: :meth:`JobWorker.start`, :meth:`JobWorker.stop` (waits, aborts nothing),
+:meth:`JobWorker.drain` (accept → close, bounded by the drain deadline) and
+:meth:`JobWorker.run_once` — one pass — which tests drive directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal as os_signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.db import close_old_connections
+
+from .. import registry
+from ..clock import Clock, SystemClock, Timer
+from ..conf import job_clock
+from ..definition import JobHandle
+from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions, WorkerInfo
+from ..durations import Duration, parse_duration
+from ..errors import ClaimQueuesEmptyError, ConcurrencyUnenforceableError, InvariantError, JobDrainedError
+from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..limits import LimitConfig, Limiter
+from ..logs import log_event
+from ..metrics import count_outcome
+from ..signals import CancelSignal
+from .inflight import InFlight, hooks_for, renew_round
+
+JOBS_CONCURRENCY_DEFAULT = 8
+POLL_INTERVAL_MS = 250
+IDLE_POLL_CEILING_MS = 2_000
+WOKEN_IDLE_POLL_CEILING_MS = 5_000
+HANDBACK_TIMER_WINDOW_MS = 60_000
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+DEFAULT_DRAIN_DEADLINE_MS = 25_000
+
+WorkerState = Literal["idle", "running", "draining", "stopped"]
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What this worker did since it started."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead: int = 0
+    dropped: int = 0
+    suspended: int = 0
+    interrupted: int = 0
+    refused: int = 0
+    shed: int = 0
+    leases_lost: int = 0
+    abandoned: int = 0
+
+
+_STAT_BY_OUTCOME = {
+    "completed": "completed",
+    "retried": "retried",
+    "dead-lettered": "dead",
+    "dropped": "dropped",
+    "suspended": "suspended",
+    "interrupted": "interrupted",
+    "refused": "refused",
+}
+
+
+class JobWorker:
+    """A worker over ``driver``. Build it with :func:`job_worker`."""
+
+    def __init__(
+        self,
+        *,
+        driver: JobDriver,
+        context: Callable[[], Any],
+        queues: Sequence[str],
+        slots: Mapping[str, int],
+        clock: Clock,
+        visibility_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        poll_interval_ms: int,
+        idle_poll_max_ms: int | None,
+        limits: LimitConfig,
+        drain_deadline_ms: int,
+        worker_id: str,
+    ) -> None:
+        self.driver = driver
+        self.context = context
+        self.queues = tuple(queues)
+        self.slots = dict(slots)
+        self.clock = clock
+        self.visibility_timeout_ms = visibility_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.poll_interval_ms = poll_interval_ms
+        self.idle_poll_max_ms = idle_poll_max_ms
+        self.drain_deadline_ms = drain_deadline_ms
+        self.worker_id = worker_id
+        self.host = socket.gethostname()
+        self.state: WorkerState = "idle"
+        self.stats = WorkerStats()
+        self.executions: list[JobExecution] = []
+        self._limiter = Limiter(limits, clock)
+        self._lock = threading.Condition()
+        self._flights: dict[str, InFlight] = {}
+        self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._wake = threading.Event()
+        self._accepting = False
+        self._started_ms = 0
+        self._timers: list[Timer] = []
+        self._loop_thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._drain_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._drop = frozenset[str]()
+        self._beat_running = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, *, loop: bool = True) -> None:
+        """Refuse an unenforceable declaration, register, arm the heartbeat, start the claim loop
+        (``loop=False`` leaves passes to :meth:`run_once`, as tests do)."""
+        if self.state != "idle":
+            raise InvariantError(f"worker {self.worker_id} is {self.state}; build a new one to start again", {})
+        handles = [h for h in registry.registered("job") if isinstance(h, JobHandle)]
+        if self.driver.leases is None:
+            declaring = sorted(h.name for h in handles if h.concurrency is not None)
+            if declaring:
+                raise ConcurrencyUnenforceableError(
+                    f"jobs {declaring} declare concurrency and the {self.driver.name} driver has no lease store; "
+                    "use the postgres or memory driver, or drop the declaration",
+                    {"jobs": declaring, "driver": self.driver.name},
+                )
+        served = {h.queue for h in handles}
+        for queue in self.queues:
+            if queue not in served:
+                log_event(logging.INFO, "jobs.worker.queue-unregistered", queue=queue, worker_id=self.worker_id)
+        self._drop = drop_exhausted_names()
+        self._pools = {
+            q: ThreadPoolExecutor(max_workers=self.slots[q], thread_name_prefix=f"jobs-{q}") for q in self.queues
+        }
+        self._accepting = True
+        self.state = "running"
+        self._started_ms = self.clock.now_ms()
+        self._record_worker()
+        self._timers.append(self.clock.every(self.heartbeat_interval_ms, self._heartbeat))
+        subscribe = getattr(self.driver, "subscribe", None)
+        if callable(subscribe):
+            self._unsubscribe = subscribe(self._on_wake)
+        log_event(logging.INFO, "jobs.worker.started", worker_id=self.worker_id, queues=self.queues, slots=self.slots)
+        if loop:
+            self._loop_thread = threading.Thread(target=self._loop, name=f"jobs-worker-{self.worker_id}", daemon=True)
+            self._loop_thread.start()
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Start, then block until a SIGTERM/SIGINT drain (or :meth:`stop`) has finished. For commands."""
+        if install_signals:
+            for signum in (os_signal.SIGTERM, os_signal.SIGINT):
+                os_signal.signal(signum, self._on_signal)
+        self.start()
+        while not self._stopped.is_set():
+            if self._drain_requested.wait(timeout=0.5):
+                self.close(self.drain_deadline_ms)
+        log_event(logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.accept(reason=os_signal.Signals(signum).name)
+        self._drain_requested.set()
+
+    def accept(self, *, reason: str = "stop") -> None:
+        """The drain's first phase: stop claiming and abort every held job's signal with ``X_DRAINING``,
+        so a body that unwinds is interrupted — back to ready at once, the attempt uncounted."""
+        with self._lock:
+            if self.state in ("draining", "stopped"):
+                return
+            self._accepting = False
+            self.state = "draining"
+            flights = list(self._flights.values())
+        self._wake.set()
+        log_event(logging.INFO, "jobs.worker.draining", worker_id=self.worker_id, signal=reason, in_flight=len(flights))
+        for flight in flights:
+            flight.signal.abort(
+                JobDrainedError(
+                    f"worker {self.worker_id} is draining ({reason}); the job goes back to ready uncounted",
+                    {"worker_id": self.worker_id, "signal": reason},
+                )
+            )
+
+    def close(self, deadline_ms: int | None) -> bool:
+        """The drain's second phase: wait for in-flight work up to ``deadline_ms`` (``None`` = as long as it
+        takes), then close the driver and reach ``stopped``. Answers whether every job finished."""
+        with self._lock:
+            self._accepting = False
+            if self.state == "stopped":
+                return True
+            if self.state != "draining":
+                self.state = "draining"
+            finished = self._lock.wait_for(lambda: not self._flights, None if deadline_ms is None else deadline_ms / 1000)
+            abandoned = [f.job.id for f in self._flights.values()]
+        if not finished:
+            self.stats.abandoned += len(abandoned)
+            log_event(logging.ERROR, "jobs.worker.drain-abandoned", worker_id=self.worker_id, job_ids=abandoned)
+        self._wake.set()
+        for timer in self._timers:
+            timer.cancel()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
+            self._loop_thread.join(timeout=5)
+        for pool in self._pools.values():
+            pool.shutdown(wait=finished, cancel_futures=True)
+        introspect = self.driver.introspect
+        if introspect is not None:
+            introspect.remove_worker(self.worker_id)
+        self.driver.close()
+        self.state = "stopped"
+        self._stopped.set()
+        return finished
+
+    def drain(self, deadline_ms: int | None = None, *, reason: str = "drain") -> bool:
+        """Both phases, as SIGTERM runs them: :meth:`accept`, then :meth:`close` within the drain deadline."""
+        self.accept(reason=reason)
+        return self.close(self.drain_deadline_ms if deadline_ms is None else deadline_ms)
+
+    def stop(self) -> None:
+        """Stop claiming and wait — unbounded, aborting nothing — for the jobs this worker holds."""
+        self.close(None)
+
+    # -- the claim loop ------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Ask for one pass now; a kick during a pass asks for one more behind it, never a second loop."""
+        self._wake.set()
+
+    def _on_wake(self, queue: str) -> None:
+        if queue in self.queues:
+            self.kick()
+
+    def _loop(self) -> None:
+        wait_ms = self.poll_interval_ms
+        ceiling = self.idle_poll_max_ms or IDLE_POLL_CEILING_MS
+        while self._accepting:
+            self._wake.clear()
+            try:
+                dispatched = self.run_once()
+            except Exception as exc:
+                log_event(logging.ERROR, "jobs.worker.pass-failed", worker_id=self.worker_id, error=repr(exc))
+                dispatched = 0
+            wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, ceiling)
+            if self._wake.wait(wait_ms / 1000):
+                wait_ms = self.poll_interval_ms
+
+    def run_once(self) -> int:
+        """One pass: one claim for every queue with a free slot. Answers how many jobs it dispatched."""
+        with self._lock:
+            if not self._accepting:
+                return 0
+            free = {q: self.slots[q] - self._busy[q] for q in self.queues if self._busy[q] < self.slots[q]}
+        dispatched = 0
+        for queue, limit in free.items():
+            claimed = self.driver.claim(
+                queues=[queue],
+                limit=limit,
+                worker_id=self.worker_id,
+                visibility_timeout_ms=self.visibility_timeout_ms,
+                on_exhausted=self._on_exhausted,
+                drop_exhausted=self._drop,
+            )
+            for job in claimed:
+                dispatched += self._dispatch(job)
+        return dispatched
+
+    def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
+        announce_exhausted(rows, context=self.context)
+
+    def _dispatch(self, job: ClaimedJob) -> int:
+        self.stats.claimed += 1
+        if not self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
+            self.stats.shed += 1
+            options = NackOptions(count_attempt=False, run_at_ms=self.clock.now_ms() + self.poll_interval_ms)
+            self.driver.nack(job.id, job.ref, options)
+            log_event(logging.DEBUG, "jobs.worker.shed", job_id=job.id, name=job.name, queue=job.queue)
+            return 0
+        flight = InFlight(job=job, signal=CancelSignal(), last_renewed_ms=self.clock.now_ms())
+        with self._lock:
+            if not self._accepting:
+                flight.signal.abort(JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id}))
+            self._flights[job.id] = flight
+            self._busy[job.queue] += 1
+        self._pools[job.queue].submit(self._execute, flight)
+        return 1
+
+    def _execute(self, flight: InFlight) -> None:
+        job = flight.job
+        execution: JobExecution | None = None
+        close_old_connections()
+        try:
+            execution = execute_job(
+                job,
+                driver=self.driver,
+                context=self.context,
+                clock=self.clock,
+                signal=flight.signal,
+                visibility_timeout_ms=self.visibility_timeout_ms,
+                hooks=hooks_for(flight),
+            )
+        except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
+            log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
+        finally:
+            close_old_connections()
+            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            with self._lock:
+                self._flights.pop(job.id, None)
+                self._busy[job.queue] -= 1
+                if execution is not None:
+                    self.executions.append(execution)
+                self._lock.notify_all()
+        if execution is not None:
+            self._account(execution)
+        self.kick()  # a slot came free: refill it at once
+
+    def _account(self, execution: JobExecution) -> None:
+        stat = _STAT_BY_OUTCOME.get(execution.outcome or "")
+        if stat is not None:
+            setattr(self.stats, stat, getattr(self.stats, stat) + 1)
+        if execution.abandoned:
+            self.stats.abandoned += 1
+        count_outcome(execution.queue, execution.outcome)
+        resume = execution.resume_at_ms
+        if resume is not None and resume - self.clock.now_ms() <= HANDBACK_TIMER_WINDOW_MS:
+            self._timers.append(self.clock.call_at(resume, self.kick))
+
+    # -- heartbeat and registry ----------------------------------------------------------------
+
+    def in_flight(self) -> list[InFlight]:
+        """The attempts this worker holds right now."""
+        with self._lock:
+            return list(self._flights.values())
+
+    def _heartbeat(self) -> None:
+        if not isinstance(self.clock, SystemClock):
+            self._beat()
+            return
+        if self._beat_running.acquire(blocking=False):
+            self._beat_running.release()
+            threading.Thread(target=self._beat, name="jobs-heartbeat", daemon=True).start()
+        else:
+            renew_round_check_windows(self)
+
+    def _beat(self) -> None:
+        with self._beat_running:
+            renew_round(self)
+            self._record_worker()
+
+    def _record_worker(self) -> None:
+        introspect = self.driver.introspect
+        if introspect is None:
+            return
+        try:
+            introspect.record_worker(
+                WorkerInfo(
+                    id=self.worker_id,
+                    host=self.host,
+                    pid=os.getpid(),
+                    started_at_ms=self._started_ms,
+                    queues=self.queues,
+                    slots=sum(self.slots.values()),
+                    in_flight=tuple(f.job.id for f in self.in_flight()),
+                    heartbeat_at_ms=self.clock.now_ms(),
+                )
+            )
+        except Exception as exc:
+            log_event(logging.WARNING, "jobs.worker.registry-failed", worker_id=self.worker_id, error=repr(exc))
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._flights, timeout)
+
+
+def renew_round_check_windows(worker: JobWorker) -> None:
+    """While a heartbeat hangs, still catch leases whose whole window passed with nothing landing."""
+    from .inflight import _lease_lost
+
+    now = worker.clock.now_ms()
+    for flight in worker.in_flight():
+        if not flight.settling and not flight.lost and now - flight.last_renewed_ms >= worker.visibility_timeout_ms:
+            _lease_lost(worker, flight, "the heartbeat hung for a whole window")
+
+
+def _slots_for(queues: Sequence[str], concurrency: int | Mapping[str, int] | None) -> dict[str, int]:
+    def check(value: object, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvariantError(f"job_worker: {where} must be a whole number >= 1, got {value!r}", {})
+        return value
+
+    if concurrency is None:
+        return dict.fromkeys(queues, JOBS_CONCURRENCY_DEFAULT)
+    if isinstance(concurrency, int):
+        return dict.fromkeys(queues, check(concurrency, "concurrency"))
+    return {q: check(concurrency.get(q, JOBS_CONCURRENCY_DEFAULT), f"concurrency[{q!r}]") for q in queues}
+
+
+def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
+    """Every queue a registered job names, every queue the concurrency table names, and ``default``."""
+    names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)} | {"default"}
+    if isinstance(concurrency, Mapping):
+        names |= set(concurrency)
+    return sorted(names)
+
+
+def job_worker(
+    *,
+    driver: JobDriver,
+    context: Callable[[], Any],
+    queues: Sequence[str] | None = None,
+    concurrency: int | Mapping[str, int] | None = None,
+    clock: Clock | None = None,
+    visibility_timeout: Duration = DEFAULT_VISIBILITY_TIMEOUT_MS,
+    heartbeat_interval: Duration | None = None,
+    poll_interval: Duration = POLL_INTERVAL_MS,
+    idle_poll_max: Duration | None = None,
+    limits: LimitConfig | None = None,
+    drain_deadline: Duration = DEFAULT_DRAIN_DEADLINE_MS,
+    worker_id: str | None = None,
+) -> JobWorker:
+    """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
+    under) are required; everything else defaults: every registered queue, 8 slots per queue, a 30 s
+    visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling.
+
+    >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
+    >>> worker.run()          # blocks; SIGTERM drains
+    """
+    if driver is None:
+        raise InvariantError("job_worker(driver=...) is required", {})
+    if not callable(context):
+        raise InvariantError("job_worker(context=...) is required: a zero-argument factory of the run's ctx", {})
+    names = list(queues) if queues is not None else default_queues(concurrency)
+    if not names:
+        raise ClaimQueuesEmptyError("job_worker(queues=[]) names no queue; pass at least one", {})
+    visibility_ms = parse_duration(visibility_timeout, field="visibility_timeout")
+    heartbeat_ms = (
+        parse_duration(heartbeat_interval, field="heartbeat_interval")
+        if heartbeat_interval is not None
+        else max(1, visibility_ms // 3)
+    )
+    if visibility_ms <= 0 or heartbeat_ms <= 0 or heartbeat_ms >= visibility_ms:
+        raise InvariantError(
+            f"job_worker: heartbeat_interval ({heartbeat_ms} ms) must be positive and below visibility_timeout "
+            f"({visibility_ms} ms)",
+            {},
+        )
+    return JobWorker(
+        driver=driver,
+        context=context,
+        queues=names,
+        slots=_slots_for(names, concurrency),
+        clock=clock or job_clock(),
+        visibility_timeout_ms=visibility_ms,
+        heartbeat_interval_ms=heartbeat_ms,
+        poll_interval_ms=parse_duration(poll_interval, field="poll_interval"),
+        idle_poll_max_ms=parse_duration(idle_poll_max, field="idle_poll_max") if idle_poll_max is not None else None,
+        limits=limits or LimitConfig(),
+        drain_deadline_ms=parse_duration(drain_deadline, field="drain_deadline"),
+        worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+    )
