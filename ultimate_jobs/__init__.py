@@ -16,10 +16,12 @@ from .errors import UltimateError, register_error_retry
 from .events import publish_event, reset_event_bus, set_event_bus
 from .execute import JobExecution, Settled, execute_job, job_lease_key
 from .facade import set_jobs_facade
+from .limits import LimitConfig
 from .retry import RetryPolicy, is_final_attempt, retry_schedule
 from .run import JobRun
 from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
+from .worker import JobWorker, job_worker
 
 
 def __getattr__(name: str) -> object:
@@ -47,6 +49,8 @@ __all__ = [
     "JobOutcome",
     "JobRun",
     "JobState",
+    "JobWorker",
+    "LimitConfig",
     "NackOptions",
     "RetryPolicy",
     "Settled",
@@ -64,6 +68,7 @@ __all__ = [
     "job_clock",
     "job_driver",
     "job_lease_key",
+    "job_worker",
     "nack_state",
     "publish_event",
     "register_error_retry",

@@ -89,5 +89,3 @@ def check_org(org_id: object, *, model: str) -> None:
             f"{model}: the row belongs to org {org_id}, the run acts under {scope.actor.org_id}",
             {"model": model, "row_org": str(org_id), "actor_org": scope.actor.org_id},
         )
-
-

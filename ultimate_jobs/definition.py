@@ -170,7 +170,9 @@ class JobHandle(Generic[InputT, ResultT]):
             if value is None:
                 return {}  # type: ignore[return-value]
             if not isinstance(value, Mapping):
-                raise ValidationError(f"{self.name}: input must be a dict, got {type(value).__name__}", {"job": self.name})
+                raise ValidationError(
+                    f"{self.name}: input must be a dict, got {type(value).__name__}", {"job": self.name}
+                )
             return dict(value)  # type: ignore[return-value]
         if isinstance(value, self.input_model):
             value = value.model_dump(mode="json")
@@ -395,7 +397,9 @@ def job(**options: Unpack[JobOptions]) -> Callable[[Callable[[JobRun[Any]], Resu
             raise JobDeclarationInvalidError("job(): decorate a function that takes one JobRun argument", {})
         explicit = options.get("name")
         if explicit is not None and (not isinstance(explicit, str) or not explicit.strip()):
-            raise JobDeclarationInvalidError(f"job(): name must be a non-empty string, got {explicit!r}", {"field": "name"})
+            raise JobDeclarationInvalidError(
+                f"job(): name must be a non-empty string, got {explicit!r}", {"field": "name"}
+            )
         derived = getattr(fn, "__name__", None)
         if derived == "<lambda>" or not derived:
             _anonymous += 1

@@ -210,7 +210,11 @@ class _Attempt:
         ex.landed = self.driver.nack(self.claimed.id, self.claimed.ref, options)
         ex.outcome, ex.resume_at_ms = "suspended", suspension.resume_at_ms
         log_event(
-            logging.INFO, "jobs.job.suspended", step=suspension.step, resume_at_ms=suspension.resume_at_ms, **self._fields()
+            logging.INFO,
+            "jobs.job.suspended",
+            step=suspension.step,
+            resume_at_ms=suspension.resume_at_ms,
+            **self._fields(),
         )
 
     def interrupt(self, reason: UltimateError) -> None:
@@ -491,7 +495,10 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
     finally:
         if timer is not None:
             timer.cancel()
-    if attempt.settled:
+    reason = run_signal.reason
+    if attempt.settled or (reason is not None and reason.code == "X_JOB_TIMEOUT"):
+        if reason is not None:
+            attempt.settle(attempt.fail, reason)  # the deadline's own settle may not have landed yet
         attempt.execution.abandoned = True
         log_event(logging.WARNING, "jobs.timeout.abandoned", **attempt._fields())
         return

@@ -18,6 +18,8 @@ from .clock import Clock
 from .durations import Duration, parse_duration
 from .errors import InvariantError
 
+_SWEEP_FLOOR = 1_024  # rate-window state for this many tenants before the first sweep of stale ones
+
 
 @dataclass(frozen=True, slots=True)
 class LimitConfig:
@@ -33,7 +35,8 @@ class LimitConfig:
 
     @classmethod
     def from_settings(cls, raw: Mapping[str, Any] | None) -> LimitConfig:
-        """Build from ``ULTIMATE_JOBS['LIMITS']`` (keys ``PER_TENANT``, ``PER_QUEUE``, ``GLOBAL``, ``RATE_PER_TENANT``)."""
+        """Build from ``ULTIMATE_JOBS['LIMITS']``: keys ``PER_TENANT``, ``PER_QUEUE``, ``GLOBAL``,
+        ``RATE_PER_TENANT``."""
         raw = dict(raw or {})
         unknown = set(raw) - {"PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT"}
         if unknown:
@@ -79,6 +82,7 @@ class Limiter:
         self._total = 0
         self._starts: dict[str, deque[int]] = defaultdict(deque)
         self._window_ms = parse_duration(config.rate_per_tenant[1]) if config.rate_per_tenant else 0
+        self._sweep_at = _SWEEP_FLOOR
 
     def admit(self, *, queue: str, tenant_id: str | None) -> bool:
         """Take a place for one run, or answer ``False`` when any cap is full."""
@@ -100,6 +104,8 @@ class Limiter:
                 if len(starts) >= c.rate_per_tenant[0]:
                     return False
                 starts.append(now)
+                if len(self._starts) > self._sweep_at:
+                    self._sweep(now)
             self._total += 1
             self._queue[queue] += 1
             self._tenant[tenant] += 1
@@ -109,5 +115,21 @@ class Limiter:
         """Give back the place :meth:`admit` took."""
         with self._lock:
             self._total -= 1
-            self._queue[queue] -= 1
-            self._tenant[tenant_id or ""] -= 1
+            _drop_one(self._queue, queue)
+            _drop_one(self._tenant, tenant_id or "")
+
+    def _sweep(self, now: int) -> None:
+        """Forget tenants whose every start left the window, so a process that has seen a million
+        orgs holds state for the active ones only (callers hold the lock)."""
+        for tenant in [t for t, starts in self._starts.items() if starts[-1] <= now - self._window_ms]:
+            del self._starts[tenant]
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._starts))
+
+
+def _drop_one(counts: dict[str, int], key: str) -> None:
+    """Decrement ``counts[key]``, deleting the entry at zero: the maps stay as small as the work in flight."""
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

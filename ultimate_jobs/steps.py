@@ -140,7 +140,9 @@ class Step:
             ceiling = self._step_timeout_ms
 
             def on_ceiling() -> None:
-                step_signal.abort(JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name}))
+                step_signal.abort(
+                    JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name})
+                )
 
             timer = self._clock.call_at(started + ceiling, on_ceiling)
         try:

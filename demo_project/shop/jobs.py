@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, F
 from pydantic import BaseModel, Field
 
-from ultimate_jobs import JobRun, Settled, cross_tenant, job, register_error_retry
+from ultimate_jobs import Concurrency, JobRun, Settled, cross_tenant, job, register_error_retry
 
 from .models import Order
 from .services import MAIL_TEMPORARY, REFUND_REJECTED, WAREHOUSE_BUSY, ShopServices
@@ -185,3 +185,48 @@ def daily_sales_report(run: JobRun[SalesReportInput]) -> dict[str, Any]:
         "count-orders", lambda: cross_tenant("the daily sales report totals every org", _orders_by_org)
     )
     return {"day": run.input.day.isoformat(), "orders": sum(by_org.values()), "orgs": len(by_org), "by_org": by_org}
+
+
+class PayoutBatch(BaseModel):
+    """A day's seller payouts for one org."""
+
+    org_id: str
+    batch: str
+
+
+@job(
+    input=PayoutBatch,
+    idempotency_key=lambda i: f"payouts:{i.org_id}:{i.batch}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 1},
+    timeout="30s",
+    on_settled=page_on_failure,
+)
+def settle_payouts(run: JobRun[PayoutBatch]) -> str:
+    """Settle a payout batch at the bank. The bank hangs; the job's 30s ``timeout`` aborts ``run.signal``,
+    which the call was handed, so the body stops at the deadline instead of holding a worker slot."""
+    shop: ShopServices = run.ctx
+    return shop.bank.settle(run.input.batch, run.signal)
+
+
+class AccountSync(BaseModel):
+    """One sync request for one ledger account."""
+
+    org_id: str
+    account_id: str
+    request_id: str
+
+
+@job(
+    input=AccountSync,
+    idempotency_key=lambda i: f"sync-account:{i.request_id}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 3},
+    concurrency=Concurrency(key=lambda i: i.account_id, limit=1, when_busy="fail"),
+    on_settled=page_on_failure,
+)
+def sync_account(run: JobRun[AccountSync]) -> dict[str, Any]:
+    """Sync one ledger account — at most one run per account fleet-wide; a second request for an
+    account already syncing is refused (``X_JOB_KEY_BUSY``) rather than queued behind it."""
+    shop: ShopServices = run.ctx
+    return {"account": run.input.account_id, "sync": shop.ledger.sync(run.input.account_id)}

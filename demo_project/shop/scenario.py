@@ -9,13 +9,14 @@ The ``shop_demo`` management command runs this and prints the answer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ultimate_jobs import JobExecution, JobHandle, set_event_bus, set_job_clock, set_job_driver
+from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.drivers.base import CounterTotals, JobFilter, JobRecord, StepRecord
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.durations import format_duration
@@ -23,9 +24,17 @@ from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.events.memory import MemoryEventBus
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-from .jobs import book_shipment, daily_sales_report, fulfil_order, issue_refund, sync_inventory
+from .jobs import (
+    book_shipment,
+    daily_sales_report,
+    fulfil_order,
+    issue_refund,
+    settle_payouts,
+    sync_account,
+    sync_inventory,
+)
 from .models import Order
-from .services import Carrier, Mailer, ShopServices, Warehouse
+from .services import HANG_LIMIT_SECONDS, Carrier, Mailer, ShopServices, Warehouse
 
 DEMO_ORGS = ("org-acme", "org-globex")
 STARTS_AT = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # a Monday morning
@@ -214,6 +223,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
         )
         worker_up = clock.now_ms()
         report = run_jobs(driver, clock=clock, context=lambda: shop, seed=seed)
+        worker_ids, worker_executions = run_worker_part(clock, driver, shop)
 
     orders = {o.number: o for o in Order.objects.filter(org_id__in=DEMO_ORGS).order_by("org_id", "number")}
     lines = []
@@ -236,6 +246,22 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
                 note=NOTES[name](facts),
             )
         )
+    for handle, job_id in worker_ids:
+        record = driver.introspect.get(job_id)
+        if record is None:
+            raise RuntimeError(f"the memory driver lost job {job_id} ({handle.name})")
+        executions = [e for e in worker_executions if e.job_id == job_id]
+        lines.append(
+            JobLine(
+                name=handle.name,
+                job_id=job_id,
+                state=record.state,
+                attempts=record.attempts,
+                max_attempts=record.max_attempts,
+                outcomes=tuple(e.outcome or "handed-back" for e in executions),
+                note=_worker_note(record, executions),
+            )
+        )
     dead = driver.introspect.list(JobFilter(state="dead", limit=200)).rows
     return ScenarioResult(
         jobs=tuple(lines),
@@ -249,6 +275,60 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
         ended_ms=clock.now_ms(),
         seed=seed,
     )
+
+
+def run_worker_part(
+    clock: FrozenClock, driver: MemoryDriver, shop: ShopServices
+) -> tuple[list[tuple[JobHandle[Any, Any], str]], list[JobExecution]]:
+    """The same queue under a real worker (thread pools, heartbeat, deadlines) on the frozen clock:
+    a payout batch stopped by its 30s timeout, and a second sync of one account refused while the
+    first holds the account's concurrency key."""
+    worker = job_worker(driver=driver, context=lambda: shop, clock=clock, concurrency=4, worker_id="demo-worker")
+    worker.start(loop=False)  # the demo drives each claim pass itself
+    try:
+        payout = settle_payouts.enqueue({"org_id": "org-globex", "batch": "2026-01-08"}).id
+        first = sync_account.enqueue({"org_id": "org-acme", "account_id": "acct-7", "request_id": "req-1"}).id
+        worker.run_once()  # claims both; the bank hangs, the ledger holds acct-7
+        shop.ledger.started.wait(HANG_LIMIT_SECONDS)
+        second = sync_account.enqueue({"org_id": "org-acme", "account_id": "acct-7", "request_id": "req-2"}).id
+        worker.run_once()  # acct-7 is busy: when_busy="fail" refuses the second run before its body starts
+        _settled(driver, second)
+        clock.advance(30_000)  # the payout's deadline: run.signal aborts, the attempt fails at once
+        _settled(driver, payout)
+        shop.ledger.gate.set()  # the first sync finishes
+        worker.wait_idle(HANG_LIMIT_SECONDS)
+    finally:
+        worker.stop()
+    handles: list[tuple[JobHandle[Any, Any], str]] = [
+        (settle_payouts, payout),
+        (sync_account, first),
+        (sync_account, second),
+    ]
+    return handles, list(worker.executions)
+
+
+def _settled(driver: MemoryDriver, job_id: str) -> None:
+    """Wait (bounded, real time) until a worker thread has settled ``job_id`` out of ``running``."""
+    deadline = time.monotonic() + HANG_LIMIT_SECONDS
+    while (record := driver.introspect.get(job_id)) is not None and record.state == "running":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job_id} did not settle within {HANG_LIMIT_SECONDS}s")
+        time.sleep(0.001)
+
+
+def _worker_note(record: JobRecord, executions: list[JobExecution]) -> str:
+    last = executions[-1] if executions else None
+    if record.name == "settle_payouts":
+        return (
+            f"the bank hung; the 30s timeout aborted run.signal and failed the attempt ({last.code if last else '-'}), "
+            "dead-lettered with its 1 attempt; on_settled paged on-call"
+        )
+    if last is not None and last.outcome == "refused":
+        return (
+            f"{last.code}: acct-7 was already syncing under its concurrency key (limit 1, when_busy='fail'); "
+            "the body never ran, no retry, not a dead letter — introspect.requeue(id) re-queues it"
+        )
+    return "held acct-7's concurrency key for the whole sync; completed once the ledger answered"
 
 
 def _dead_letter(record: JobRecord) -> DeadLetter:

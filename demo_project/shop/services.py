@@ -5,9 +5,12 @@ import, so the demo scenario can hand each run a fresh set with scripted outages
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
-from ultimate_jobs import UltimateError
+from ultimate_jobs import CancelSignal, UltimateError
+
+HANG_LIMIT_SECONDS = 10.0  # a real-time safety bound: the demo always releases a hang long before it
 
 # The shop's own error codes. jobs.py classifies them with register_error_retry().
 MAIL_TEMPORARY = "X_MAIL_TEMPORARY"
@@ -86,6 +89,33 @@ class Warehouse:
 
 
 @dataclass
+class Bank:
+    """Pays out sellers. Its settlement API hangs until the caller gives up — which is what a job's
+    ``timeout`` is for: the body hands the cancel signal on, and the call returns when it aborts."""
+
+    def settle(self, batch: str, signal: CancelSignal) -> str:
+        signal.wait(HANG_LIMIT_SECONDS)  # "hangs"; wakes the moment the job's deadline aborts the signal
+        signal.throw_if_aborted()
+        return f"settled {batch}"
+
+
+@dataclass
+class Ledger:
+    """The accounting system. It must never see two syncs of one account at once; ``sync`` holds
+    until the demo opens the gate, so a second run of the same account arrives while one is live."""
+
+    started: threading.Event = field(default_factory=threading.Event)
+    gate: threading.Event = field(default_factory=threading.Event)
+    synced: list[str] = field(default_factory=list)
+
+    def sync(self, account_id: str) -> int:
+        self.started.set()
+        self.gate.wait(HANG_LIMIT_SECONDS)
+        self.synced.append(account_id)
+        return len(self.synced)
+
+
+@dataclass
 class ShopServices:
     """What a shop job reads as ``run.ctx`` (and ``on_settled`` as ``settled.ctx``)."""
 
@@ -93,6 +123,8 @@ class ShopServices:
     mailer: Mailer = field(default_factory=Mailer)
     carrier: Carrier = field(default_factory=Carrier)
     warehouse: Warehouse = field(default_factory=Warehouse)
+    bank: Bank = field(default_factory=Bank)
+    ledger: Ledger = field(default_factory=Ledger)
     pages: list[str] = field(default_factory=list)
 
     def page_on_call(self, message: str) -> None:

@@ -14,22 +14,25 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 JOB_COLUMNS = ("job", "id", "state", "attempts", "outcomes", "note")
 
 
-def job_rows(output: str) -> dict[str, dict[str, str]]:
-    """The jobs table, by job name; a wrapped note is joined back into one string."""
+def table_rows(output: str) -> list[dict[str, str]]:
+    """The jobs table in printed order; a wrapped note is joined back into one string."""
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split(" | ")[0].strip() == "job")
-    rows: dict[str, dict[str, str]] = {}
-    current: dict[str, str] | None = None
+    rows: list[dict[str, str]] = []
     for line in lines[start + 2 :]:
         if " | " not in line:
             break
         cells = [cell.strip() for cell in line.split(" | ")]
         if cells[0]:
-            current = dict(zip(JOB_COLUMNS, cells, strict=False))
-            rows[current["job"]] = current
-        elif current is not None:
-            current["note"] = f"{current['note']} {cells[-1]}"
+            rows.append(dict(zip(JOB_COLUMNS, cells, strict=False)))
+        elif rows:
+            rows[-1]["note"] = f"{rows[-1]['note']} {cells[-1]}"
     return rows
+
+
+def job_rows(output: str) -> dict[str, dict[str, str]]:
+    """The jobs table by job name (the last row of a name that appears twice)."""
+    return {row["job"]: row for row in table_rows(output)}
 
 
 @pytest.fixture
@@ -79,3 +82,20 @@ def test_a_second_run_starts_from_a_clean_shop(output: str) -> None:
     call_command("shop_demo", stdout=StringIO())
     assert Order.objects.count() == 3
     assert Order.objects.get(org_id="org-acme", number="1001").charges == 1
+
+
+def test_a_worker_stops_a_hung_body_at_its_timeout(output: str) -> None:
+    row = job_rows(output)["settle_payouts"]
+    assert (row["state"], row["attempts"], row["outcomes"]) == ("dead", "1 of 1", "dead-lettered")
+    assert "X_JOB_TIMEOUT: settle_payouts: the attempt passed its timeout of 30000 ms" in output
+    assert "settle_payouts dead-lettered on attempt 1 (X_JOB_TIMEOUT)" in output
+
+
+def test_a_second_run_of_a_busy_key_is_refused(output: str) -> None:
+    syncs = [row for row in table_rows(output) if row["job"] == "sync_account"]
+    assert [(r["state"], r["attempts"], r["outcomes"]) for r in syncs] == [
+        ("done", "1 of 3", "completed"),
+        ("failed", "0 of 3", "refused"),
+    ]
+    assert "X_JOB_KEY_BUSY" in syncs[1]["note"]
+    assert "sync_account refused on attempt 1 (X_JOB_KEY_BUSY)" in output

@@ -233,7 +233,10 @@ READS_OF_ANOTHER_ORG: list[tuple[str, Callable[[], Any]]] = [
     ("aggregate", lambda: Order.objects.aggregate(total=Sum("total_cents"))),
     ("iterator", lambda: list(Order.objects.iterator())),
     ("count of a slice", lambda: Order.objects.all()[:2].count()),
-    ("bulk_create into another org", lambda: Order.objects.bulk_create([Order(org_id="org-2", number="B-3", total_cents=1)])),
+    (
+        "bulk_create into another org",
+        lambda: Order.objects.bulk_create([Order(org_id="org-2", number="B-3", total_cents=1)]),
+    ),
 ]
 
 

@@ -24,7 +24,7 @@ from ultimate_jobs.drivers.base import Heartbeat, JobRecord, Progress
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.execute import Settled, job_lease_key
-from ultimate_jobs.limits import LimitConfig
+from ultimate_jobs.limits import LimitConfig, Limiter
 from ultimate_jobs.worker import JobWorker, job_worker
 
 QUEUE = "wq"
@@ -364,6 +364,43 @@ def test_timeout_aborts_the_signal_and_retries_the_attempt(
     assert worker.stats.retried == 1 and worker.stats.completed == 0
 
 
+def test_a_timed_out_body_still_running_does_not_hide_the_next_attempt(
+    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+) -> None:
+    started = {1: threading.Event(), 2: threading.Event()}
+    release = {1: threading.Event(), 2: threading.Event()}
+    try:
+
+        def ignores_its_deadline(run: JobRun[Any]) -> None:
+            started[run.attempt].set()
+            release[run.attempt].wait(WAIT)
+
+        handle = declare("zombie", ignores_its_deadline, timeout="5s", retry={"attempts": 3, "jitter": False})
+        job_id = handle.enqueue({"k": 1}).id
+        worker = make_worker()
+        first_beat = jobs.clock.now_ms() + HEARTBEAT_MS
+        worker.run_once()
+        assert started[1].wait(WAIT)
+        jobs.clock.advance(5_000)  # attempt 1 times out; its body keeps its slot
+        jobs.clock.advance(1_000)  # the backoff: the row is due again
+        assert worker.run_once() == 1  # the same worker claims attempt 2 beside its own zombie
+        assert started[2].wait(WAIT)
+
+        release[1].set()  # the zombie returns: abandoned
+        eventually(lambda: len(worker.executions) == 1, timeout=WAIT)
+        assert [(f.job.id, f.job.attempt) for f in worker.in_flight()] == [(job_id, 2)]
+
+        jobs.clock.set(first_beat)  # attempt 2's lease is still renewed (inside its own 5 s)...
+        assert row(jobs, job_id).lease_until_ms == jobs.clock.now_ms() + 30_000
+        release[2].set()
+        assert worker.wait_idle(WAIT)  # ...and it settles
+        assert row(jobs, job_id).state == "done"
+        assert [e.outcome for e in worker.executions] == ["retried", "completed"]
+    finally:
+        for event in release.values():
+            event.set()
+
+
 def test_cancel_stops_a_running_body(
     jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -549,6 +586,25 @@ def test_rate_per_tenant_sheds_until_the_window_passes(
     assert (row(jobs, second).attempts, worker.stats.shed) == (1, 2)
 
 
+def test_limiter_state_stays_as_small_as_the_work(jobs: JobsEnv) -> None:
+    """A process that has seen thousands of orgs keeps counters and rate windows for the active ones only
+    (read through the limiter's private maps: the size IS the property)."""
+    limiter = Limiter(LimitConfig(per_tenant=1, per_queue={QUEUE: 10_000}, rate_per_tenant=(1, "1s")), jobs.clock)
+    for n in range(3_000):
+        assert limiter.admit(queue=QUEUE, tenant_id=f"org-{n}")
+        limiter.release(queue=QUEUE, tenant_id=f"org-{n}")
+    assert limiter._tenant == {} and limiter._queue == {}
+    assert len(limiter._starts) == 3_000  # every window still live: all kept
+
+    jobs.clock.advance(1_000)  # every one of those windows passed: the next sweep forgets them
+    for n in range(3_000, 4_200):
+        assert limiter.admit(queue=QUEUE, tenant_id=f"org-{n}")
+        limiter.release(queue=QUEUE, tenant_id=f"org-{n}")
+    assert len(limiter._starts) <= 1_200
+    assert "org-0" not in limiter._starts
+    assert not limiter.admit(queue=QUEUE, tenant_id="org-4199")  # a live window is never forgotten
+
+
 # -- one run per key ---------------------------------------------------------------------------
 
 
@@ -556,9 +612,7 @@ def by_account(i: dict[str, Any]) -> str:
     return str(i["account"])
 
 
-def test_busy_key_waits_uncounted_then_runs(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
-) -> None:
+def test_busy_key_waits_uncounted_then_runs(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
     handle = declare("keyed_wait", probe.hold, concurrency=Concurrency(key=by_account, limit=1))
     worker = make_worker()
     first = handle.enqueue({"k": 1, "account": "acct-1"}).id
@@ -588,9 +642,7 @@ def test_busy_key_waits_uncounted_then_runs(
     assert row(jobs, second).state == "done"
 
 
-def test_busy_key_under_fail_refuses(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
-) -> None:
+def test_busy_key_under_fail_refuses(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
     told: list[Settled] = []
     handle = declare(
         "keyed_fail",
@@ -649,10 +701,17 @@ def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(
     assert "capped_nowhere" in refused.value.meta["jobs"]
     assert worker.state == "idle"
 
-    registry.unregister("capped_nowhere")  # with no declaration the same driver boots
-    plain = make_worker(driver=NoLeaseStore(jobs.driver), start=False)
-    plain.start(loop=False)
-    assert plain.state == "running"
+    declaring = [h for h in registry.registered("job") if isinstance(h, JobHandle) and h.concurrency is not None]
+    assert "capped_nowhere" in {h.name for h in declaring}
+    for handle in declaring:  # with no declaration anywhere the same driver boots
+        registry.unregister(handle.name)
+    try:
+        plain = make_worker(driver=NoLeaseStore(jobs.driver), start=False)
+        plain.start(loop=False)
+        assert plain.state == "running"
+    finally:
+        for handle in declaring:
+            registry.register(handle)
 
 
 def test_a_stolen_slot_aborts_the_run(
@@ -687,6 +746,28 @@ def test_a_stolen_slot_aborts_the_run(
     assert lost[0].jobs["key"] == key and lost[0].jobs["job_id"] == job_id
     assert worker.wait_idle(WAIT)
     assert leases.holders(key) == ["another-worker"]  # the run's exit released nothing it no longer held
+
+
+def test_a_handed_back_row_gets_a_pass_when_due_and_the_timer_is_forgotten(
+    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+) -> None:
+    def fails(run: JobRun[Any]) -> None:
+        raise RuntimeError("try again")
+
+    handle = declare("handed_back", fails, retry={"attempts": 5, "delay": "2s", "jitter": False})
+    worker = make_worker(concurrency=3)
+    for n in range(3):
+        handle.enqueue({"k": n})
+    assert worker.run_once() == 3
+    assert worker.wait_idle(WAIT)
+    assert [e.outcome for e in worker.executions] == ["retried"] * 3
+    assert len(worker._handbacks) == 3  # one kick armed per row coming due inside a minute
+    worker._wake.clear()
+
+    jobs.clock.advance(2_000)
+    assert worker._wake.is_set()  # the retry's due time asked for a pass
+    assert worker._handbacks == set()  # and fired timers are not kept
+    assert worker.run_once() == 3
 
 
 # -- the operator surface ----------------------------------------------------------------------

@@ -355,7 +355,10 @@ class LeaseStore(Protocol):
 
 
 class JobIntrospection(Protocol):
-    """Every operator capability. The CLI, the admin and the JSON views read nothing else."""
+    """Every operator capability. The CLI, the admin and the JSON views read nothing else.
+
+    Signatures after ``def list`` spell ``builtins.list``: inside this class body ``list`` is the method.
+    """
 
     def get(self, job_id: str) -> JobRecord | None: ...
     def steps(self, job_id: str) -> list[StepRecord]: ...
@@ -413,8 +416,10 @@ class JobDriver(Protocol):
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        """Take up to ``limit`` due rows of ``queues``, burying lapsed final attempts on the way."""
+        """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
+        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way."""
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""

@@ -7,10 +7,11 @@ final-attempt burial and every introspection member behave the same, error codes
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ class MemoryRow:
     updated_at_ms: int
     state: JobState
     attempts: int = 0
+    seq: int = 0
     worker_id: str | None = None
     claim: str | None = None
     lease_until_ms: int | None = None
@@ -123,6 +125,7 @@ class MemoryDriver:
         self.visibility_timeout_ms = visibility_timeout_ms
         self.lock = threading.RLock()
         self.rows: dict[str, MemoryRow] = {}
+        self._seq = itertools.count(1)  # insertion order: the tie-break between rows due at one instant
         self.live: dict[tuple[str, str, str], str] = {}
         self._listeners: list[WakeListener] = []
         self._introspect = MemoryIntrospection(self)
@@ -209,6 +212,7 @@ class MemoryDriver:
                 fresh[row.id] = fresh_keys[key] = row
                 answers.append(Enqueued(row.id, row.run_id, False))
             for row in fresh.values():
+                row.seq = next(self._seq)
                 self.rows[row.id] = row
                 self.live[row.live_key] = row.id
         for queue in sorted({row.queue for row in fresh.values() if row.run_at_ms <= now}):
@@ -248,11 +252,13 @@ class MemoryDriver:
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         claimed: list[ClaimedJob] = []
         exhausted: list[ExhaustedJob] = []
+        taken: dict[str, int] = {}
         with self.lock:
             now = self.clock.now_ms()
             wanted = set(queues) - self._introspect.paused_queue_set
@@ -265,13 +271,17 @@ class MemoryDriver:
                     or (row.state == "running" and row.lease_until_ms is not None and row.lease_until_ms <= now)
                 )
             ]
-            candidates.sort(key=lambda r: (-r.priority, r.run_at_ms, r.created_at_ms, r.id))
+            candidates.sort(key=lambda r: (-r.priority, r.run_at_ms, r.created_at_ms, r.seq))
             for row in candidates:
                 if row.state == "running" and row.attempts >= row.max_attempts:
                     exhausted.append(self._bury(row, drop_exhausted))
                     continue
                 if len(claimed) >= limit:
                     continue
+                if queue_limits is not None:
+                    if taken.get(row.queue, 0) >= queue_limits.get(row.queue, limit):
+                        continue
+                    taken[row.queue] = taken.get(row.queue, 0) + 1
                 row.attempts += 1
                 self.set_state(row, "running")
                 row.worker_id, row.claim = worker_id, uuid.uuid4().hex

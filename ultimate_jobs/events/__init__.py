@@ -10,7 +10,15 @@ from ..durations import Duration
 from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
 from .memory import MemoryEventBus
 
-__all__ = ["EventBus", "EventRecord", "MemoryEventBus", "event_bus", "publish_event", "reset_event_bus", "set_event_bus"]
+__all__ = [
+    "EventBus",
+    "EventRecord",
+    "MemoryEventBus",
+    "event_bus",
+    "publish_event",
+    "reset_event_bus",
+    "set_event_bus",
+]
 
 _lock = threading.Lock()
 _bus: EventBus | None = None
@@ -40,7 +48,9 @@ def reset_event_bus() -> None:
         _bus = None
 
 
-def publish_event(event: str, data: Mapping[str, Any] | None = None, *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
+def publish_event(
+    event: str, data: Mapping[str, Any] | None = None, *, ttl: Duration = DEFAULT_EVENT_TTL
+) -> EventRecord:
     """Publish ``event`` with ``data``; every wait whose ``match`` it satisfies resumes on its next poll.
 
     >>> publish_event("order.paid", {"order_id": "o-1"})

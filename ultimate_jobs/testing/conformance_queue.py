@@ -31,6 +31,7 @@ from .conformance_support import (
     new_id,
     raises_code,
     request,
+    requests,
 )
 
 
@@ -154,6 +155,21 @@ class QueueContract:
         driver.enqueue(request(queue="conformance-c"))
         assert claimed_ids(driver, queues=["conformance-a"]) == {a}
         assert claimed_ids(driver, queues=["conformance-b", "conformance-a"]) == {b}
+
+    def test_one_claim_caps_each_queue_at_its_own_limit(self, driver: JobDriver) -> None:
+        driver.enqueue_many(requests(3, queue="conformance-a") + requests(3, queue="conformance-b"))
+        got = driver.claim(
+            queues=["conformance-a", "conformance-b"],
+            limit=10,
+            worker_id="w1",
+            visibility_timeout_ms=VT,
+            queue_limits={"conformance-a": 1, "conformance-b": 2},
+        )
+        assert sorted(job.queue for job in got) == ["conformance-a", "conformance-b", "conformance-b"]
+
+    def test_rows_due_at_one_instant_are_claimed_in_enqueue_order(self, driver: JobDriver) -> None:
+        ids = [driver.enqueue(request()).id for _ in range(5)]
+        assert [claim_one(driver).id for _ in range(5)] == ids
 
     def test_claim_orders_by_priority_then_run_at(self, driver: JobDriver, clock: FrozenClock) -> None:
         low_old = driver.enqueue(request(priority=0)).id

@@ -118,9 +118,7 @@ def run_jobs(
         )
         if claimed:
             for job in claimed:
-                report.executions.append(
-                    execute_job(job, driver=driver, context=context, clock=active_clock, rng=rng)
-                )
+                report.executions.append(execute_job(job, driver=driver, context=context, clock=active_clock, rng=rng))
             continue
         if not advance:
             break

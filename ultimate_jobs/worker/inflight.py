@@ -78,7 +78,7 @@ def renew_round(worker: JobWorker) -> None:
     now = worker.clock.now_ms()
     for flight in flights:
         if flight.job.id in renewed:
-            pass
+            flight.last_renewed_ms = now
         elif not flight.settling:
             _unowned(worker, flight)
     _renew_slots(worker, flights)

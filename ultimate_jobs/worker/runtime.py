@@ -15,8 +15,8 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from django.db import close_old_connections
@@ -34,6 +34,7 @@ from ..logs import log_event
 from ..metrics import count_outcome
 from ..signals import CancelSignal
 from .inflight import InFlight, hooks_for, renew_round
+from .pool import SlotPool
 
 JOBS_CONCURRENCY_DEFAULT = 8
 POLL_INTERVAL_MS = 250
@@ -110,13 +111,14 @@ class JobWorker:
         self.executions: list[JobExecution] = []
         self._limiter = Limiter(limits, clock)
         self._lock = threading.Condition()
-        self._flights: dict[str, InFlight] = {}
+        self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
         self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)
-        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._pools: dict[str, SlotPool] = {}
         self._wake = threading.Event()
         self._accepting = False
         self._started_ms = 0
         self._timers: list[Timer] = []
+        self._handbacks: set[Timer] = set()
         self._loop_thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._drain_requested = threading.Event()
@@ -145,9 +147,7 @@ class JobWorker:
             if queue not in served:
                 log_event(logging.INFO, "jobs.worker.queue-unregistered", queue=queue, worker_id=self.worker_id)
         self._drop = drop_exhausted_names()
-        self._pools = {
-            q: ThreadPoolExecutor(max_workers=self.slots[q], thread_name_prefix=f"jobs-{q}") for q in self.queues
-        }
+        self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}") for q in self.queues}
         self._accepting = True
         self.state = "running"
         self._started_ms = self.clock.now_ms()
@@ -204,20 +204,24 @@ class JobWorker:
                 return True
             if self.state != "draining":
                 self.state = "draining"
-            finished = self._lock.wait_for(lambda: not self._flights, None if deadline_ms is None else deadline_ms / 1000)
+            budget = None if deadline_ms is None else deadline_ms / 1000
+            finished = self._lock.wait_for(lambda: not self._flights, budget)
             abandoned = [f.job.id for f in self._flights.values()]
         if not finished:
             self.stats.abandoned += len(abandoned)
             log_event(logging.ERROR, "jobs.worker.drain-abandoned", worker_id=self.worker_id, job_ids=abandoned)
         self._wake.set()
-        for timer in self._timers:
+        with self._lock:
+            timers = [*self._timers, *self._handbacks]
+            self._handbacks.clear()
+        for timer in timers:
             timer.cancel()
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
             self._loop_thread.join(timeout=5)
         for pool in self._pools.values():
-            pool.shutdown(wait=finished, cancel_futures=True)
+            pool.shutdown(wait=finished)
         introspect = self.driver.introspect
         if introspect is not None:
             introspect.remove_worker(self.worker_id)
@@ -260,24 +264,24 @@ class JobWorker:
                 wait_ms = self.poll_interval_ms
 
     def run_once(self) -> int:
-        """One pass: one claim for every queue with a free slot. Answers how many jobs it dispatched."""
+        """One pass: ONE claim over every queue with a free slot, each capped at its free slots.
+        Answers how many jobs it dispatched."""
         with self._lock:
             if not self._accepting:
                 return 0
             free = {q: self.slots[q] - self._busy[q] for q in self.queues if self._busy[q] < self.slots[q]}
-        dispatched = 0
-        for queue, limit in free.items():
-            claimed = self.driver.claim(
-                queues=[queue],
-                limit=limit,
-                worker_id=self.worker_id,
-                visibility_timeout_ms=self.visibility_timeout_ms,
-                on_exhausted=self._on_exhausted,
-                drop_exhausted=self._drop,
-            )
-            for job in claimed:
-                dispatched += self._dispatch(job)
-        return dispatched
+        if not free:
+            return 0
+        claimed = self.driver.claim(
+            queues=list(free),
+            limit=sum(free.values()),
+            worker_id=self.worker_id,
+            visibility_timeout_ms=self.visibility_timeout_ms,
+            on_exhausted=self._on_exhausted,
+            drop_exhausted=self._drop,
+            queue_limits=free,
+        )
+        return sum(self._dispatch(job) for job in claimed)
 
     def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
         announce_exhausted(rows, context=self.context)
@@ -293,10 +297,12 @@ class JobWorker:
         flight = InFlight(job=job, signal=CancelSignal(), last_renewed_ms=self.clock.now_ms())
         with self._lock:
             if not self._accepting:
-                flight.signal.abort(JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id}))
-            self._flights[job.id] = flight
+                flight.signal.abort(
+                    JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id})
+                )
+            self._flights[job.claim] = flight
             self._busy[job.queue] += 1
-        self._pools[job.queue].submit(self._execute, flight)
+        self._pools[job.queue].submit(partial(self._execute, flight))
         return 1
 
     def _execute(self, flight: InFlight) -> None:
@@ -319,7 +325,7 @@ class JobWorker:
             close_old_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
             with self._lock:
-                self._flights.pop(job.id, None)
+                self._flights.pop(job.claim, None)
                 self._busy[job.queue] -= 1
                 if execution is not None:
                     self.executions.append(execution)
@@ -337,7 +343,28 @@ class JobWorker:
         count_outcome(execution.queue, execution.outcome)
         resume = execution.resume_at_ms
         if resume is not None and resume - self.clock.now_ms() <= HANDBACK_TIMER_WINDOW_MS:
-            self._timers.append(self.clock.call_at(resume, self.kick))
+            self._arm_handback(resume)
+
+    def _arm_handback(self, at_ms: int) -> None:
+        """A pass when a handed-back row comes due; the timer forgets itself once fired (no growth)."""
+        armed: list[Timer] = []
+        fired = threading.Event()
+
+        def fire() -> None:
+            with self._lock:
+                fired.set()
+                self._handbacks.difference_update(armed)
+            self.kick()
+
+        timer = self.clock.call_at(at_ms, fire)
+        with self._lock:
+            if fired.is_set():  # a wall clock may fire a due timer before this line
+                return
+            if self.state != "stopped":
+                armed.append(timer)
+                self._handbacks.add(timer)
+                return
+        timer.cancel()
 
     # -- heartbeat and registry ----------------------------------------------------------------
 
