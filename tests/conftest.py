@@ -44,3 +44,16 @@ def jobs() -> Iterator[JobsEnv]:
         set_job_driver(None)
         set_job_clock(None)
         reset_event_bus()
+
+
+@pytest.fixture
+def retry_table() -> Iterator[None]:
+    """Restore the process-wide retry classification table after a test registers codes."""
+    from ultimate_jobs import errors
+
+    saved = errors.retry_classes()
+    try:
+        yield
+    finally:
+        errors._RETRY.clear()
+        errors._RETRY.update(saved)

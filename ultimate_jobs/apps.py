@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from django.apps import AppConfig, apps
+from django.apps import AppConfig
 from django.core import checks
 from django.utils.module_loading import autodiscover_modules
 
@@ -43,18 +43,3 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [checks.Error(exc.message, id=f"ultimate_jobs.{exc.code}", obj="settings.ULTIMATE_JOBS")]
     return []
 
-
-def installed_job_modules() -> list[str]:
-    """The ``jobs``/``tasks`` modules autodiscovery found, for the manifest."""
-    found = []
-    for config in apps.get_app_configs():
-        for leaf in ("jobs", "tasks"):
-            name = f"{config.name}.{leaf}"
-            try:
-                importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
-                continue
-            found.append(name)
-    return found

@@ -140,8 +140,8 @@ class SystemClock:
             if entry is not None:
                 self._timers.fire(entry)
                 continue
-            at = self._timers.next_at()
-            with self._wake:
+            with self._wake:  # read the next instant under the lock _kick notifies under: no lost wake-up
+                at = self._timers.next_at()
                 wait = 60.0 if at is None else max(0.0, (at - self.now_ms()) / 1000)
                 self._wake.wait(timeout=wait)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from ultimate_jobs import errors
@@ -91,17 +89,6 @@ SPEC_ERROR_CODES = [
     "X_JOB_ON_SETTLED_FAILED",
     "X_NOT_IMPLEMENTED",
 ]
-
-
-@pytest.fixture
-def retry_table() -> Iterator[None]:
-    """Restore the process-wide classification table after a test registers codes."""
-    saved = dict(errors._RETRY)
-    try:
-        yield
-    finally:
-        errors._RETRY.clear()
-        errors._RETRY.update(saved)
 
 
 @pytest.mark.parametrize(("name", "code"), SPEC_ERROR_CLASSES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pydantic
@@ -91,18 +91,6 @@ class Told:
     @property
     def outcomes(self) -> list[str]:
         return [s.outcome for s in self.settled]
-
-
-@pytest.fixture
-def retry_table() -> Iterator[None]:
-    from ultimate_jobs import errors
-
-    saved = dict(errors._RETRY)
-    try:
-        yield
-    finally:
-        errors._RETRY.clear()
-        errors._RETRY.update(saved)
 
 
 # -- the outcome table -------------------------------------------------------------------------
