@@ -99,7 +99,13 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
         from .drivers.memory import MemoryDriver
 
         return MemoryDriver(clock=job_clock())
-    if config.driver in ("postgres", "redis"):
+    if config.driver == "postgres":
+        from .drivers.postgres.driver import PostgresDriver
+
+        return PostgresDriver(
+            alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
+        )
+    if config.driver == "redis":
         raise DriverUnavailableError(
             f"the {config.driver!r} driver is not part of this build yet; set ULTIMATE_JOBS['DRIVER'] = 'memory' "
             "or install a driver with set_job_driver()",

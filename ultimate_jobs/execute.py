@@ -37,6 +37,7 @@ from .drivers.base import (
     LEASE_LAPSED_FINAL_ATTEMPT,
     PROGRESS_INTERVAL_MS,
     ClaimedJob,
+    ClaimRef,
     ExhaustedJob,
     JobDriver,
     JobOutcome,
@@ -67,6 +68,13 @@ UNREGISTERED_RECHECK_MS = 60_000
 
 StopReason = Literal["terminal", "attempts-exhausted"]
 ENDINGS: frozenset[JobOutcome] = frozenset({"completed", "dead-lettered", "dropped", "refused"})
+
+
+class Acker(Protocol):
+    """What settles a completed attempt: the driver itself, or the worker's batcher over ``ack_many``."""
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
 
 
 class ExecutionHooks(Protocol):
@@ -145,6 +153,7 @@ class _Attempt:
         self.context = context
         self.rng = rng
         self.hooks: ExecutionHooks | None = None
+        self.acker: Acker | None = None
         self.lease_key: str | None = None  # the fleet slot this run asked for (held or busy)
         self.started = clock.now_ms()
         self.final = is_final_attempt(handle.retry, claimed.attempt)
@@ -199,7 +208,8 @@ class _Attempt:
     def complete(self, result: Any) -> None:
         ex = self.execution
         ex.duration_ms = self.clock.now_ms() - self.started
-        ex.landed = self.driver.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
+        acker = self.acker or self.driver
+        ex.landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
         ex.outcome, ex.result = "completed", result
         log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=ex.landed, **self._fields())
 
@@ -384,12 +394,13 @@ def execute_job(
     visibility_timeout_ms: int = 30_000,
     rng: random.Random | None = None,
     hooks: ExecutionHooks | None = None,
+    acker: Acker | None = None,
 ) -> JobExecution:
     """Run one attempt of ``claimed`` and settle it through ``driver``: one :class:`JobExecution`.
 
     ``signal`` is the worker's abort line into the run (drain, cancel, lease loss); the job's own
     ``timeout`` is armed here on ``clock``: it aborts the run's signal and fails the attempt at once,
-    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``hooks`` tell the worker
+    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``acker`` settles a completed attempt (the worker's batcher; default the driver). ``hooks`` tell the worker
     when the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a
     renewal already on the wire that comes back unowned is not reported as a lost lease).
     """
@@ -400,6 +411,7 @@ def execute_job(
     ctx = context() if context is not None else None
     attempt = _Attempt(claimed, found, driver, clock, ctx, rng)
     attempt.hooks = hooks
+    attempt.acker = acker
     run_signal = signal.child() if signal is not None else CancelSignal()
     try:
         _run(attempt, run_signal, visibility_timeout_ms)

@@ -537,10 +537,15 @@ def test_describe(jobs: JobsEnv) -> None:
 # -- driver and discovery ----------------------------------------------------------------------
 
 
-def test_no_driver_is_x_driver_unavailable_at_the_call(jobs: JobsEnv) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [{"DRIVER": "postgres", "DATABASE": "nowhere"}, {"DRIVER": "redis"}],
+    ids=["postgres-without-its-database", "redis-not-built"],
+)
+def test_no_driver_is_x_driver_unavailable_at_the_call(jobs: JobsEnv, config: dict[str, str]) -> None:
     charge = charge_handle()
     set_job_driver(None)
-    with override_settings(ULTIMATE_JOBS={"DRIVER": "postgres"}), pytest.raises(UltimateError) as caught:
+    with override_settings(ULTIMATE_JOBS=config), pytest.raises(UltimateError) as caught:
         charge.enqueue({"order_id": "o-1", "org_id": "org-1"})
     assert caught.value.code == "X_DRIVER_UNAVAILABLE"
     assert rows(jobs) == []

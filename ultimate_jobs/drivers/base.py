@@ -178,6 +178,15 @@ def nack_counter(options: NackOptions) -> Literal["retried", "failed", "dead"] |
 
 
 @dataclass(frozen=True, slots=True)
+class Ack:
+    """One row to settle ``done`` in a batched ack."""
+
+    job_id: str
+    ref: ClaimRef
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """One lease to renew in a batched heartbeat."""
 
@@ -423,6 +432,10 @@ class JobDriver(Protocol):
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        """Settle many running rows ``done`` in one round trip, each fenced on its own claim; answers
+        the job ids that landed."""
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         """Settle a running row by :func:`nack_state`, fenced on ``ref``; answers whether it landed."""

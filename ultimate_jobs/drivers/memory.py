@@ -19,6 +19,7 @@ from ..clock import Clock, system_clock
 from ..errors import ClaimQueuesEmptyError, JobDuplicateError
 from ..logs import log_event
 from .base import (
+    Ack,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
@@ -350,6 +351,10 @@ class MemoryDriver:
             self.set_state(row, "done")
             self._introspect.count(row.name, "done", duration_ms or 0)
             return True
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        with self.lock:
+            return frozenset(a.job_id for a in acks if self.ack(a.job_id, a.ref, duration_ms=a.duration_ms))
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         with self.lock:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from ..logs import log_event
+from .connections import close_thread_connections
 
 _Work = Callable[[], None]
 
@@ -50,6 +51,7 @@ class SlotPool:
         while True:
             fn = self._work.get()
             if fn is None:
+                close_thread_connections()  # the slot thread's one database connection goes with it
                 return
             try:
                 fn()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from django.db import close_old_connections
+from .acks import AckBatcher
+from .connections import release_stale_connections
 
 from .. import registry
 from ..clock import Clock, SystemClock, Timer
@@ -109,6 +110,7 @@ class JobWorker:
         self.state: WorkerState = "idle"
         self.stats = WorkerStats()
         self.executions: list[JobExecution] = []
+        self._acks = AckBatcher(driver)
         self._limiter = Limiter(limits, clock)
         self._lock = threading.Condition()
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
@@ -249,9 +251,24 @@ class JobWorker:
         if queue in self.queues:
             self.kick()
 
+    def idle_ceiling_ms(self) -> int:
+        """Where an idle loop's doubling wait stops: the declared ``idle_poll_max`` when set, else 5 s while
+        the driver's wake is proven (``driver.wake_is_live()``) and 2 s otherwise — read every pass, so a
+        wake that is lost drops the ceiling back at once."""
+        if self.idle_poll_max_ms:
+            return self.idle_poll_max_ms
+        wake_is_live = getattr(self.driver, "wake_is_live", None)
+        if not callable(wake_is_live):
+            return IDLE_POLL_CEILING_MS
+        try:
+            live = bool(wake_is_live())
+        except Exception as exc:  # an unanswerable wake is an unproven one: the poll still guarantees pickup
+            log_event(logging.WARNING, "jobs.worker.wake-check-failed", worker_id=self.worker_id, error=repr(exc))
+            live = False
+        return idle_ceiling_for(None, wake_live=live)
+
     def _loop(self) -> None:
         wait_ms = self.poll_interval_ms
-        ceiling = self.idle_poll_max_ms or IDLE_POLL_CEILING_MS
         while self._accepting:
             self._wake.clear()
             try:
@@ -259,7 +276,7 @@ class JobWorker:
             except Exception as exc:
                 log_event(logging.ERROR, "jobs.worker.pass-failed", worker_id=self.worker_id, error=repr(exc))
                 dispatched = 0
-            wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, ceiling)
+            wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, self.idle_ceiling_ms())
             if self._wake.wait(wait_ms / 1000):
                 wait_ms = self.poll_interval_ms
 
@@ -308,7 +325,7 @@ class JobWorker:
     def _execute(self, flight: InFlight) -> None:
         job = flight.job
         execution: JobExecution | None = None
-        close_old_connections()
+        release_stale_connections()
         try:
             execution = execute_job(
                 job,
@@ -318,11 +335,12 @@ class JobWorker:
                 signal=flight.signal,
                 visibility_timeout_ms=self.visibility_timeout_ms,
                 hooks=hooks_for(flight),
+                acker=self._acks,
             )
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
-            close_old_connections()
+            release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
             with self._lock:
                 self._flights.pop(job.claim, None)
@@ -414,6 +432,15 @@ class JobWorker:
             return self._lock.wait_for(lambda: not self._flights, timeout)
 
 
+def idle_ceiling_for(declared: int | None, *, wake_live: bool) -> int:
+    """The idle ceiling rule (spec: "Idle cost and pickup latency"): ``declared`` is the ceiling either way;
+    undeclared, it is WOKEN_IDLE_POLL_CEILING_MS (5 s) while the wake is proven, IDLE_POLL_CEILING_MS (2 s)
+    otherwise."""
+    if declared:
+        return declared
+    return WOKEN_IDLE_POLL_CEILING_MS if wake_live else IDLE_POLL_CEILING_MS
+
+
 def renew_round_check_windows(worker: JobWorker) -> None:
     """While a heartbeat hangs, still catch leases whose whole window passed with nothing landing."""
     from .inflight import _lease_lost
@@ -462,7 +489,8 @@ def job_worker(
 ) -> JobWorker:
     """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
     under) are required; everything else defaults: every registered queue, 8 slots per queue, a 30 s
-    visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling.
+    visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
+    the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
 
     >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
     >>> worker.run()          # blocks; SIGTERM drains

@@ -1,0 +1,388 @@
+"""Real worker processes against Postgres: ``manage.py jobs_worker`` (settings
+:mod:`tests.e2e.pg_settings`, jobs :mod:`tests.e2e.pg_jobs`) killed, drained and run side by side on
+the test database.
+
+The children are not under pytest-django: they get ``ULTIMATE_JOBS_TEST_DB`` naming the test database
+itself (``connection.settings_dict["NAME"]``, already ``test_…``), so rows committed here are theirs.
+What ran where is read from ``e2e_effects`` (every body writes its job key, pid and attempt there)
+and from ``x_jobs`` with SQL. Every wait is a bounded ``eventually()``; every child still alive at
+teardown is SIGKILLed before the database is flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+import pytest
+from django.db import connection
+
+from tests.helpers import eventually
+from ultimate_jobs import registry
+from ultimate_jobs.conf import set_job_driver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+REPO = Path(__file__).resolve().parents[2]
+QUEUE = "e2e-pg"
+START_S = 30.0  # a child's Django set-up up to its first line
+EXIT_S = 10.0  # a child's exit after a signal
+DRAIN_DEADLINE_S = 5.0
+POLL_S = 0.05
+RACE_LOCK = 0x75E2E5  # the advisory lock both racing enqueuers queue behind
+RACE_ROUNDS = 20
+BULK_JOBS = 5_000
+BULK_BATCH = 500
+
+
+class Child:
+    """One child process. Daemon threads read its stdout (every line kept) and stderr (the tail)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.popen = subprocess.Popen(
+            args,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.worker_id = ""
+        self._lines: list[str] = []
+        self._errors: deque[str] = deque(maxlen=300)
+        self._lock = threading.Lock()
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.popen.stdout, self._lines.append), daemon=True),
+            threading.Thread(target=self._pump, args=(self.popen.stderr, self._errors.append), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _pump(self, stream: IO[str], keep: Callable[[str], None]) -> None:
+        for line in stream:
+            with self._lock:
+                keep(line.rstrip("\n"))
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    @property
+    def stderr(self) -> str:
+        with self._lock:
+            return "\n".join(self._errors)
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} (pid {self.pid}, exit {self.popen.poll()}): stdout={self.lines[-20:]} "
+            f"stderr=...{self.stderr[-3000:]}"
+        )
+
+    def line(self, index: int, timeout: float = START_S) -> str:
+        """Stdout line ``index`` (0-based), once it is written; fails at once if the child exits first."""
+
+        def written() -> str:
+            exited = self.popen.poll() is not None
+            if exited:
+                for reader in self._readers:
+                    reader.join(EXIT_S)  # every line the child wrote before it exited is read
+            lines = self.lines
+            if len(lines) > index:
+                return lines[index]
+            if exited:
+                raise RuntimeError(f"the child exited before writing line {index}: {self.describe()}")
+            raise AssertionError(f"{self.name} has written {len(lines)} lines")
+
+        try:
+            return eventually(written, timeout=timeout, interval=POLL_S)
+        except AssertionError as exc:
+            raise AssertionError(f"no line {index} within {timeout}s: {self.describe()}") from exc
+
+    def send(self, text: str) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text + "\n")
+        self.popen.stdin.flush()
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float = EXIT_S) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=EXIT_S)
+        for reader in self._readers:
+            reader.join(EXIT_S)
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+Spawn = Callable[..., Child]
+
+
+@pytest.fixture
+def effects_table() -> Iterator[None]:
+    """``e2e_effects``, empty — not a model, so the flush after each test leaves it alone; emptied here."""
+    from tests.e2e.pg_jobs import EFFECTS_TABLE_SQL
+
+    with connection.cursor() as cursor:
+        cursor.execute(EFFECTS_TABLE_SQL)
+        cursor.execute("TRUNCATE e2e_effects")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE e2e_effects")
+
+
+@pytest.fixture
+def spawn(effects_table: None) -> Iterator[Spawn]:
+    """Start children on the test database with the Postgres settings; SIGKILL whatever still runs at
+    teardown (before ``e2e_effects`` is emptied and the tables are flushed)."""
+    children: list[Child] = []
+    base_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+        "PYTHONUNBUFFERED": "1",
+        "DJANGO_SETTINGS_MODULE": "tests.e2e.pg_settings",
+        "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"],
+    }
+
+    def start(name: str, *args: str, vt: str = "30s") -> Child:
+        child = Child(name, [sys.executable, *args], {**base_env, "UJ_VT": vt})
+        children.append(child)
+        return child
+
+    try:
+        yield start
+    finally:
+        for child in children:
+            child.close()
+
+
+def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int = 4) -> list[Child]:
+    """``manage.py jobs_worker`` per name, all started before any is waited for; answers them once each
+    has printed ``worker <id> serving …`` (``child.worker_id`` set)."""
+    workers = [
+        spawn(
+            name,
+            "manage.py",
+            "jobs_worker",
+            "--queues",
+            QUEUE,
+            "--concurrency",
+            str(concurrency),
+            "--drain-deadline",
+            f"{DRAIN_DEADLINE_S:g}s",
+            vt=vt,
+        )
+        for name in names
+    ]
+    for worker in workers:
+        banner = worker.line(0)
+        assert banner.startswith("worker ") and banner.endswith(f" serving {QUEUE}"), worker.describe()
+        worker.worker_id = banner.split()[1]
+    return workers
+
+
+@dataclass
+class PgJobs:
+    """The Postgres driver installed in this process, and the e2e job handles."""
+
+    driver: PostgresDriver
+    jobs: ModuleType
+
+
+@pytest.fixture
+def pg() -> Iterator[PgJobs]:
+    """Install a Postgres driver on the test database for this process's enqueues; restore after."""
+    from tests.e2e import pg_jobs
+
+    driver = PostgresDriver()
+    set_job_driver(driver)
+    try:
+        yield PgJobs(driver, pg_jobs)
+    finally:
+        set_job_driver(None)
+        for name in ("record_effect", "hold_retry", "hold_once"):
+            registry.unregister(name)  # declared for the children; this process only enqueues
+
+
+def query(sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def job_row(job_id: str) -> dict[str, Any]:
+    rows = query(
+        "SELECT state, attempts, max_attempts, worker_id, last_error, last_code, lease_until FROM x_jobs WHERE id = %s",
+        [job_id],
+    )
+    assert len(rows) == 1, f"x_jobs has {len(rows)} rows for {job_id}"
+    keys = ("state", "attempts", "max_attempts", "worker_id", "last_error", "last_code", "lease_until")
+    return dict(zip(keys, rows[0], strict=True))
+
+
+def row_in(job_id: str, state: str) -> Callable[[], dict[str, Any]]:
+    """For ``eventually()``: the row once it is in ``state`` (an AssertionError, "not yet", before)."""
+
+    def check() -> dict[str, Any]:
+        row = job_row(job_id)
+        assert row["state"] == state, row
+        return row
+
+    return check
+
+
+def markers(job_id: str) -> list[tuple[str, int, int]]:
+    """The hold body's marks for one job, in order: ``(running|again, pid, attempt)``."""
+    rows = query(
+        "SELECT split_part(job_key, ':', 1), worker_pid, attempt FROM e2e_effects "
+        "WHERE job_key IN (%s, %s) ORDER BY at, job_key DESC",
+        [f"running:{job_id}", f"again:{job_id}"],
+    )
+    return [(kind, pid, attempt) for kind, pid, attempt in rows]
+
+
+def marked_at(job_id: str, kind: str) -> Any:
+    return query("SELECT at FROM e2e_effects WHERE job_key = %s", [f"{kind}:{job_id}"])[0][0]
+
+
+def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(spawn: Spawn, pg: PgJobs) -> None:
+    job_id = pg.jobs.hold_retry.enqueue({"key": "sigkill-retry"}).id
+    (a,) = start_workers(spawn, "A", vt="2s")
+    eventually(lambda: markers(job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+    held = job_row(job_id)
+    assert (held["state"], held["attempts"], held["worker_id"]) == ("running", 1, a.worker_id)
+
+    a.signal(signal.SIGKILL)  # no drain, no settle: the row stays running under A's lease
+    assert a.wait() == -signal.SIGKILL
+    lease_until = job_row(job_id)["lease_until"]
+    (b,) = start_workers(spawn, "B", vt="2s")
+
+    done = eventually(row_in(job_id, "done"), timeout=20.0, interval=POLL_S)
+    assert done["attempts"] == 2
+    assert markers(job_id) == [("running", a.pid, 1), ("again", b.pid, 2)], b.describe()
+    assert marked_at(job_id, "again") >= lease_until, "B re-claimed the row before A's lease lapsed"
+
+
+def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn, pg: PgJobs) -> None:
+    job_id = pg.jobs.hold_once.enqueue({"key": "sigkill-once"}).id
+    (a,) = start_workers(spawn, "A", vt="2s")
+    eventually(lambda: markers(job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+
+    a.signal(signal.SIGKILL)
+    assert a.wait() == -signal.SIGKILL
+    assert job_row(job_id)["state"] == "running"
+    (b,) = start_workers(spawn, "B", vt="2s")
+
+    dead = eventually(row_in(job_id, "dead"), timeout=20.0, interval=POLL_S)
+    assert (dead["attempts"], dead["max_attempts"], dead["last_error"]) == (1, 1, "LEASE_LAPSED_FINAL_ATTEMPT")
+    assert (dead["worker_id"], dead["lease_until"]) == (None, None)
+    assert markers(job_id) == [("running", a.pid, 1)], f"the body ran again: {b.describe()}"
+    counted = query("SELECT coalesce(sum(dead), 0) FROM x_job_counters WHERE job = 'hold_once'")
+    assert counted == [(1,)]
+
+
+def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_once(spawn: Spawn, pg: PgJobs) -> None:
+    (a,) = start_workers(spawn, "A")  # the default 30 s visibility timeout: a lapse would take that long
+    job_id = pg.jobs.hold_retry.enqueue({"key": "sigterm"}).id
+    eventually(lambda: markers(job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+    (b,) = start_workers(spawn, "B")
+
+    sent = time.monotonic()
+    a.signal(signal.SIGTERM)
+    code = a.wait()
+    exited = time.monotonic() - sent
+    assert code == 0, a.describe()
+    assert exited < DRAIN_DEADLINE_S, f"A exited {exited:.2f}s after SIGTERM; its drain deadline is 5 s"
+    assert "jobs.job.interrupted" in a.stderr, a.describe()
+
+    done = eventually(row_in(job_id, "done"), timeout=15.0, interval=POLL_S)
+    picked_up = time.monotonic() - sent
+    assert picked_up < 15.0  # far inside the 30 s visibility timeout: a hand-back, not a lapse
+    assert (done["attempts"], done["last_code"]) == (1, "X_DRAINING")  # the drained attempt was not counted
+    assert markers(job_id) == [("running", a.pid, 1), ("again", b.pid, 1)], b.describe()
+
+
+def test_four_workers_complete_five_thousand_jobs_exactly_once(spawn: Spawn, pg: PgJobs) -> None:
+    requests = [pg.jobs.record_effect.build_request({"key": f"bulk-{i:05d}"}) for i in range(BULK_JOBS)]
+    for start in range(0, BULK_JOBS, BULK_BATCH):
+        answers = pg.driver.enqueue_many(requests[start : start + BULK_BATCH])
+        assert not any(a.deduped for a in answers)
+    workers = start_workers(spawn, "W1", "W2", "W3", "W4", concurrency=8)
+
+    def all_done() -> bool:
+        (done,) = query("SELECT count(*) FROM x_jobs WHERE name = 'record_effect' AND state = 'done'")[0]
+        return bool(done == BULK_JOBS)
+
+    try:
+        eventually(all_done, timeout=120.0, interval=0.5)
+    except AssertionError as exc:
+        states = query("SELECT state, count(*) FROM x_jobs GROUP BY state ORDER BY state")
+        raise AssertionError(f"{states}; {[w.describe() for w in workers]}") from exc
+
+    assert query("SELECT count(*), count(DISTINCT job_key) FROM e2e_effects") == [(BULK_JOBS, BULK_JOBS)]
+    assert query("SELECT state, attempts, count(*) FROM x_jobs GROUP BY state, attempts") == [("done", 1, BULK_JOBS)]
+    pids = {pid for (pid,) in query("SELECT DISTINCT worker_pid FROM e2e_effects")}
+    assert pids <= {w.pid for w in workers}
+    assert len(pids) > 1, f"one worker ran every job: {pids}"
+    assert query("SELECT sum(done) FROM x_job_counters WHERE job = 'record_effect'") == [(BULK_JOBS,)]
+    for worker in workers:
+        assert "ERROR" not in worker.stderr, worker.describe()
+
+
+def test_two_processes_enqueueing_one_key_at_once_make_one_live_row(spawn: Spawn, pg: PgJobs) -> None:
+    racers = [spawn(name, "-m", "tests.e2e.pg_enqueue", str(RACE_LOCK)) for name in ("R1", "R2")]
+    for racer in racers:
+        assert racer.line(0) == "READY", racer.describe()
+
+    def queued_behind_the_lock() -> bool:
+        (waiting,) = query(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = %s "
+            "AND mode = 'ShareLock' AND NOT granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [RACE_LOCK],
+        )[0]
+        return bool(waiting == len(racers))
+
+    for round_ in range(1, RACE_ROUNDS + 1):
+        key = f"race-{round_}"
+        query("SELECT pg_advisory_lock(%s)", [RACE_LOCK])
+        try:
+            for racer in racers:
+                racer.send(key)
+            eventually(queued_behind_the_lock, timeout=10.0, interval=0.005)
+        finally:
+            query("SELECT pg_advisory_unlock(%s)", [RACE_LOCK])  # both racers go at once
+        answers = [json.loads(racer.line(round_, timeout=10.0)) for racer in racers]
+
+        assert [a["key"] for a in answers] == [key, key]
+        assert answers[0]["id"] == answers[1]["id"], answers
+        assert answers[0]["run_id"] == answers[1]["run_id"], answers
+        assert sorted(a["deduped"] for a in answers) == [False, True], answers
+        rows = query("SELECT id::text, state FROM x_jobs WHERE name = 'record_effect' AND idempotency_key = %s", [key])
+        assert rows == [(answers[0]["id"], "ready")], (round_, rows)

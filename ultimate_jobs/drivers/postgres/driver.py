@@ -1,0 +1,370 @@
+"""The Postgres driver — the default: every statement an ``SQL_*`` constant, run on Django's own
+connection for the configured alias (the transaction's connection inside ``atomic()``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+
+from ...clock import Clock, system_clock
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...ids import new_id
+from ...logs import log_event
+from ..base import (
+    Ack,
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    ClaimedJob,
+    ClaimRef,
+    Enqueued,
+    EnqueueRequest,
+    ExhaustedJob,
+    Heartbeat,
+    NackOptions,
+    QueueStats,
+    StepRecord,
+    nack_counter,
+    nack_state,
+)
+from . import sql
+from .executor import Executor, django_executor, from_jsonb, jsonb
+from .rows import claimed_job, job_record, step_record
+from .wake import QueueWake, conninfo_for, pool_probe, start_queue_wake
+
+# Rows a claim may lock beyond its caps, per queue, to bury lapsed final attempts on the way.
+CLAIM_BURY_SCAN = 16
+
+
+class PostgresDriver:
+    """The whole driver protocol over Postgres. ``alias`` names the Django database.
+
+    >>> set_job_driver(PostgresDriver(alias="default"))
+    """
+
+    name = "postgres"
+    supports_listen = True
+
+    def __init__(
+        self,
+        *,
+        alias: str = "default",
+        clock: Clock | None = None,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        executor: Executor | None = None,
+    ) -> None:
+        self.executor = executor or django_executor(alias)
+        self.alias = self.executor.alias
+        self.clock = clock or system_clock()
+        self.visibility_timeout_ms = visibility_timeout_ms
+        from .introspect import PostgresIntrospection
+
+        self._introspect = PostgresIntrospection(self)
+        self._leases = PostgresLeaseStore(self)
+        self._wake_lock = threading.Lock()
+        self._listeners: list[Callable[[str], None]] = []
+        self._wake: QueueWake | None = None
+
+    @property
+    def introspect(self) -> Any:
+        return self._introspect
+
+    @property
+    def leases(self) -> PostgresLeaseStore:
+        return self._leases
+
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    # -- the wake ------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Hear the queue names other processes announce (LISTEN x_jobs_wake). The session starts with
+        the first subscriber — only the worker role subscribes, so an enqueuing web process holds none —
+        and stops with the last. Answers an unsubscribe."""
+        with self._wake_lock:
+            self._listeners.append(listener)
+            if self._wake is None:
+                self._wake = start_queue_wake(
+                    conninfo=conninfo_for(connections[self.alias].settings_dict),
+                    probe=pool_probe(self.alias),
+                    on_wake=self._announce,
+                    clock=system_clock(),  # the proof deadline is wall time, whatever clock the queue reads
+                )
+
+        def unsubscribe() -> None:
+            with self._wake_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+                if not self._listeners and self._wake is not None:
+                    self._wake.stop()
+                    self._wake = None
+
+        return unsubscribe
+
+    def _announce(self, queue: str) -> None:
+        for listener in list(self._listeners):
+            listener(queue)
+
+    def wake_is_live(self) -> bool:
+        """Whether the LISTEN session is proven (the worker then raises its idle ceiling to 5 s)."""
+        wake = self._wake
+        return wake is not None and wake.is_live()
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        return self.enqueue_many([request])[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        if not requests:
+            return []
+        rows = [
+            {
+                "ord": i,
+                "id": r.id or new_id(),
+                "run_id": r.run_id or new_id(),
+                "name": r.name,
+                "queue": r.queue,
+                "tenant_id": r.tenant_id,
+                "idempotency_key": r.idempotency_key,
+                "input": dict(r.input),
+                "max_attempts": r.max_attempts,
+                "priority": r.priority,
+                "run_at_ms": r.run_at_ms,
+                "enqueued_by": r.enqueued_by,
+                "traceparent": r.traceparent,
+                "concurrency_key": r.concurrency_key,
+            }
+            for i, r in enumerate(requests)
+        ]
+        with transaction.atomic(using=self.alias):  # all or nothing: a refused request inserts no row
+            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()})
+            answers: list[Enqueued] = []
+            for (_, job_id, run_id, deduped), row, request in zip(answered, rows, requests, strict=True):
+                if job_id is None:  # a concurrent enqueue committed the key after this statement's snapshot
+                    job_id, run_id = self._lookup(row, request)
+                if deduped and request.on_conflict == "error" and str(job_id) != row["id"]:
+                    raise JobDuplicateError(
+                        f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {job_id}; "
+                        "enqueue with on_conflict='dedupe' to answer that job instead",
+                        {"job": request.name, "key": request.idempotency_key, "holder": str(job_id)},
+                    )
+                answers.append(Enqueued(str(job_id), str(run_id), bool(deduped)))
+        return answers
+
+    def _lookup(self, row: Mapping[str, Any], request: EnqueueRequest) -> tuple[Any, Any]:
+        found = self.executor.query(
+            sql.SQL_ENQUEUE_LOOKUP,
+            {"id": row["id"], "name": request.name, "key": request.idempotency_key, "tenant": request.tenant_id or ""},
+        )
+        if not found:
+            raise JobDuplicateError(
+                f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
+                {"job": request.name, "key": request.idempotency_key},
+            )
+        return found[0][0], found[0][1]
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> list[ClaimedJob]:
+        if not queues:
+            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
+        if limit <= 0:
+            return []
+        names = list(dict.fromkeys(queues))
+        caps = [min(limit, (queue_limits or {}).get(q, limit)) for q in names]
+        rows = self.executor.query(
+            sql.SQL_CLAIM,
+            {
+                "queues": names,
+                "caps": caps,
+                "bury": CLAIM_BURY_SCAN,
+                "now": self._now(),
+                "vt": visibility_timeout_ms,
+                "worker": worker_id,
+                "drop": sorted(drop_exhausted),
+            },
+        )
+        claimed: list[ClaimedJob] = []
+        exhausted: list[ExhaustedJob] = []
+        for row in rows:
+            if row[0] == "claimed":
+                steps = tuple(step_record(s) for s in from_jsonb(row[-1]))
+                claimed.append(claimed_job(row[1:-1], steps))
+            else:
+                record = job_record(row[1:-1])
+                exhausted.append(
+                    ExhaustedJob(
+                        id=record.id,
+                        run_id=record.run_id,
+                        name=record.name,
+                        queue=record.queue,
+                        tenant_id=record.tenant_id,
+                        input=record.input,
+                        attempt=record.attempts,
+                        state="failed" if record.state == "failed" else "dead",
+                    )
+                )
+        claimed.sort(key=lambda job: (-job.priority, job.run_at_ms, job.id))
+        if len(claimed) > limit:  # per-queue caps summed past the overall limit: hand the rest back now
+            for extra in claimed[limit:]:
+                self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
+            claimed = claimed[:limit]
+        if exhausted and on_exhausted is not None:
+            on_exhausted(exhausted)
+        return claimed
+
+    # -- settles -------------------------------------------------------------------------------
+
+    def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
+        log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        valid = [a for a in acks if is_uuid(a.job_id)]
+        params = {
+            "ids": [a.job_id for a in valid],
+            "workers": [a.ref.worker_id for a in valid],
+            "claims": [a.ref.claim for a in valid],
+            "durations": [a.duration_ms for a in valid],
+            "now": self._now(),
+        }
+        landed = frozenset(str(r[0]) for r in self.executor.query(sql.SQL_ACK, params)) if valid else frozenset()
+        for a in acks:
+            if a.job_id not in landed:
+                self._unowned(a.job_id, a.ref, "ack")
+        return landed
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        if not is_uuid(job_id):
+            self._unowned(job_id, ref, "nack")
+            return False
+        landed = self.executor.query(
+            sql.SQL_NACK,
+            {
+                "id": job_id,
+                "worker": ref.worker_id,
+                "claim": ref.claim,
+                "state": nack_state(options),
+                "uncount": 0 if options.count_attempt else 1,
+                "run_at": options.run_at_ms,
+                "error": options.error,
+                "code": options.code,
+                "counter": nack_counter(options),
+                "duration": options.duration_ms,
+                "now": self._now(),
+            },
+        )
+        if not landed:
+            self._unowned(job_id, ref, "nack")
+        return bool(landed)
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        valid = [b for b in beats if is_uuid(b.job_id)]
+        params = {
+            "ids": [b.job_id for b in valid],
+            "workers": [b.ref.worker_id for b in valid],
+            "claims": [b.ref.claim for b in valid],
+            "vt": visibility_timeout_ms,
+            "now": self._now(),
+        }
+        rows = self.executor.query(sql.SQL_HEARTBEAT, params) if valid else []
+        renewed = frozenset(str(r[0]) for r in rows)
+        for beat in beats:
+            if beat.job_id not in renewed:
+                self._unowned(beat.job_id, beat.ref, "heartbeat")
+        return renewed
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        if not is_uuid(job_id):
+            self._unowned(job_id, ref, "save_step")
+            return False
+        landed = self.executor.query(
+            sql.SQL_SAVE_STEP,
+            {
+                "id": job_id,
+                "worker": ref.worker_id,
+                "claim": ref.claim,
+                "name": step.name,
+                "seq": step.seq,
+                "status": step.status,
+                "output": jsonb(step.output),
+                "started": step.started_at_ms,
+                "finished": step.finished_at_ms,
+                "wake": step.wake_at_ms,
+                "meta": jsonb(dict(step.meta)),
+            },
+        )
+        if not landed:
+            self._unowned(job_id, ref, "save_step")
+        return bool(landed)
+
+    def stats(self) -> list[QueueStats]:
+        per: dict[str, dict[str, Any]] = {}
+        for queue, state, count, oldest, paused in self.executor.query(sql.SQL_STATS, {"now": self._now()}):
+            entry = per.setdefault(queue, {"queue": queue, "paused": paused, "oldest_ready_ms": None})
+            entry[state] = count
+            if oldest is not None:
+                current = entry["oldest_ready_ms"]
+                entry["oldest_ready_ms"] = oldest if current is None else min(current, oldest)
+        return [QueueStats(**entry) for _, entry in sorted(per.items())]
+
+    def close(self) -> None:
+        """Stop the wake session; statements run on Django's connections, which Django closes."""
+        with self._wake_lock:
+            self._listeners.clear()
+            wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.stop()
+
+
+def is_uuid(value: str) -> bool:
+    """Whether ``value`` can name a row of ``x_jobs`` (ids are UUIDs); anything else names none."""
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+class PostgresLeaseStore:
+    """Fleet slots in ``x_job_leases`` (see the ``SQL_LEASE_*`` statements)."""
+
+    def __init__(self, driver: PostgresDriver) -> None:
+        self._d = driver
+
+    def acquire(self, key: str, holder: str, *, limit: int, ttl_ms: int) -> bool:
+        params = {"key": key, "holder": holder, "limit": limit, "ttl": ttl_ms, "now": self._d.clock.now_ms()}
+        try:
+            with transaction.atomic(using=self._d.alias):
+                self._d.executor.query(sql.SQL_LEASE_LOCK, params)
+                return bool(self._d.executor.query(sql.SQL_LEASE_ACQUIRE, params)[0][0])
+        except IntegrityError:  # another transaction inserted this very holder between the lock and us
+            return False
+
+    def renew(self, key: str, holder: str, *, ttl_ms: int) -> bool:
+        params = {"key": key, "holder": holder, "ttl": ttl_ms, "now": self._d.clock.now_ms()}
+        return bool(self._d.executor.query(sql.SQL_LEASE_RENEW, params))
+
+    def release(self, key: str, holder: str) -> None:
+        self._d.executor.query(sql.SQL_LEASE_RELEASE, {"key": key, "holder": holder})
+
+    def holders(self, key: str) -> list[str]:
+        rows = self._d.executor.query(sql.SQL_LEASE_HOLDERS, {"key": key, "now": self._d.clock.now_ms()})
+        return [r[0] for r in rows]

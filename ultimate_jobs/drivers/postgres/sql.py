@@ -1,0 +1,329 @@
+"""Every statement of the Postgres driver's hot path, verbatim, one constant each.
+
+An operator debugging a stuck queue can read and run the exact statement. Conventions: named
+parameters (``%(now)s``); the caller's clock is injected as epoch milliseconds and converted with
+``to_timestamp(%(now)s / 1000.0)`` — no statement compares with the server's ``now()``; times come
+back as epoch ms. The operator statements live in :mod:`.sql_operator`.
+"""
+
+from __future__ import annotations
+
+from .rows import JOB_COLUMNS, STEP_COLUMNS
+
+LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
+WAKE_CHANNEL = "x_jobs_wake"
+WAKE_SLOT_MS = 250
+WAKE_DUE_WITHIN_MS = 1_000
+
+# SQL_ENQUEUE — insert a batch of jobs in ONE statement, in request order.
+# Guarantees: inserts nothing under an id that already names a row (live or finished), and nothing
+# under a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx)
+# — ON CONFLICT DO NOTHING covers both. Answers one row per request: the inserted ids, or the row
+# that already held the id or the live key (deduped). Announces each queue that got a row due within
+# WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue) — unless another live row of that queue was
+# created in the same WAKE_SLOT_MS slot (the throttle; x_jobs_state_queue_idx) or nothing was inserted.
+SQL_ENQUEUE = f"""
+WITH req AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
+        input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,
+        traceparent text, concurrency_key text
+    )
+),
+ins AS (
+    INSERT INTO x_jobs (
+        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
+        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+    )
+    SELECT id, run_id, name, queue, tenant_id, idempotency_key, input,
+           CASE WHEN coalesce(run_at_ms, %(now)s) > %(now)s THEN 'delayed' ELSE 'ready' END,
+           0, max_attempts, priority, to_timestamp(coalesce(run_at_ms, %(now)s) / 1000.0),
+           to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0), enqueued_by, traceparent,
+           concurrency_key
+    FROM req
+    ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING id, run_id, name, tenant_id, idempotency_key, queue, run_at
+),
+wake AS (
+    SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
+    FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
+    WHERE NOT EXISTS (
+        SELECT 1 FROM x_jobs o
+        WHERE o.state IN {LIVE_STATES_SQL} AND o.queue = q.queue
+          AND o.created_at >= to_timestamp((%(now)s - %(now)s %% {WAKE_SLOT_MS}) / 1000.0)
+    )
+)
+SELECT r.ord,
+       coalesce(i.id, e.id, b.id, l.id),
+       coalesce(i.run_id, e.run_id, b.run_id, l.run_id),
+       i.id IS NULL AS deduped
+FROM req r
+LEFT JOIN ins i ON i.id = r.id
+LEFT JOIN x_jobs e ON e.id = r.id
+LEFT JOIN ins b ON b.id <> r.id AND b.name = r.name AND b.idempotency_key = r.idempotency_key
+                AND coalesce(b.tenant_id, '') = coalesce(r.tenant_id, '')
+LEFT JOIN x_jobs l ON l.name = r.name AND l.idempotency_key = r.idempotency_key
+                   AND coalesce(l.tenant_id, '') = coalesce(r.tenant_id, '') AND l.state IN {LIVE_STATES_SQL}
+CROSS JOIN (SELECT count(*) FROM wake) announced
+ORDER BY r.ord
+"""
+
+# SQL_ENQUEUE_LOOKUP — the row that holds an id or a live key, for a request SQL_ENQUEUE answered
+# with nothing: a concurrent enqueue of the same key committed after SQL_ENQUEUE's snapshot was taken
+# (its ON CONFLICT waited for that commit). A new statement sees it.
+SQL_ENQUEUE_LOOKUP = f"""
+SELECT id, run_id FROM x_jobs
+WHERE id = %(id)s
+   OR (name = %(name)s AND idempotency_key = %(key)s AND coalesce(tenant_id, '') = %(tenant)s
+       AND state IN {LIVE_STATES_SQL})
+ORDER BY (id = %(id)s) DESC
+LIMIT 1
+"""
+
+# SQL_CLAIM — take up to %(caps)s[i] due rows of each queue %(queues)s[i] in ONE statement.
+# First arm (x_jobs_claim_idx, walked in its own order, so the cost is the rows taken, not the rows
+# waiting): ready/delayed/suspended rows whose run_at has passed, per queue in claim order (priority
+# desc, run_at, id — ids are UUIDv7, so enqueue order), locked FOR UPDATE SKIP LOCKED so concurrent
+# workers never take one row twice. Second arm (x_jobs_lease_idx): running rows
+# whose lease lapsed (their worker died) are re-taken — except a row already at attempts >=
+# max_attempts, which is BURIED in the same statement: dead (failed when its name is in %(drop)s),
+# last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out. A queue with a row in
+# x_job_paused_queues is read by no claim. Claimed rows get attempts + 1, this worker, a fresh claim
+# token and a lease to now + %(vt)s; their completed steps ride back with them. Answers 'claimed' and
+# 'buried' rows.
+SQL_CLAIM = f"""
+WITH wanted AS (
+    SELECT c.queue, c.cap
+    FROM unnest(%(queues)s::text[], %(caps)s::int[]) AS c(queue, cap)
+    WHERE NOT EXISTS (SELECT 1 FROM x_job_paused_queues p WHERE p.queue = c.queue)
+),
+due AS (
+    SELECT w.cap, k.*
+    FROM wanted w
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.name, j.state, j.attempts, j.max_attempts, j.priority, j.run_at
+        FROM x_jobs j
+        WHERE j.queue = w.queue AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at <= to_timestamp(%(now)s / 1000.0)
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT w.cap
+        FOR UPDATE SKIP LOCKED
+    ) k
+),
+lapsed AS (
+    SELECT w.cap, k.*
+    FROM wanted w
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.name, j.state, j.attempts, j.max_attempts, j.priority, j.run_at
+        FROM x_jobs j
+        WHERE j.state = 'running' AND j.lease_until <= to_timestamp(%(now)s / 1000.0) AND j.queue = w.queue
+        ORDER BY j.lease_until
+        LIMIT w.cap + %(bury)s
+        FOR UPDATE SKIP LOCKED
+    ) k
+),
+locked AS (
+    SELECT * FROM due UNION ALL SELECT * FROM lapsed
+),
+exhausted AS (
+    SELECT id, name FROM locked WHERE state = 'running' AND attempts >= max_attempts
+),
+take AS (
+    SELECT id FROM (
+        SELECT id, cap, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rn
+        FROM locked
+        WHERE NOT (state = 'running' AND attempts >= max_attempts)
+    ) ranked
+    WHERE rn <= cap
+),
+buried AS (
+    UPDATE x_jobs j
+    SET state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
+        last_error = 'LEASE_LAPSED_FINAL_ATTEMPT', last_code = NULL,
+        finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
+        worker_id = NULL, claim = NULL, lease_until = NULL
+    FROM exhausted x
+    WHERE j.id = x.id
+    RETURNING j.*
+),
+buried_counted AS (
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), 0, 0,
+           count(*) FILTER (WHERE state = 'failed'), count(*) FILTER (WHERE state = 'dead'), 0
+    FROM buried GROUP BY name
+    ON CONFLICT (job, width_ms, bucket) DO UPDATE
+    SET failed = c.failed + excluded.failed, dead = c.dead + excluded.dead
+),
+claimed AS (
+    UPDATE x_jobs j
+    SET state = 'running', attempts = j.attempts + 1, worker_id = %(worker)s, claim = gen_random_uuid(),
+        lease_until = to_timestamp((%(now)s + %(vt)s) / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
+        finished_at = NULL
+    FROM take t
+    WHERE j.id = t.id
+    RETURNING j.*
+)
+SELECT 'claimed', {JOB_COLUMNS},
+       (SELECT coalesce(json_agg(json_build_array({STEP_COLUMNS}) ORDER BY s.seq), '[]')
+        FROM x_job_steps s WHERE s.job_id = j.id)
+FROM claimed j
+UNION ALL
+SELECT 'buried', {JOB_COLUMNS}, '[]'::json
+FROM buried j
+"""
+
+# SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id
+# AND claim): a body whose lease lapsed cannot settle the run that replaced it. Moves the 1-minute
+# x_job_counters bucket (done, duration) in the same statement. Takes arrays, so one statement
+# settles a batch. Answers the ids that landed.
+SQL_ACK = """
+WITH acked AS (
+    UPDATE x_jobs j
+    SET state = 'done', finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
+        worker_id = NULL, claim = NULL, lease_until = NULL
+    FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[], %(durations)s::bigint[])
+         AS a(id, worker_id, claim, duration_ms)
+    WHERE j.id = a.id AND j.state = 'running' AND j.worker_id = a.worker_id AND j.claim::text = a.claim
+    RETURNING j.id, j.name, a.duration_ms
+),
+counted AS (
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), count(*), 0, 0, 0, sum(duration_ms)
+    FROM acked GROUP BY name
+    ON CONFLICT (job, width_ms, bucket) DO UPDATE
+    SET done = c.done + excluded.done, duration_ms = c.duration_ms + excluded.duration_ms
+)
+SELECT id FROM acked
+"""
+
+# SQL_NACK — settle one running row by nack_state() (%(state)s: ready, suspended, failed or dead),
+# fenced on the claim. %(uncount)s hands the attempt back (a suspension, a drain, a shed). %(run_at)s
+# is when it is due again (NULL: now for ready, unchanged otherwise). %(counter)s names the counter
+# column moved in the same statement (NULL for an uncounted hand-back). Announces the queue when the
+# row is ready and due now. Answers the id when it landed.
+SQL_NACK = f"""
+WITH nacked AS (
+    UPDATE x_jobs j
+    SET state = %(state)s,
+        attempts = greatest(0, j.attempts - %(uncount)s),
+        run_at = coalesce(to_timestamp(%(run_at)s / 1000.0),
+                          CASE WHEN %(state)s = 'ready' THEN to_timestamp(%(now)s / 1000.0) ELSE j.run_at END),
+        last_error = coalesce(%(error)s, j.last_error),
+        last_code = CASE WHEN %(error)s IS NULL THEN j.last_code ELSE %(code)s END,
+        finished_at = CASE WHEN %(state)s IN ('dead', 'failed') THEN to_timestamp(%(now)s / 1000.0) END,
+        updated_at = to_timestamp(%(now)s / 1000.0),
+        worker_id = NULL, claim = NULL, lease_until = NULL
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
+    RETURNING j.id, j.name, j.queue, j.state, j.run_at
+),
+counted AS (
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), 0,
+           (%(counter)s = 'retried')::int, (%(counter)s = 'failed')::int, (%(counter)s = 'dead')::int,
+           coalesce(%(duration)s, 0)
+    FROM nacked WHERE %(counter)s IS NOT NULL
+    ON CONFLICT (job, width_ms, bucket) DO UPDATE
+    SET retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
+        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+),
+wake AS (
+    SELECT pg_notify('{WAKE_CHANNEL}', queue) FROM nacked
+    WHERE state = 'ready' AND run_at <= to_timestamp(%(now)s / 1000.0)
+)
+SELECT id FROM nacked CROSS JOIN (SELECT count(*) FROM wake) announced
+"""
+
+# SQL_HEARTBEAT — renew every in-flight lease of a worker in ONE statement, each fenced on its claim.
+# Answers the ids whose renewal landed; a missing id was cancelled or re-claimed.
+SQL_HEARTBEAT = """
+UPDATE x_jobs j
+SET lease_until = to_timestamp((%(now)s + %(vt)s) / 1000.0)
+FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[]) AS h(id, worker_id, claim)
+WHERE j.id = h.id AND j.state = 'running' AND j.worker_id = h.worker_id AND j.claim::text = h.claim
+RETURNING j.id
+"""
+
+# SQL_SAVE_STEP — persist one step under the claim (x_job_steps_job_name_uniq): written only while
+# the job is running under this worker and claim; a replayed name overwrites its own row.
+SQL_SAVE_STEP = """
+INSERT INTO x_job_steps AS s (job_id, name, seq, status, output, started_at, finished_at, wake_at, meta)
+SELECT %(id)s, %(name)s, %(seq)s, %(status)s, %(output)s::jsonb, to_timestamp(%(started)s / 1000.0),
+       to_timestamp(%(finished)s / 1000.0), to_timestamp(%(wake)s / 1000.0), %(meta)s::jsonb
+WHERE EXISTS (
+    SELECT 1 FROM x_jobs j
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
+)
+ON CONFLICT (job_id, name) DO UPDATE
+SET seq = excluded.seq, status = excluded.status, output = excluded.output, started_at = excluded.started_at,
+    finished_at = excluded.finished_at, wake_at = excluded.wake_at, meta = excluded.meta
+RETURNING s.id
+"""
+
+# SQL_STATS — per-queue counts by state, the oldest due ready row, and whether the queue is paused.
+SQL_STATS = """
+SELECT q.queue, q.state, q.n, q.oldest, (p.queue IS NOT NULL)
+FROM (
+    SELECT queue, state, count(*) AS n,
+           (extract(epoch from min(run_at) FILTER (
+               WHERE state IN ('ready', 'delayed') AND run_at <= to_timestamp(%(now)s / 1000.0))) * 1000)::bigint
+               AS oldest
+    FROM x_jobs GROUP BY queue, state
+) q
+LEFT JOIN x_job_paused_queues p ON p.queue = q.queue
+ORDER BY q.queue, q.state
+"""
+
+# SQL_LEASE_LOCK — serialise acquirers of one key for the rest of the transaction (an advisory
+# xact lock is released at commit; it never outlives the statement's transaction).
+SQL_LEASE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7041))"
+
+# SQL_LEASE_ACQUIRE — take a slot of %(key)s for %(holder)s when fewer than %(limit)s OTHER live
+# holders exist (x_job_leases_key_idx); a holder that already has a live slot just renews it; a
+# holder whose slot lapsed goes to the back of the slot order. Lapsed slots of others are purged.
+# Run after SQL_LEASE_LOCK in one transaction. Answers true when the holder holds a slot.
+SQL_LEASE_ACQUIRE = """
+WITH purge AS (
+    DELETE FROM x_job_leases
+    WHERE key = %(key)s AND holder <> %(holder)s AND expires_at <= to_timestamp(%(now)s / 1000.0)
+),
+mine AS (
+    UPDATE x_job_leases SET expires_at = to_timestamp((%(now)s + %(ttl)s) / 1000.0)
+    WHERE key = %(key)s AND holder = %(holder)s AND expires_at > to_timestamp(%(now)s / 1000.0)
+    RETURNING 1
+),
+others AS (
+    SELECT count(*) AS n FROM x_job_leases
+    WHERE key = %(key)s AND holder <> %(holder)s AND expires_at > to_timestamp(%(now)s / 1000.0)
+),
+taken AS (
+    INSERT INTO x_job_leases AS l (key, holder, acquired_at, expires_at)
+    SELECT %(key)s, %(holder)s, to_timestamp(%(now)s / 1000.0), to_timestamp((%(now)s + %(ttl)s) / 1000.0)
+    WHERE NOT EXISTS (SELECT 1 FROM mine) AND (SELECT n FROM others) < %(limit)s
+    ON CONFLICT (key, holder) DO UPDATE SET acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM mine) OR EXISTS (SELECT 1 FROM taken)
+"""
+
+# SQL_LEASE_RENEW — extend a live slot; a lapsed or taken one answers no row.
+SQL_LEASE_RENEW = """
+UPDATE x_job_leases SET expires_at = to_timestamp((%(now)s + %(ttl)s) / 1000.0)
+WHERE key = %(key)s AND holder = %(holder)s AND expires_at > to_timestamp(%(now)s / 1000.0)
+RETURNING id
+"""
+
+# SQL_LEASE_RELEASE — give a slot back (a holder holding nothing is a no-op).
+SQL_LEASE_RELEASE = "DELETE FROM x_job_leases WHERE key = %(key)s AND holder = %(holder)s"
+
+# SQL_LEASE_HOLDERS — the live holders of one key, in slot order.
+SQL_LEASE_HOLDERS = """
+SELECT holder FROM x_job_leases
+WHERE key = %(key)s AND expires_at > to_timestamp(%(now)s / 1000.0)
+ORDER BY acquired_at, id
+"""
+
+# SQL_WAKE_PROBE — the probe that proves a LISTEN session: sent through the pool, it must come back
+# on the session (see wake.py).
+SQL_WAKE_PROBE = f"SELECT pg_notify('{WAKE_CHANNEL}', %(payload)s)"

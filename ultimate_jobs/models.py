@@ -1,0 +1,174 @@
+"""The tables, one model each, ``db_table`` set to the spec's names. Migrations are the one schema
+truth; the hot path reads and writes them through the ``SQL_*`` constants in
+``ultimate_jobs.drivers.postgres.sql``, and the admin reads them through these models. Nothing else
+may write these tables behind the driver's back."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
+
+LIVE = ("ready", "delayed", "running", "suspended")
+STATE_CHOICES = [(s, s) for s in ("ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled")]
+
+
+class Job(models.Model):
+    """``x_jobs``: one row per job run, live or finished."""
+
+    id = models.UUIDField(primary_key=True)
+    run_id = models.UUIDField()
+    name = models.TextField()
+    queue = models.TextField()
+    tenant_id = models.TextField(null=True)
+    idempotency_key = models.TextField()
+    input = models.JSONField()
+    state = models.TextField(choices=STATE_CHOICES)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField()
+    priority = models.IntegerField(default=0)
+    run_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True)
+    worker_id = models.TextField(null=True)
+    claim = models.UUIDField(null=True)
+    lease_until = models.DateTimeField(null=True)
+    last_error = models.TextField(null=True)
+    last_code = models.TextField(null=True)
+    progress = models.JSONField(null=True)
+    enqueued_by = models.TextField(null=True)
+    traceparent = models.TextField(null=True)
+    concurrency_key = models.TextField(null=True)
+
+    class Meta:
+        db_table = "x_jobs"
+        constraints = [
+            models.UniqueConstraint(
+                F("name"),
+                Coalesce("tenant_id", Value("")),
+                F("idempotency_key"),
+                condition=Q(state__in=LIVE),
+                name="x_jobs_name_tenant_idempotency_live_idx",
+            ),
+            models.CheckConstraint(condition=Q(state__in=[s for s, _ in STATE_CHOICES]), name="x_jobs_state_check"),
+        ]
+        indexes = [
+            # SQL_CLAIM's first arm: due rows of one queue in claim order; finished rows cost nothing.
+            models.Index(
+                F("queue"),
+                F("priority").desc(),
+                F("run_at"),
+                F("id"),
+                condition=Q(state__in=("ready", "delayed", "suspended")),
+                name="x_jobs_claim_idx",
+            ),
+            # SQL_CLAIM's second arm: running rows whose lease lapsed.
+            models.Index(F("lease_until"), condition=Q(state="running"), name="x_jobs_lease_idx"),
+            # list(): newest first, by queue/state filters.
+            models.Index(F("created_at").desc(), F("id").desc(), name="x_jobs_created_idx"),
+            models.Index(F("state"), F("queue"), F("created_at"), name="x_jobs_state_queue_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.id} ({self.state})"
+
+
+class JobStep(models.Model):
+    """``x_job_steps``: one row per persisted step of a job (deleted with the job by the driver)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.UUIDField()
+    name = models.TextField()
+    seq = models.IntegerField()
+    status = models.TextField()
+    output = models.JSONField(null=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True)
+    wake_at = models.DateTimeField(null=True)
+    meta = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "x_job_steps"
+        constraints = [models.UniqueConstraint(fields=["job_id", "name"], name="x_job_steps_job_name_uniq")]
+        indexes = [models.Index(fields=["job_id", "seq"], name="x_job_steps_job_seq_idx")]
+
+
+class JobLease(models.Model):
+    """``x_job_leases``: one row per held fleet-concurrency slot, lapsing at ``expires_at``."""
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.TextField()
+    holder = models.TextField()
+    acquired_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_leases"
+        constraints = [models.UniqueConstraint(fields=["key", "holder"], name="x_job_leases_key_holder_uniq")]
+        indexes = [models.Index(fields=["key", "expires_at"], name="x_job_leases_key_idx")]
+
+
+class JobCounter(models.Model):
+    """``x_job_counters``: settles per job per bucket, moved in the statement that settles the row."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.TextField()
+    width_ms = models.IntegerField()
+    bucket = models.DateTimeField()
+    done = models.IntegerField(default=0)
+    retried = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    dead = models.IntegerField(default=0)
+    duration_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "x_job_counters"
+        constraints = [models.UniqueConstraint(fields=["job", "width_ms", "bucket"], name="x_job_counters_bucket_uniq")]
+
+
+class Worker(models.Model):
+    """``x_workers``: the live worker registry, a row per worker renewed by its heartbeat."""
+
+    id = models.TextField(primary_key=True)
+    host = models.TextField()
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    queues = models.JSONField()
+    slots = models.IntegerField()
+    in_flight = models.JSONField()
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_workers"
+
+
+class PausedQueue(models.Model):
+    """``x_job_paused_queues``: a paused queue is a row the claim reads."""
+
+    queue = models.TextField(primary_key=True)
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_paused_queues"
+
+
+class PausedTask(models.Model):
+    """``x_job_paused_tasks``: a paused task is a row the scheduler reads when it is due."""
+
+    task = models.TextField(primary_key=True)
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_paused_tasks"
+
+
+class TaskFire(models.Model):
+    """``x_job_task_fires``: per task, the last occurrence that dispatched."""
+
+    task = models.TextField(primary_key=True)
+    occurrence_at = models.DateTimeField()
+    fired_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_task_fires"
