@@ -42,4 +42,3 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     except UltimateError as exc:
         return [checks.Error(exc.message, id=f"ultimate_jobs.{exc.code}", obj="settings.ULTIMATE_JOBS")]
     return []
-

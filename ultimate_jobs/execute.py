@@ -400,9 +400,10 @@ def execute_job(
 
     ``signal`` is the worker's abort line into the run (drain, cancel, lease loss); the job's own
     ``timeout`` is armed here on ``clock``: it aborts the run's signal and fails the attempt at once,
-    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``acker`` settles a completed attempt (the worker's batcher; default the driver). ``hooks`` tell the worker
-    when the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a
-    renewal already on the wire that comes back unowned is not reported as a lost lease).
+    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``acker`` settles a
+    completed attempt (the worker's batcher; by default the driver). ``hooks`` tell the worker when
+    the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a renewal
+    already on the wire that comes back unowned is not reported as a lost lease).
     """
     clock = clock or job_clock()
     found = handle or registry.lookup(claimed.name)

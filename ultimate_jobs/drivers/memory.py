@@ -19,10 +19,10 @@ from ..clock import Clock, system_clock
 from ..errors import ClaimQueuesEmptyError, JobDuplicateError
 from ..logs import log_event
 from .base import (
-    Ack,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
+    Ack,
     ClaimedJob,
     ClaimRef,
     Enqueued,

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from .acks import AckBatcher
-from .connections import release_stale_connections
-
 from .. import registry
 from ..clock import Clock, SystemClock, Timer
 from ..conf import job_clock
@@ -34,6 +31,8 @@ from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome
 from ..signals import CancelSignal
+from .acks import AckBatcher
+from .connections import release_stale_connections
 from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 

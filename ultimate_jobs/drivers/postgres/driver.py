@@ -16,8 +16,8 @@ from ...errors import ClaimQueuesEmptyError, JobDuplicateError
 from ...ids import new_id
 from ...logs import log_event
 from ..base import (
-    Ack,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
+    Ack,
     ClaimedJob,
     ClaimRef,
     Enqueued,
