@@ -2,6 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
 
@@ -32,5 +33,6 @@ test: venv services lint
 demo: venv services
 	$(PY) manage.py shop_demo
 
-bench: venv
-	$(PY) -m bench
+# make bench BENCH_ARGS=--quick for a smoke run; see bench/README.md.
+bench: venv services
+	$(PY) -m bench $(BENCH_ARGS)

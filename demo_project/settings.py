@@ -36,7 +36,7 @@ DATABASES = {
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 ULTIMATE_JOBS = {
-    "DRIVER": env("ULTIMATE_JOBS_DRIVER", default="memory"),
+    "DRIVER": env("ULTIMATE_JOBS_DRIVER", default="postgres"),
     "REDIS_URL": REDIS_URL,
     # What a shop job reads as run.ctx: the payment gateway, mailer, carrier and warehouse.
     "CONTEXT": "demo_project.shop.services.shop_services",

@@ -163,6 +163,7 @@ class _Attempt:
         self.parsed: Any = None
         self.tenant_id: str | None = None
         self._settle_lock = threading.Lock()
+        self._settle_done = threading.Event()
         self._settled = False
         self._progress_last = -PROGRESS_INTERVAL_MS
         self._progress_pending: Progress | None = None
@@ -195,10 +196,13 @@ class _Attempt:
             if self._settled:
                 return False
             self._settled = True
-        if self.hooks is not None:
-            self.hooks.settling()
-        self._flush_progress()
-        fn(*args)
+        try:
+            if self.hooks is not None:
+                self.hooks.settling()
+            self._flush_progress()
+            fn(*args)
+        finally:
+            self._settle_done.set()
         return True
 
     @property
@@ -299,6 +303,8 @@ class _Attempt:
     # -- on_settled ----------------------------------------------------------------------------
 
     def tell(self) -> None:
+        if self._settled:
+            self._settle_done.wait()  # the deadline's settle may still be on the wire in the timer's thread
         ex = self.execution
         if ex.outcome not in ENDINGS or not ex.landed:
             return

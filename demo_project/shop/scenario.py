@@ -1,5 +1,5 @@
 """The demo shop's scenario, end to end in one process: seed orders, enqueue the shop's jobs, drive
-them with :func:`ultimate_jobs.testing.run_jobs` on a memory driver and a frozen clock, and answer
+them with :func:`ultimate_jobs.testing.run_jobs` on the Postgres driver and a frozen clock, and answer
 what happened to each job. Deterministic: the clock starts at a fixed instant, the outages are
 scripted and the retry jitter is seeded — only the minted job ids differ from run to run.
 
@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import connection
+
 from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.drivers.base import CounterTotals, JobFilter, JobRecord, StepRecord
-from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.durations import format_duration
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.events.memory import MemoryEventBus
@@ -130,7 +132,7 @@ class _Facts:
 
 
 @contextmanager
-def installed(clock: FrozenClock, driver: MemoryDriver) -> Iterator[None]:
+def installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
     """Install ``clock``, ``driver`` and a memory event bus process-wide for the block, then put the
     defaults back (``set_job_driver(None)`` rebuilds from settings on next use)."""
     set_job_clock(clock)
@@ -181,6 +183,15 @@ def captured_events(clock: FrozenClock) -> Iterator[_EventLog]:
 # -- the scenario ----------------------------------------------------------------------------------
 
 
+def clear_queue() -> None:
+    """Start from an empty queue: the demo database is the demo's own, so a second run repeats the first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE x_jobs, x_job_steps, x_job_leases, x_job_counters, x_workers, x_job_paused_queues, "
+            "x_job_paused_tasks, x_job_task_fires"
+        )
+
+
 def seed_orders() -> None:
     """Forget the previous demo's orders and place this one's."""
     Order.objects.filter(org_id__in=DEMO_ORGS).delete()
@@ -194,7 +205,8 @@ def seed_orders() -> None:
 def run_scenario(*, seed: int = 0) -> ScenarioResult:
     """Run the whole scenario and answer what happened. Writes ``Order`` rows in the default database."""
     clock = FrozenClock(start_ms=int(STARTS_AT.timestamp() * 1000))
-    driver = MemoryDriver(clock=clock)
+    driver = PostgresDriver(clock=clock)  # every statement takes the frozen clock's now
+    clear_queue()
     shop = ShopServices(
         mailer=Mailer(outages=1),  # the first email fails with X_MAIL_TEMPORARY
         carrier=Carrier(timeouts=2),  # the carrier times out twice
@@ -231,7 +243,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
         name = handle.name
         record = driver.introspect.get(job_id)
         if record is None:
-            raise RuntimeError(f"the memory driver lost job {job_id} ({name})")
+            raise RuntimeError(f"the queue lost job {job_id} ({name})")
         executions = [e for e in report.executions if e.job_id == job_id]
         steps = {s.name: s for s in driver.introspect.steps(job_id)}
         facts = _Facts(record, executions, steps, orders, worker_up)
@@ -249,7 +261,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
     for handle, job_id in worker_ids:
         record = driver.introspect.get(job_id)
         if record is None:
-            raise RuntimeError(f"the memory driver lost job {job_id} ({handle.name})")
+            raise RuntimeError(f"the queue lost job {job_id} ({handle.name})")
         executions = [e for e in worker_executions if e.job_id == job_id]
         lines.append(
             JobLine(
@@ -278,7 +290,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
 
 
 def run_worker_part(
-    clock: FrozenClock, driver: MemoryDriver, shop: ShopServices
+    clock: FrozenClock, driver: PostgresDriver, shop: ShopServices
 ) -> tuple[list[tuple[JobHandle[Any, Any], str]], list[JobExecution]]:
     """The same queue under a real worker (thread pools, heartbeat, deadlines) on the frozen clock:
     a payout batch stopped by its 30s timeout, and a second sync of one account refused while the
@@ -307,7 +319,7 @@ def run_worker_part(
     return handles, list(worker.executions)
 
 
-def _settled(driver: MemoryDriver, job_id: str) -> None:
+def _settled(driver: PostgresDriver, job_id: str) -> None:
     """Wait (bounded, real time) until a worker thread has settled ``job_id`` out of ``running``."""
     deadline = time.monotonic() + HANG_LIMIT_SECONDS
     while (record := driver.introspect.get(job_id)) is not None and record.state == "running":

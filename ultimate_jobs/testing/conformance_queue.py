@@ -398,6 +398,17 @@ class QueueContract:
             ("third", 3, "done", {"step": "third"}),
         ]
 
+    def test_every_json_output_replays_as_saved(self, driver: JobDriver, clock: FrozenClock) -> None:
+        outputs = ["text", "", "null", "{not json", 7, 2.5, True, None, [1, "a"], {"k": {"n": None}}]
+        driver.enqueue(request())
+        job = claim_one(driver)
+        for seq, output in enumerate(outputs, start=1):
+            step = StepRecord(name=f"s{seq}", seq=seq, status="done", output=output, started_at_ms=clock.now_ms())
+            assert driver.save_step(job.id, job.ref, step)
+        assert driver.nack(job.id, job.ref, NackOptions(count_attempt=False))
+        assert [s.output for s in claim_one(driver).steps] == outputs
+        assert [s.output for s in driver.introspect.steps(job.id)] == outputs if driver.introspect else True
+
     def test_saved_step_output_is_a_copy(self, driver: JobDriver, clock: FrozenClock) -> None:
         driver.enqueue(request())
         job = claim_one(driver)

@@ -17,10 +17,12 @@ JOB_COLUMNS = """
     (extract(epoch from j.lease_until) * 1000)::bigint, j.progress, j.enqueued_by, j.traceparent, j.concurrency_key
 """
 
-# Every statement that answers step rows selects exactly these columns, in this order.
+# Every statement that answers step rows selects exactly these columns, in this order. The jsonb
+# columns are read as their JSON text, so a step nested in SQL_CLAIM's json_agg decodes the same way
+# as one selected on its own (a string output must not be mistaken for JSON text).
 STEP_COLUMNS = """
-    s.name, s.seq, s.status, s.output, (extract(epoch from s.started_at) * 1000)::bigint,
-    (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta
+    s.name, s.seq, s.status, s.output::text, (extract(epoch from s.started_at) * 1000)::bigint,
+    (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta::text
 """
 
 

@@ -7,15 +7,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import OperationalError, connection
+from psycopg import sql
 
 from demo_project.shop.scenario import ScenarioResult, run_scenario
 
 
 class Command(BaseCommand):
     help = (
-        "Run the demo shop end to end in this process (memory driver, frozen clock, the Order rows in the "
+        "Run the demo shop end to end in this process (the Postgres driver, frozen clock, the Order rows in the "
         "default database) and print a table of what happened to each job. -v 2 adds the job event log."
     )
 
@@ -23,23 +26,40 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0, help="seed for the retry jitter (default 0)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        ensure_database()
         call_command("migrate", verbosity=0)  # a fresh demo database works with no setup step
         result = run_scenario(seed=options["seed"])
         self.stdout.write(render(result, events=options["verbosity"] >= 2))
+
+
+def ensure_database() -> None:
+    """Create the demo's database when the server has none by that name (``DATABASE_URL``'s)."""
+    try:
+        connection.ensure_connection()
+        return
+    except OperationalError as exc:
+        if "does not exist" not in str(exc):
+            raise
+    params = dict(connection.get_connection_params())
+    name = params.pop("dbname")
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, dbname="postgres", autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def render(result: ScenarioResult, *, events: bool = False) -> str:
     """The printed report: the jobs table, then orders, counters, dead letters and on_settled pages."""
     started, ended = _when(result.started_ms), _when(result.ended_ms)
     out = [
-        f"ultimate_jobs demo shop: memory driver, frozen clock from {started}, jitter seed {result.seed}",
+        f"ultimate_jobs demo shop: Postgres driver, frozen clock from {started}, jitter seed {result.seed}",
         "",
         table(
             ("job", "id", "state", "attempts", "outcomes", "note"),
             [
                 (
                     j.name,
-                    j.job_id[:8],
+                    j.job_id[-8:],
                     j.state,
                     f"{j.attempts} of {j.max_attempts}",
                     " → ".join(j.outcomes),
@@ -66,7 +86,7 @@ def render(result: ScenarioResult, *, events: bool = False) -> str:
         f"dead letters ({len(result.dead_letters)})",
     ]
     for dead in result.dead_letters:
-        out.append(f"  {dead.name} {dead.job_id[:8]}, attempt {dead.attempts} of {dead.max_attempts}")
+        out.append(f"  {dead.name} {dead.job_id[-8:]}, attempt {dead.attempts} of {dead.max_attempts}")
         out.append(f"    {dead.error}")
         if dead.verdict:
             out.append(f"    {dead.verdict}")
