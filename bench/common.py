@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import statistics
@@ -114,6 +115,16 @@ def rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class LogFields(logging.Filter):
+    """Give every record a ``jobs`` attribute (ultimate_jobs puts an event's facts there) so one format
+    string serves all loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "jobs"):
+            record.jobs = ""
+        return True
 
 
 def emit(record: dict[str, Any]) -> None:

@@ -137,8 +137,15 @@ def table(plan: Plan, results: dict[str, dict[str, Any]]) -> str:
 
 def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, Any]]) -> str:
     versions = ", ".join(f"{lib} {r.get('version', '?')}" for lib, r in results.items() if r)
+    busy = [
+        f"WARNING: load average {when} {info[key][0]} on {info['nproc']} cores — other work ran beside the "
+        "bench; treat these figures as rough"
+        for when, key in (("at start", "load_average_at_start"),)
+        if key in info and info[key][0] >= info["nproc"] / 2
+    ]
     return "\n".join(
         [
+            *busy,
             f"machine: {info['nproc']} cores, {info['ram_gib']} GiB RAM, PostgreSQL {info['postgres']}, "
             f"Python {info['python']}; load average at start {info['load_average_at_start']}",
             f"plan: {plan.name}, median of {plan.runs} run(s) per figure; {versions}",

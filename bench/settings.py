@@ -30,9 +30,12 @@ DATABASES = {
 
 ULTIMATE_JOBS = {"DRIVER": "postgres"}
 
+# Warnings and errors go to stderr, which the bench collects in bench/results/<timestamp>.workers.log.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "filters": {"fields": {"()": "bench.common.LogFields"}},
+    "formatters": {"bench": {"format": "%(asctime)s pid=%(process)d %(levelname)s %(name)s %(message)s %(jobs)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "filters": ["fields"], "formatter": "bench"}},
     "root": {"handlers": ["stderr"], "level": "WARNING"},
 }

@@ -11,6 +11,7 @@ the count of rows left in ``pgqueuer``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import signal
 import sys
@@ -47,6 +48,11 @@ class Producer:
             psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True)
         )
         self.queries = Queries(PsycopgDriver(self.conn))
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self.runner.run(self.conn.close())
+        self.runner.close()
 
     def install(self) -> None:
         async def go() -> None:

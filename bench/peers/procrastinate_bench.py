@@ -11,6 +11,7 @@ they finish (``delete_jobs="never"``, the default), so the backlog is the count 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import sys
 import time
 from importlib.metadata import version
@@ -33,6 +34,14 @@ class Producer:
             await app.open_async()
 
         self.runner.run(open_app())
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        async def close_app() -> None:
+            await app.close_async()
+
+        self.runner.run(close_app())
+        self.runner.close()
 
     def install(self) -> None:
         async def go() -> None:

@@ -139,7 +139,7 @@ class PostgresIntrospection:
             raise _not_found(job_id)
         try:
             with transaction.atomic(using=self._d.alias):
-                rows = self._query(sql.SQL_REQUEUE_JOB, {"id": job, "from_step": from_step, "now": self._now()})
+                rows = self._query(sql.SQL_JOB_REQUEUE, {"id": job, "from_step": from_step, "now": self._now()})
         except IntegrityError as exc:
             if not _holds_live_key(exc):
                 raise
@@ -173,7 +173,7 @@ class PostgresIntrospection:
 
     def promote(self, job_id: str) -> JobRecord:
         job = _uuid(job_id)
-        rows = self._query(sql.SQL_PROMOTE_JOB, {"id": job, "now": self._now()}) if job else []
+        rows = self._query(sql.SQL_JOB_PROMOTE, {"id": job, "now": self._now()}) if job else []
         if not rows:
             raise _not_found(job_id)
         state, _notified, *moved = rows[0]

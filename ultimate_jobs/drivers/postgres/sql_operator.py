@@ -90,14 +90,14 @@ steps AS (
 SELECT t.state, (SELECT count(*) FROM gone) FROM target t
 """
 
-# SQL_REQUEUE_JOB — re-queue ONE finished row (done, failed, dead, cancelled) in ONE statement: ready,
+# SQL_JOB_REQUEUE — re-queue ONE finished row (done, failed, dead, cancelled) in ONE statement: ready,
 # attempts 0, due now, progress cleared; with %(from_step)s, that step and every later one by seq are
 # deleted in the same statement. Moves nothing when the row is live, when a live row holds its key
 # (x_jobs_name_tenant_idempotency_live_idx), or when %(from_step)s names no step of it. A live row
 # that commits the key after this snapshot makes the update raise a unique violation on that index,
 # which the caller translates. Announces the queue. Answers (state, idempotency_key, holder id,
 # step found, notified, the moved row's JOB_COLUMNS or NULLs) — no row when no job has that id.
-SQL_REQUEUE_JOB = f"""
+SQL_JOB_REQUEUE = f"""
 WITH target AS (
     SELECT j.id, j.state, j.name, j.tenant_id, j.idempotency_key FROM x_jobs j WHERE j.id = %(id)s FOR UPDATE
 ),
@@ -135,7 +135,7 @@ FROM target t LEFT JOIN moved m ON true
 """
 
 # SQL_LIVE_HOLDER — the live row holding a job's key (x_jobs_name_tenant_idempotency_live_idx), read
-# after SQL_REQUEUE_JOB lost a race to a concurrent enqueue. Answers (holder id, idempotency key).
+# after SQL_JOB_REQUEUE lost a race to a concurrent enqueue. Answers (holder id, idempotency key).
 SQL_LIVE_HOLDER = f"""
 SELECT h.id, t.idempotency_key
 FROM x_jobs t JOIN x_jobs h
@@ -156,10 +156,10 @@ WHERE j.id = %(id)s AND j.state IN {LIVE_STATES_SQL}
 RETURNING {JOB_COLUMNS}
 """
 
-# SQL_PROMOTE_JOB — make one row waiting on its run_at (delayed, or ready and backing off) due now,
+# SQL_JOB_PROMOTE — make one row waiting on its run_at (delayed, or ready and backing off) due now,
 # and announce its queue. A row that is not waiting moves nothing. Answers (state, notified, the moved
 # row's JOB_COLUMNS or NULLs) — no row when no job has that id. Primary key.
-SQL_PROMOTE_JOB = f"""
+SQL_JOB_PROMOTE = f"""
 WITH target AS (
     SELECT j.id, j.state FROM x_jobs j WHERE j.id = %(id)s FOR UPDATE
 ),
