@@ -1,42 +1,53 @@
-"""Shared fixtures: a frozen clock, a fresh memory driver, a clean event bus and registry per test."""
+"""Shared fixtures: a frozen clock, a fresh driver (memory, or either driver for ``any_jobs``), a clean
+event bus and registry per test."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from typing import Generic, TypeVar
 
 import pytest
+from django.db import connection
 
 from ultimate_jobs import registry
 from ultimate_jobs.conf import set_job_clock, set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.drivers.postgres.wake import start_queue_wake
 from ultimate_jobs.events import reset_event_bus, set_event_bus
 from ultimate_jobs.events.memory import MemoryEventBus
 from ultimate_jobs.testing import FrozenClock
 
+D = TypeVar("D", bound=MemoryDriver | PostgresDriver)
+
 
 @dataclass
-class JobsEnv:
-    """What the ``jobs`` fixture installs: the clock, the driver and the bus every enqueue and run uses."""
+class Env(Generic[D]):
+    """What a jobs fixture installs: the clock, the driver and the bus every enqueue and run uses."""
 
     clock: FrozenClock
-    driver: MemoryDriver
+    driver: D
     bus: MemoryEventBus
 
 
-@pytest.fixture
-def jobs() -> Iterator[JobsEnv]:
-    """A frozen clock, a memory driver and a memory bus installed process-wide; jobs declared during
-    the test are unregistered afterwards so names can be reused."""
-    clock = FrozenClock()
-    driver = MemoryDriver(clock=clock)
+JobsEnv = Env[MemoryDriver]  # ``jobs``: the memory driver, whose internals a test may read
+AnyJobsEnv = Env[MemoryDriver | PostgresDriver]  # ``any_jobs``: only the driver protocol is fair game
+
+
+@contextmanager
+def installed(clock: FrozenClock, driver: D) -> Iterator[Env[D]]:
+    """Install ``clock``, ``driver`` and a fresh memory bus process-wide; jobs declared meanwhile are
+    unregistered afterwards so names can be reused."""
     bus = MemoryEventBus(clock)
     before = {h.name for h in registry.registered()}
     set_job_clock(clock)
     set_job_driver(driver)
     set_event_bus(bus)
     try:
-        yield JobsEnv(clock, driver, bus)
+        yield Env(clock, driver, bus)
     finally:
         for handle in registry.registered():
             if handle.name not in before:
@@ -44,6 +55,46 @@ def jobs() -> Iterator[JobsEnv]:
         set_job_driver(None)
         set_job_clock(None)
         reset_event_bus()
+
+
+@pytest.fixture
+def jobs() -> Iterator[JobsEnv]:
+    """A frozen clock, a memory driver and a memory bus installed process-wide."""
+    clock = FrozenClock()
+    with installed(clock, MemoryDriver(clock=clock)) as env:
+        yield env
+
+
+# The mark, not a getfixturevalue("transactional_db") in the fixture: pytest-django picks TestCase or
+# TransactionTestCase from the marker and the test's static fixture names, so a database requested
+# dynamically from inside a fixture would get the rolled-back ``db`` instead.
+ON_POSTGRES = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=ON_POSTGRES)])
+def any_jobs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[AnyJobsEnv]:
+    """``jobs`` once per driver: the memory driver, then ``PostgresDriver(clock=...)`` on committed rows.
+
+    The Postgres param runs under ``transactional_db`` (tables truncated after the test), not ``db``: a
+    worker runs bodies on its own threads with their own connections, which never see the rows of a
+    test transaction that is rolled back. Whatever starts threads over this driver (a worker) must be
+    stopped before this fixture's teardown, so no connection or LISTEN session outlives the test.
+    """
+    clock = FrozenClock()
+    driver: MemoryDriver | PostgresDriver
+    if request.param == "postgres":
+        request.getfixturevalue("transactional_db")  # set up already by the mark; named here for the reader
+        assert not connection.in_atomic_block, "any_jobs[postgres] needs committed rows: transactional_db, not db"
+        # The LISTEN session a subscriber (a worker's start) opens looks up every 20 ms instead of 500, so
+        # stopping it — every worker's drain — does not cost half a second per test.
+        monkeypatch.setattr(
+            "ultimate_jobs.drivers.postgres.driver.start_queue_wake", partial(start_queue_wake, read_timeout_ms=20)
+        )
+        driver = PostgresDriver(clock=clock)
+    else:
+        driver = MemoryDriver(clock=clock)
+    with installed(clock, driver) as env:
+        yield env
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The worker role on the memory driver and the frozen clock: slots, leases, deadlines, the drain,
-cancel, limits, keyed concurrency, refusal at start, the registry row, progress and logging.
+"""The worker role on every driver (memory, Postgres) and the frozen clock: slots, leases, deadlines,
+the drain, cancel, limits, keyed concurrency, refusal at start, the registry row, progress and logging.
 
 Bodies that must stay running block on a per-job gate (a bounded ``threading.Event`` wait); time
 moves only through ``jobs.clock.advance()``, which fires the worker's heartbeat on the test thread.
@@ -13,15 +13,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from django.db import connection, connections
 from prometheus_client import REGISTRY
 
-from tests.conftest import JobsEnv
+from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import Concurrency, JobRun, job, registry
 from ultimate_jobs.conf import set_job_clock
 from ultimate_jobs.definition import JobHandle
-from ultimate_jobs.drivers.base import Heartbeat, JobRecord, Progress
+from ultimate_jobs.drivers.base import Heartbeat, JobDriver, JobRecord, Progress
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.execute import Settled, job_lease_key
 from ultimate_jobs.limits import LimitConfig, Limiter
@@ -78,7 +80,7 @@ class Probe:
 class Delegating:
     """A driver that forwards everything to ``inner``; subclasses override the member under test."""
 
-    def __init__(self, inner: MemoryDriver) -> None:
+    def __init__(self, inner: JobDriver) -> None:
         self.inner = inner
         self.name = inner.name
         self.supports_listen = inner.supports_listen
@@ -115,6 +117,17 @@ class NoLeaseStore(Delegating):
 
 
 @pytest.fixture
+def jobs(any_jobs: AnyJobsEnv) -> AnyJobsEnv:
+    """Every test here runs once per driver (``any_jobs``); a test pinned to ``any_jobs=["memory"]``
+    says why."""
+    return any_jobs
+
+
+memory_only = pytest.mark.parametrize("any_jobs", ["memory"], indirect=True)
+postgres_only = pytest.mark.parametrize("any_jobs", [pytest.param("postgres", marks=ON_POSTGRES)], indirect=True)
+
+
+@pytest.fixture
 def probe() -> Iterator[Probe]:
     p = Probe()
     yield p
@@ -122,7 +135,7 @@ def probe() -> Iterator[Probe]:
 
 
 @pytest.fixture
-def make_worker(jobs: JobsEnv, probe: Probe) -> Iterator[Callable[..., JobWorker]]:
+def make_worker(jobs: AnyJobsEnv, probe: Probe) -> Iterator[Callable[..., JobWorker]]:
     """Build (and by default start, without the claim loop) a worker over the test's driver and frozen
     clock; every worker built is drained at teardown after every gate is opened."""
     built: list[JobWorker] = []
@@ -153,7 +166,7 @@ def declare(name: str, body: Callable[[JobRun[Any]], Any], **options: Any) -> Jo
     return job(name=name, idempotency_key=lambda i: f"{name}:{i['k']}", **options)(body)
 
 
-def in_order(jobs: JobsEnv, handle: JobHandle[Any, Any], inputs: Sequence[dict[str, Any]]) -> list[str]:
+def in_order(jobs: AnyJobsEnv, handle: JobHandle[Any, Any], inputs: Sequence[dict[str, Any]]) -> list[str]:
     """Enqueue ``inputs`` a millisecond apart, so the claim hands them out in this order."""
     ids = []
     for payload in inputs:
@@ -162,7 +175,7 @@ def in_order(jobs: JobsEnv, handle: JobHandle[Any, Any], inputs: Sequence[dict[s
     return ids
 
 
-def row(jobs: JobsEnv, job_id: str) -> JobRecord:
+def row(jobs: AnyJobsEnv, job_id: str) -> JobRecord:
     record = jobs.driver.introspect.get(job_id)
     assert record is not None
     return record
@@ -177,6 +190,19 @@ def code(run: JobRun[Any]) -> str | None:
     return None if reason is None else reason.code
 
 
+def closing_connections(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` for a thread the test starts: the Django connection the call opened on that thread (the
+    Postgres driver's statements) is closed when it returns, as every thread that opens one must."""
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    return run
+
+
 def lost_counter(queue: str) -> float:
     return REGISTRY.get_sample_value("job_leases_lost_total", {"queue": queue}) or 0.0
 
@@ -184,7 +210,9 @@ def lost_counter(queue: str) -> float:
 # -- slots -------------------------------------------------------------------------------------
 
 
-def test_a_pass_claims_only_the_free_slots(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_a_pass_claims_only_the_free_slots(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
     blocked = declare("slots_blocked", probe.hold)
     ids = [blocked.enqueue({"k": n}).id for n in range(4)]
     worker = make_worker(concurrency=2)
@@ -203,7 +231,9 @@ def test_a_pass_claims_only_the_free_slots(jobs: JobsEnv, probe: Probe, make_wor
     assert worker.stats.claimed == 3
 
 
-def test_concurrency_table_sizes_each_queue(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_concurrency_table_sizes_each_queue(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
     blocked = declare("slots_table", probe.hold)
     for n in range(3):
         blocked.enqueue({"k": f"a{n}"}, queue="qa")
@@ -221,7 +251,7 @@ def test_concurrency_table_sizes_each_queue(jobs: JobsEnv, probe: Probe, make_wo
 
 
 def test_heartbeat_keeps_moving_the_lease(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     blocked = declare("lease_renewed", probe.hold)
@@ -249,7 +279,7 @@ def test_heartbeat_keeps_moving_the_lease(
 
 
 def test_failing_heartbeats_warn_then_lose_the_lease(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     queue = "hb-fail"
@@ -295,7 +325,7 @@ def test_failing_heartbeats_warn_then_lose_the_lease(
 
 
 def test_no_lease_loss_for_a_job_that_finished_under_a_renewal(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     blocked = declare("finished_under_beat", probe.hold)
@@ -329,7 +359,7 @@ def test_no_lease_loss_for_a_job_that_finished_under_a_renewal(
 
 
 def test_timeout_aborts_the_signal_and_retries_the_attempt(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
 
@@ -365,7 +395,7 @@ def test_timeout_aborts_the_signal_and_retries_the_attempt(
 
 
 def test_a_timed_out_body_still_running_does_not_hide_the_next_attempt(
-    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
 ) -> None:
     started = {1: threading.Event(), 2: threading.Event()}
     release = {1: threading.Event(), 2: threading.Event()}
@@ -402,7 +432,7 @@ def test_a_timed_out_body_still_running_does_not_hide_the_next_attempt(
 
 
 def test_cancel_stops_a_running_body(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
 
@@ -434,7 +464,7 @@ def test_cancel_stops_a_running_body(
 
 
 def test_drain_interrupts_uncounted_whatever_the_body_raised(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     def unwinds_badly(run: JobRun[Any]) -> None:
         probe.enter(run)
@@ -460,7 +490,7 @@ def test_drain_interrupts_uncounted_whatever_the_body_raised(
 
 
 def test_drain_deadline_abandons_a_body_that_ignores_the_signal(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     stubborn = declare("stubborn", probe.hold)
@@ -481,7 +511,7 @@ def test_drain_deadline_abandons_a_body_that_ignores_the_signal(
 
 
 def test_manual_stop_aborts_nothing_and_waits(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     blocked = declare("stopped_politely", probe.hold)
     job_id = blocked.enqueue({"k": 1}).id
@@ -489,7 +519,7 @@ def test_manual_stop_aborts_nothing_and_waits(
     worker.run_once()
     (run,) = probe.started(job_id)
 
-    stopper = threading.Thread(target=worker.stop, name="test-stop")
+    stopper = threading.Thread(target=closing_connections(worker.stop), name="test-stop")
     stopper.start()
     eventually(lambda: worker.state == "draining", timeout=WAIT)
     stopper.join(0.02)
@@ -513,7 +543,7 @@ def by_org(i: dict[str, Any]) -> str:
 
 
 def test_per_tenant_limit_sheds_without_burning_an_attempt(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     handle = declare("per_tenant", probe.hold, tenant=by_org)
     first, second, other = in_order(
@@ -536,7 +566,7 @@ def test_per_tenant_limit_sheds_without_burning_an_attempt(
     assert run.attempt == 1  # the shed attempt was handed back, not spent
 
 
-def test_global_limit_sheds(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_global_limit_sheds(jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
     handle = declare("global_cap", probe.hold, tenant=by_org)
     ids = in_order(jobs, handle, [{"k": n, "org": f"org-{n}"} for n in range(2)])
     worker = make_worker(limits=LimitConfig(global_=1))
@@ -547,7 +577,7 @@ def test_global_limit_sheds(jobs: JobsEnv, probe: Probe, make_worker: Callable[.
 
 
 def test_per_queue_limit_sheds_only_its_queue(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     handle = declare("queue_cap", probe.hold)
     capped = [handle.enqueue({"k": f"c{n}"}, queue="capped").id for n in range(2)]
@@ -561,7 +591,7 @@ def test_per_queue_limit_sheds_only_its_queue(
 
 
 def test_rate_per_tenant_sheds_until_the_window_passes(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     def quick(run: JobRun[Any]) -> None:
         probe.enter(run)
@@ -586,7 +616,8 @@ def test_rate_per_tenant_sheds_until_the_window_passes(
     assert (row(jobs, second).attempts, worker.stats.shed) == (1, 2)
 
 
-def test_limiter_state_stays_as_small_as_the_work(jobs: JobsEnv) -> None:
+@memory_only  # the limiter alone, on the frozen clock: no driver is involved
+def test_limiter_state_stays_as_small_as_the_work(jobs: AnyJobsEnv) -> None:
     """A process that has seen thousands of orgs keeps counters and rate windows for the active ones only
     (read through the limiter's private maps: the size IS the property)."""
     limiter = Limiter(LimitConfig(per_tenant=1, per_queue={QUEUE: 10_000}, rate_per_tenant=(1, "1s")), jobs.clock)
@@ -612,7 +643,9 @@ def by_account(i: dict[str, Any]) -> str:
     return str(i["account"])
 
 
-def test_busy_key_waits_uncounted_then_runs(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_busy_key_waits_uncounted_then_runs(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
     handle = declare("keyed_wait", probe.hold, concurrency=Concurrency(key=by_account, limit=1))
     worker = make_worker()
     first = handle.enqueue({"k": 1, "account": "acct-1"}).id
@@ -642,7 +675,7 @@ def test_busy_key_waits_uncounted_then_runs(jobs: JobsEnv, probe: Probe, make_wo
     assert row(jobs, second).state == "done"
 
 
-def test_busy_key_under_fail_refuses(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_busy_key_under_fail_refuses(jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
     told: list[Settled] = []
     handle = declare(
         "keyed_fail",
@@ -670,7 +703,9 @@ def test_busy_key_under_fail_refuses(jobs: JobsEnv, probe: Probe, make_worker: C
     probe.started(other_key)
 
 
-def test_plain_concurrency_cap_serialises(jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]) -> None:
+def test_plain_concurrency_cap_serialises(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
     handle = declare("plain_cap", probe.hold, concurrency=1)
     worker = make_worker()
     first = handle.enqueue({"k": 1}).id
@@ -691,7 +726,7 @@ def test_plain_concurrency_cap_serialises(jobs: JobsEnv, probe: Probe, make_work
 
 
 def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(
-    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
 ) -> None:
     declare("capped_nowhere", lambda run: None, concurrency=Concurrency(key=by_account, limit=2))
     worker = make_worker(driver=NoLeaseStore(jobs.driver), start=False)
@@ -715,7 +750,7 @@ def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(
 
 
 def test_a_stolen_slot_aborts_the_run(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
 
@@ -749,7 +784,7 @@ def test_a_stolen_slot_aborts_the_run(
 
 
 def test_a_handed_back_row_gets_a_pass_when_due_and_the_timer_is_forgotten(
-    jobs: JobsEnv, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
 ) -> None:
     def fails(run: JobRun[Any]) -> None:
         raise RuntimeError("try again")
@@ -774,7 +809,7 @@ def test_a_handed_back_row_gets_a_pass_when_due_and_the_timer_is_forgotten(
 
 
 def test_workers_lists_this_worker_while_it_runs(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     blocked = declare("registry_row", probe.hold)
     job_id = blocked.enqueue({"k": 1}).id
@@ -797,7 +832,7 @@ def test_workers_lists_this_worker_while_it_runs(
 
 
 def test_progress_is_throttled_and_the_last_value_lands_before_the_settle(
-    jobs: JobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
 ) -> None:
     writes: list[Progress] = []
     second_half = threading.Event()
@@ -845,7 +880,7 @@ def test_progress_is_throttled_and_the_last_value_lands_before_the_settle(
 
 
 def test_log_records_are_the_event_name_with_the_job_facts(
-    jobs: JobsEnv, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     handle = declare("logged", lambda run: "ok")
@@ -865,9 +900,14 @@ def test_log_records_are_the_event_name_with_the_job_facts(
 # -- the claim loop ----------------------------------------------------------------------------
 
 
-def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: JobsEnv, probe: Probe) -> None:
+def on_wall_time(jobs: AnyJobsEnv) -> MemoryDriver | PostgresDriver:
+    """A fresh driver of the test's kind on the system clock (a Postgres one reads the same tables)."""
+    return PostgresDriver() if isinstance(jobs.driver, PostgresDriver) else MemoryDriver()
+
+
+def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: AnyJobsEnv, probe: Probe) -> None:
     set_job_clock(None)  # real threads and wall time for this one; the fixture restores the frozen clock
-    memory = MemoryDriver()
+    driver = on_wall_time(jobs)
     claims = threading.Semaphore(0)
     done = threading.Event()
 
@@ -884,7 +924,7 @@ def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: JobsEnv, probe: Pro
 
     handle = declare("woken", quick)
     worker = job_worker(
-        driver=CountingClaims(memory),
+        driver=CountingClaims(driver),
         context=lambda: None,
         queues=[QUEUE],
         concurrency=2,
@@ -894,11 +934,91 @@ def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: JobsEnv, probe: Pro
     worker.start()
     try:
         assert claims.acquire(timeout=WAIT), "the claim loop never ran its first pass"
-        job_id = memory.enqueue(handle.build_request({"k": 1})).id
+        if isinstance(driver, PostgresDriver):  # a LISTEN session hears only what is sent once it listens
+            eventually(driver.wake_is_live, timeout=WAIT)
+        job_id = driver.enqueue(handle.build_request({"k": 1})).id
         assert done.wait(WAIT), "the enqueue never woke the claim loop"
-        eventually(lambda: memory.introspect.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
+        eventually(lambda: driver.introspect.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
         assert worker.stats.completed == 1
     finally:
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
     assert worker.state == "stopped"
     assert worker._loop_thread is not None and not worker._loop_thread.is_alive()
+
+
+@postgres_only  # a server connection killed under the loop: the memory driver has none
+def test_the_loop_reconnects_after_its_connection_is_killed(jobs: AnyJobsEnv, probe: Probe) -> None:
+    set_job_clock(None)  # real threads and wall time, as above
+    driver = on_wall_time(jobs)
+    assert isinstance(driver, PostgresDriver)
+    claims = threading.Semaphore(0)
+
+    class CountingClaims(Delegating):
+        def claim(self, **options: Any) -> Any:
+            try:
+                return self.inner.claim(**options)
+            finally:
+                claims.release()
+
+    handle = declare("after_restart", probe.enter)
+    worker = job_worker(
+        driver=CountingClaims(driver),
+        context=lambda: None,
+        queues=[QUEUE],
+        poll_interval="20ms",
+        idle_poll_max="50ms",
+    )
+    worker.start()
+    try:
+        assert claims.acquire(timeout=WAIT), "the claim loop never ran its first pass"
+        eventually(driver.wake_is_live, timeout=WAIT)
+        with connection.cursor() as cursor:  # every session but this thread's and the LISTEN one: the loop's
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND application_name <> 'ultimate_jobs.wake'"
+            )
+            (killed,) = cursor.fetchone()
+        assert killed >= 1
+        job_id = handle.enqueue({"k": 1}).id
+        probe.started(job_id)  # a pass failed on the dead connection; a later one dialled a new one
+        eventually(lambda: driver.introspect.get(job_id).state == "done", timeout=WAIT)
+    finally:
+        assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
+
+
+@postgres_only  # sessions on a server: the memory driver has none
+def test_a_drained_worker_leaves_no_session_behind(jobs: AnyJobsEnv, probe: Probe) -> None:
+    """The loop, every slot, every wall-clock heartbeat (a thread each) and the LISTEN session close
+    what they opened, rather than leave it to the garbage collector."""
+    set_job_clock(None)  # real threads and wall time, as above
+    driver = on_wall_time(jobs)
+    handle = declare("beats_on_threads", probe.hold)
+    worker = job_worker(
+        driver=driver,
+        context=lambda: None,
+        queues=[QUEUE],
+        visibility_timeout="600ms",  # a heartbeat thread every 200 ms
+        poll_interval="20ms",
+        idle_poll_max="50ms",
+    )
+    worker.start()
+    try:
+        job_id = handle.enqueue({"k": 1}).id
+        probe.started(job_id)
+        first = row(jobs, job_id).lease_until_ms
+        assert first is not None
+        eventually(lambda: (row(jobs, job_id).lease_until_ms or 0) >= first + 400, timeout=WAIT)  # two renewals
+        probe.release(job_id)
+        eventually(lambda: row(jobs, job_id).state == "done", timeout=WAIT)
+    finally:
+        assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
+
+    def others() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            (count,) = cursor.fetchone()
+        return int(count)
+
+    eventually(lambda: others() == 0, timeout=1.0)  # a closed session's backend exits a moment later

@@ -32,7 +32,7 @@ from ..logs import log_event
 from ..metrics import count_outcome
 from ..signals import CancelSignal
 from .acks import AckBatcher
-from .connections import release_stale_connections
+from .connections import close_thread_connections, release_stale_connections
 from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 
@@ -268,16 +268,20 @@ class JobWorker:
 
     def _loop(self) -> None:
         wait_ms = self.poll_interval_ms
-        while self._accepting:
-            self._wake.clear()
-            try:
-                dispatched = self.run_once()
-            except Exception as exc:
-                log_event(logging.ERROR, "jobs.worker.pass-failed", worker_id=self.worker_id, error=repr(exc))
-                dispatched = 0
-            wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, self.idle_ceiling_ms())
-            if self._wake.wait(wait_ms / 1000):
-                wait_ms = self.poll_interval_ms
+        try:
+            while self._accepting:
+                self._wake.clear()
+                release_stale_connections()  # a claim that broke the connection must not break every pass after
+                try:
+                    dispatched = self.run_once()
+                except Exception as exc:
+                    log_event(logging.ERROR, "jobs.worker.pass-failed", worker_id=self.worker_id, error=repr(exc))
+                    dispatched = 0
+                wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, self.idle_ceiling_ms())
+                if self._wake.wait(wait_ms / 1000):
+                    wait_ms = self.poll_interval_ms
+        finally:
+            close_thread_connections()  # the loop thread's one database connection goes with it
 
     def run_once(self) -> int:
         """One pass: ONE claim over every queue with a free slot, each capped at its free slots.
@@ -396,7 +400,7 @@ class JobWorker:
             return
         if self._beat_running.acquire(blocking=False):
             self._beat_running.release()
-            threading.Thread(target=self._beat, name="jobs-heartbeat", daemon=True).start()
+            threading.Thread(target=self._beat_on_own_thread, name="jobs-heartbeat", daemon=True).start()
         else:
             renew_round_check_windows(self)
 
@@ -404,6 +408,12 @@ class JobWorker:
         with self._beat_running:
             renew_round(self)
             self._record_worker()
+
+    def _beat_on_own_thread(self) -> None:
+        try:
+            self._beat()
+        finally:
+            close_thread_connections()  # a thread per beat: its connection must not wait for the GC
 
     def _record_worker(self) -> None:
         introspect = self.driver.introspect
