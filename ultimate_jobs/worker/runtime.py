@@ -14,6 +14,7 @@ import signal as os_signal
 import socket
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +38,7 @@ from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 
 JOBS_CONCURRENCY_DEFAULT = 8
+RECENT_EXECUTIONS = 1_000
 POLL_INTERVAL_MS = 250
 IDLE_POLL_CEILING_MS = 2_000
 WOKEN_IDLE_POLL_CEILING_MS = 5_000
@@ -108,7 +110,8 @@ class JobWorker:
         self.host = socket.gethostname()
         self.state: WorkerState = "idle"
         self.stats = WorkerStats()
-        self.executions: list[JobExecution] = []
+        # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
+        self.executions: deque[JobExecution] = deque(maxlen=RECENT_EXECUTIONS)
         self._acks = AckBatcher(driver)
         self._limiter = Limiter(limits, clock)
         self._lock = threading.Condition()

@@ -7,6 +7,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -141,7 +142,14 @@ class PostgresDriver:
             }
             for i, r in enumerate(requests)
         ]
-        with transaction.atomic(using=self.alias):  # all or nothing: a refused request inserts no row
+        # One statement is atomic on its own; a batch that may refuse a member needs a transaction so a
+        # refused request inserts no row of its batch (all or nothing).
+        guard = (
+            transaction.atomic(using=self.alias)
+            if len(requests) > 1 and any(r.on_conflict == "error" for r in requests)
+            else nullcontext()
+        )
+        with guard:
             answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()})
             answers: list[Enqueued] = []
             for (_, job_id, run_id, deduped), row, request in zip(answered, rows, requests, strict=True):

@@ -49,11 +49,13 @@ ins AS (
 wake AS (
     SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
     FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
-    WHERE NOT EXISTS (
-        SELECT 1 FROM x_jobs o
+    LEFT JOIN LATERAL (
+        SELECT 1 AS found FROM x_jobs o
         WHERE o.state IN {LIVE_STATES_SQL} AND o.queue = q.queue
           AND o.created_at >= to_timestamp((%(now)s - %(now)s %% {WAKE_SLOT_MS}) / 1000.0)
-    )
+        LIMIT 1
+    ) recent ON true
+    WHERE recent.found IS NULL
 )
 SELECT r.ord,
        coalesce(i.id, e.id, b.id, l.id),
@@ -64,8 +66,13 @@ LEFT JOIN ins i ON i.id = r.id
 LEFT JOIN x_jobs e ON e.id = r.id
 LEFT JOIN ins b ON b.id <> r.id AND b.name = r.name AND b.idempotency_key = r.idempotency_key
                 AND coalesce(b.tenant_id, '') = coalesce(r.tenant_id, '')
-LEFT JOIN x_jobs l ON l.name = r.name AND l.idempotency_key = r.idempotency_key
-                   AND coalesce(l.tenant_id, '') = coalesce(r.tenant_id, '') AND l.state IN {LIVE_STATES_SQL}
+LEFT JOIN LATERAL (
+    -- one probe of the live-key index per request, whatever the table's statistics say
+    SELECT x.id, x.run_id FROM x_jobs x
+    WHERE x.name = r.name AND coalesce(x.tenant_id, '') = coalesce(r.tenant_id, '')
+      AND x.idempotency_key = r.idempotency_key AND x.state IN {LIVE_STATES_SQL}
+    LIMIT 1
+) l ON true
 CROSS JOIN (SELECT count(*) FROM wake) announced
 ORDER BY r.ord
 """
