@@ -22,15 +22,20 @@ import psycopg
 from bench.common import (
     LATENCY_TABLE,
     ROOT,
+    WorkerProcess,
     connect,
     ensure_database,
     ensure_latency_table,
     go_all,
+    latency_summary,
+    paced,
+    settle_latencies,
     workers,
 )
 from bench.plan import Plan
 from bench.procedure import (
     CLIENT_SIDE_COUNT,
+    WORKER_IDLE_BEFORE_PROBES_S,
     Figures,
     Subject,
     drain,
@@ -127,6 +132,18 @@ def enqueue_probe(kind: str) -> None:
     from bench.jobs import bench_probe
 
     bench_probe.enqueue({"kind": kind, "n": next(_seq), "t": time.time()})
+
+
+def enqueue_probe_outbox(kind: str) -> None:
+    """One probe staged through the outbox: enqueued inside ``transaction.atomic()`` (the facade installed),
+    committed at once. ``t`` is taken before the block, so the figure carries the stage and the COMMIT too."""
+    from django.db import transaction
+
+    from bench.jobs import bench_probe
+
+    t = time.time()
+    with transaction.atomic():
+        bench_probe.enqueue({"kind": kind, "n": next(_seq), "t": t})
 
 
 def pending(conn: psycopg.Connection[Any]) -> bool:
@@ -233,6 +250,32 @@ def measure_claim(sub: Subject, plan: Plan, filler: int, log: Path) -> float:
         return drain(sub, procs, plan.claim_n)
 
 
+def relay_argv() -> list[str]:
+    return [sys.executable, "-m", "bench.relay_proc"]
+
+
+def measure_outbox_latency(sub: Subject, plan: Plan, log: Path) -> dict[str, float]:
+    """Pickup latency through the transactional outbox, beside the direct figure: an idle worker process
+    and an idle relay process (``python -m bench.relay_proc``, what ``manage.py jobs_relay`` runs); each
+    sparse probe is staged in a transaction of this process, the relay publishes it after the COMMIT
+    (woken by x_outbox_wake), the worker runs it (woken by x_jobs_wake)."""
+    from ultimate_jobs.outbox import install_outbox, uninstall_outbox
+
+    sub.reset()
+    install_outbox(mode="required")  # every probe must stage: one outside a transaction would raise
+    try:
+        procs_spec = [spawn(sub, plan, log), WorkerProcess(argv=relay_argv(), log_path=log)]
+        with connect(DATABASE) as conn, workers(procs_spec) as procs:
+            go_all(procs)
+            time.sleep(WORKER_IDLE_BEFORE_PROBES_S)
+            for _ in paced(plan.latency_sparse_n, plan.latency_sparse_interval_s):
+                enqueue_probe_outbox("outbox")
+            values = settle_latencies(conn, "outbox", plan.latency_sparse_n)
+    finally:
+        uninstall_outbox()
+    return latency_summary(values)
+
+
 def measure_memory(sub: Subject, plan: Plan, log: Path) -> tuple[int, int]:
     """Worker RSS (KiB) after ``plan.memory_small`` jobs, and after ``plan.memory_large`` in total."""
     sub.reset()
@@ -255,14 +298,27 @@ def run(plan: Plan, log: Path, progress: Any = print) -> dict[str, Any]:
     for i in range(plan.runs):
         progress(f"ultimate_jobs run {i + 1}/{plan.runs}: enqueue, throughput, latency")
         run_common(sub, plan, figures, idle=False, log=log)
+        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: pickup latency through the outbox")
+        figures.keep_latency("latency_outbox", measure_outbox_latency(sub, plan, log))
         progress(f"ultimate_jobs run {i + 1}/{plan.runs}: two workers, large backlog")
-        figures.keep("throughput_small_2w", measure_throughput(sub, plan, plan.throughput_small_n, log, processes=2))
-        figures.keep("throughput_large_1w", measure_throughput(sub, plan, plan.throughput_large_n, log))
-        figures.keep("throughput_large_2w", measure_throughput(sub, plan, plan.throughput_large_n, log, processes=2))
+        figures.keep(
+            "throughput_small_2w", measure_throughput(sub, plan, plan.throughput_small_n, log, processes=2).rate
+        )
+        large = measure_throughput(sub, plan, plan.throughput_large_n, log)
+        figures.keep("throughput_large_1w", large.rate)
+        figures.keep("preload_large", large.preload_rate)
+        figures.keep(
+            "throughput_large_2w", measure_throughput(sub, plan, plan.throughput_large_n, log, processes=2).rate
+        )
         progress(f"ultimate_jobs run {i + 1}/{plan.runs}: idle worker for {plan.idle_s:.0f}s")
         statements, xacts = measure_idle(sub, plan, log, use_pss=use_pss)
         figures.keep("idle_statements_per_min", statements)
         figures.keep("idle_xacts_per_min", xacts)
+        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: idle scheduler (35 tasks) for {plan.idle_s:.0f}s")
+        from bench.scheduler_idle import measure_in_child
+
+        idle_scheduler = measure_in_child(plan.idle_s, plan.idle_warmup_s, log)
+        figures.keep("scheduler_idle_statements_per_min", idle_scheduler["statements_per_min"])
         progress(f"ultimate_jobs run {i + 1}/{plan.runs}: claim cost over {plan.filler_large:,} finished rows")
         small = measure_claim(sub, plan, plan.filler_small, log)
         large = measure_claim(sub, plan, plan.filler_large, log)

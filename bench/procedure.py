@@ -100,13 +100,24 @@ def drain(subject: Subject, procs: list[WorkerProcess], n: int) -> float:
     return wait_drained(subject, procs, n, go_all(procs))
 
 
-def measure_throughput(subject: Subject, plan: Plan, n: int, log: Path, *, processes: int = 1) -> float:
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """A throughput measurement: the drain rate, and the rate the backlog was loaded at beforehand."""
+
+    rate: float
+    preload_rate: float
+
+
+def measure_throughput(subject: Subject, plan: Plan, n: int, log: Path, *, processes: int = 1) -> Drained:
     """Jobs per second draining a backlog of ``n`` no-op jobs with ``processes`` worker processes. The
-    backlog is loaded first; the clock starts when every worker is built and connected (READY)."""
+    backlog is loaded first (batches of ``plan.preload_batch``, timed too: a batch enqueue into a growing
+    backlog); the clock starts when every worker is built and connected (READY)."""
     subject.reset()
+    t = time.perf_counter()
     subject.enqueue_batches(n, plan.preload_batch)
+    preload_rate = n / (time.perf_counter() - t)
     with workers([spawn(subject, plan, log) for _ in range(processes)]) as procs:
-        return drain(subject, procs, n)
+        return Drained(drain(subject, procs, n), preload_rate)
 
 
 def measure_latency(subject: Subject, plan: Plan, log: Path) -> tuple[dict[str, float], dict[str, float]]:
@@ -167,7 +178,9 @@ def run_common(subject: Subject, plan: Plan, figures: Figures, *, idle: bool, lo
     single, batch = measure_enqueue(subject, plan)
     figures.keep("enqueue_single", single)
     figures.keep("enqueue_batch", batch)
-    figures.keep("throughput_small_1w", measure_throughput(subject, plan, plan.throughput_small_n, log))
+    drained = measure_throughput(subject, plan, plan.throughput_small_n, log)
+    figures.keep("throughput_small_1w", drained.rate)
+    figures.keep("preload_small", drained.preload_rate)
     sparse, stream = measure_latency(subject, plan, log)
     figures.keep_latency("latency_sparse", sparse)
     figures.keep_latency("latency_stream", stream)

@@ -38,6 +38,18 @@ def rows(plan: Plan) -> list[Row]:
             "jobs/s",
             True,
         ),
+        Row(
+            "preload_small",
+            f"enqueue, batches of {plan.preload_batch:,} into a backlog of {plan.throughput_small_n:,}",
+            "jobs/s",
+            True,
+        ),
+        Row(
+            "preload_large",
+            f"enqueue, batches of {plan.preload_batch:,} into a backlog of {plan.throughput_large_n:,}",
+            "jobs/s",
+            True,
+        ),
         Row("throughput_small_1w", f"drain {plan.throughput_small_n:,} no-op, 1 worker process", "jobs/s", True),
         Row("throughput_small_2w", f"drain {plan.throughput_small_n:,} no-op, 2 worker processes", "jobs/s", True),
         Row("throughput_large_1w", f"drain {plan.throughput_large_n:,} no-op, 1 worker process", "jobs/s", True),
@@ -48,8 +60,22 @@ def rows(plan: Plan) -> list[Row]:
         Row("latency_stream_median", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: median", "ms", False),
         Row("latency_stream_p95", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: p95", "ms", False),
         Row("latency_stream_max", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: max", "ms", False),
+        Row(
+            "latency_outbox_median",
+            f"pickup latency via outbox, 1 per {plan.latency_sparse_interval_s:g}s: median",
+            "ms",
+            False,
+        ),
+        Row("latency_outbox_p95", "pickup latency via outbox: p95", "ms", False),
+        Row("latency_outbox_max", "pickup latency via outbox: max", "ms", False),
         Row("idle_statements_per_min", "idle worker: statements per minute", "stmt/min", False),
         Row("idle_xacts_per_min", "idle: bench-db transactions/min (approx.)", "xact/min", False),
+        Row(
+            "scheduler_idle_statements_per_min",
+            "idle scheduler, 35 tasks: statements per minute (executor count)",
+            "stmt/min",
+            False,
+        ),
         Row(
             "claim_filler_small",
             f"drain {plan.claim_n:,} over {plan.filler_small:,} finished rows",
@@ -137,12 +163,15 @@ def table(plan: Plan, results: dict[str, dict[str, Any]]) -> str:
 
 def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, Any]]) -> str:
     versions = ", ".join(f"{lib} {r.get('version', '?')}" for lib, r in results.items() if r)
-    busy = [
-        f"WARNING: load average {when} {info[key][0]} on {info['nproc']} cores — other work ran beside the "
-        "bench; treat these figures as rough"
-        for when, key in (("at start", "load_average_at_start"),)
-        if key in info and info[key][0] >= info["nproc"] / 2
-    ]
+    load = info["load_average_at_start"][0]
+    busy = (
+        [
+            f"WARNING: load average {load} on {info['nproc']} cores at start: other work shares this machine, "
+            "so treat these figures as rough"
+        ]
+        if load >= info["nproc"] / 2
+        else []
+    )
     return "\n".join(
         [
             *busy,

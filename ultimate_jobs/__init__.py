@@ -13,12 +13,22 @@ from .context import Actor, cross_tenant
 from .definition import Concurrency, JobDescriptor, JobHandle, job
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
-from .events import publish_event, reset_event_bus, set_event_bus
+from .events import events_purge_target, postgres_event_bus, publish_event, reset_event_bus, set_event_bus
 from .execute import JobExecution, Settled, execute_job, job_lease_key
 from .facade import set_jobs_facade
 from .limits import LimitConfig
+from .outbox import install_outbox, outbox_relay
 from .retry import RetryPolicy, is_final_attempt, retry_schedule
 from .run import JobRun
+from .scheduler import (
+    JobScheduler,
+    TaskHandle,
+    job_scheduler,
+    next_task_run,
+    postgres_lease_leader,
+    postgres_scheduler_state,
+    task,
+)
 from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
 from .worker import JobWorker, job_worker
@@ -48,6 +58,7 @@ __all__ = [
     "JobHandle",
     "JobOutcome",
     "JobRun",
+    "JobScheduler",
     "JobState",
     "JobWorker",
     "LimitConfig",
@@ -57,19 +68,28 @@ __all__ = [
     "Step",
     "StepSuspension",
     "SystemClock",
+    "TaskHandle",
     "TenantScopedModel",
     "TenantScopedQuerySet",
     "UltimateError",
     "cross_tenant",
     "current_signal",
+    "events_purge_target",
     "execute_job",
+    "install_outbox",
     "is_final_attempt",
     "job",
     "job_clock",
     "job_driver",
     "job_lease_key",
+    "job_scheduler",
     "job_worker",
     "nack_state",
+    "next_task_run",
+    "outbox_relay",
+    "postgres_event_bus",
+    "postgres_lease_leader",
+    "postgres_scheduler_state",
     "publish_event",
     "register_error_retry",
     "reset_event_bus",
@@ -79,4 +99,5 @@ __all__ = [
     "set_job_driver",
     "set_jobs_facade",
     "system_clock",
+    "task",
 ]

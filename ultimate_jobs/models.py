@@ -172,3 +172,80 @@ class TaskFire(models.Model):
 
     class Meta:
         db_table = "x_job_task_fires"
+
+
+class OutboxRow(models.Model):
+    """``x_outbox``: one staged enqueue, written in the caller's transaction and published by a relay.
+
+    The row id IS the job id the publish uses, and ``run_id`` the job's run id, both allocated at stage
+    time. ``request`` is the whole enqueue request. ``claimed_at``/``claimed_by`` are a relay's claim
+    (a lease); ``published_at`` set means published — the row stays as the audit trail.
+    """
+
+    id = models.UUIDField(primary_key=True)
+    run_id = models.UUIDField()
+    name = models.TextField()
+    queue = models.TextField()
+    request = models.JSONField()
+    staged_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True)
+    claimed_by = models.TextField(null=True)
+    published_at = models.DateTimeField(null=True)
+    last_error = models.TextField(null=True)
+
+    class Meta:
+        db_table = "x_outbox"
+        indexes = [
+            # SQL_OUTBOX_CLAIM walks it in claim order; SQL_OUTBOX_STAGE's throttle and the backlog read it.
+            # Published rows leave it, so the audit trail costs the claim nothing.
+            models.Index(
+                F("staged_at"), F("id"), condition=Q(published_at__isnull=True), name="x_outbox_unpublished_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"outbox {self.name} {self.id}"
+
+
+class JobEvent(models.Model):
+    """``x_job_events``: one row per published event, matchable by ``step.wait_for_event`` until it
+    expires. Stamped with the DATABASE's clock (the event bus has one clock)."""
+
+    id = models.UUIDField(primary_key=True)
+    event = models.TextField()
+    data = models.JSONField()
+    published_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_events"
+        indexes = [
+            # SQL_EVENT_FIND: the oldest matching event of one name published since a wait began.
+            models.Index(fields=["event", "published_at"], name="x_job_events_event_idx"),
+            # SQL_EVENT_PURGE: expired rows, oldest first.
+            models.Index(fields=["expires_at"], name="x_job_events_expires_idx"),
+        ]
+
+
+class SchedulerLease(models.Model):
+    """``x_job_scheduler_leases``: the scheduler's leader lease — a row with an expiry, one per election."""
+
+    name = models.TextField(primary_key=True)
+    holder = models.TextField()
+    acquired_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_scheduler_leases"
+
+
+class TaskWatermark(models.Model):
+    """``x_job_task_watermarks``: per task, the last occurrence the scheduler dealt with (fired or passed
+    over). A fire moves it only from the value the firing scheduler read — the fence against a second fire."""
+
+    task = models.TextField(primary_key=True)
+    watermark = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_job_task_watermarks"

@@ -201,7 +201,9 @@ class Step:
 
         Answers the event's data, or ``None`` when ``timeout`` passes first — ``X_JOB_TIMEOUT``
         instead when ``required=True``. Between polls the run parks for the job's ``event_poll``.
-        The wait is stamped and judged on the bus's clock, never this process's.
+        The wait is stamped and judged on the bus's clock (``bus.now()``), never this process's, and
+        the bus is asked once more after that clock shows the deadline passed before the wait times
+        out — a worker running ahead of the database neither misses an answer nor gives up early.
         """
         timeout_ms = parse_duration(timeout, field="wait_for_event.timeout")
         if timeout_ms <= 0:
@@ -210,8 +212,11 @@ class Step:
         if record is not None and record.status == "done":
             return record.output
         bus = self._bus()
+        # Read the bus clock BEFORE asking: an event the ask misses was published after this instant,
+        # so a deadline this instant has passed is a timeout only once the bus was asked after it.
+        bus_now = bus.now()
         if record is None:
-            since = bus.now()
+            since = bus_now
             meta = {"event": event, "match": dict(match or {}), "since_ms": since, "deadline_ms": since + timeout_ms}
             _json_roundtrip(name, meta)
             record = self._record(name, "waiting", meta=meta)
@@ -223,7 +228,6 @@ class Step:
             done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
             self._persist(done)
             return data
-        bus_now = bus.now()
         if bus_now >= deadline:
             if required:
                 raise JobTimeoutError(

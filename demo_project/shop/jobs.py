@@ -230,3 +230,63 @@ def sync_account(run: JobRun[AccountSync]) -> dict[str, Any]:
     account already syncing is refused (``X_JOB_KEY_BUSY``) rather than queued behind it."""
     shop: ShopServices = run.ctx
     return {"account": run.input.account_id, "sync": shop.ledger.sync(run.input.account_id)}
+
+
+# -- the checkout's confirmation, through the transactional outbox ------------------------------------
+
+
+@job(
+    input=OrderRef,
+    idempotency_key=lambda i: f"confirm:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 3},
+    queue="checkout",
+)
+def confirm_order(run: JobRun[OrderRef]) -> dict[str, Any]:
+    """Email the order confirmation. The checkout enqueues it inside its own ``transaction.atomic()``, next
+    to the Order row, with the outbox installed: the job exists exactly when the order commits — a checkout
+    that rolls back leaves no job, and a commit can never lose one."""
+    shop: ShopServices = run.ctx
+    order = _order(run.input)
+
+    def email() -> str:
+        message_id = shop.mailer.send(to=_customer(order), subject=f"Order {order.number} confirmed")
+        Order.objects.filter(pk=order.pk).update(emailed=F("emailed") + 1)
+        return message_id
+
+    return {"message_id": run.step.run("email-confirmation", email)}
+
+
+# -- waiting on an event (appended with the scheduler demo) ---------------------------------------
+
+
+class TransferAwaited(OrderRef):
+    """An order paid by bank transfer: the bank reports the money later."""
+
+
+@job(
+    input=TransferAwaited,
+    idempotency_key=lambda i: f"await-transfer:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    retry={"attempts": 3},
+    queue="payments",
+    event_poll="1m",
+)
+def await_bank_transfer(run: JobRun[TransferAwaited]) -> dict[str, Any]:
+    """Wait — up to three days, holding no process — for the bank to report the customer's transfer,
+    then mark the order paid. ``publish_event("bank.transfer.received", {...})`` from any process resumes
+    it on its next poll; no answer in three days is ``X_JOB_TIMEOUT``."""
+    transfer = run.step.wait_for_event(
+        "bank-transfer",
+        "bank.transfer.received",
+        match={"org_id": run.input.org_id, "order": run.input.number},
+        timeout="3d",
+        required=True,
+    )
+
+    def mark_paid() -> str:
+        Order.objects.filter(org_id=run.input.org_id, number=run.input.number).update(status=Order.Status.PAID)
+        return str(transfer["reference"])
+
+    reference = run.step.run("mark-paid", mark_paid)
+    return {"reference": reference, "amount_cents": transfer["amount_cents"]}

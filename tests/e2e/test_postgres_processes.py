@@ -386,3 +386,20 @@ def test_two_processes_enqueueing_one_key_at_once_make_one_live_row(spawn: Spawn
         assert sorted(a["deduped"] for a in answers) == [False, True], answers
         rows = query("SELECT id::text, state FROM x_jobs WHERE name = 'record_effect' AND idempotency_key = %s", [key])
         assert rows == [(answers[0]["id"], "ready")], (round_, rows)
+
+
+def test_jobs_dev_runs_every_role_and_drains_them_on_sigterm(spawn: Spawn, pg: PgJobs) -> None:
+    dev = spawn("dev", "manage.py", "jobs_dev", "--queues", QUEUE, "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s")
+    banner = dev.line(0)
+    assert banner.startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
+    job_id = pg.jobs.record_effect.enqueue({"key": "dev"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+    held = pg.jobs.hold_retry.enqueue({"key": "dev-drain"}).id
+    eventually(lambda: markers(held) == [("running", dev.pid, 1)], timeout=START_S, interval=POLL_S)
+
+    sent = time.monotonic()
+    dev.signal(signal.SIGTERM)
+    assert dev.wait() == 0, dev.describe()
+    assert time.monotonic() - sent < DRAIN_DEADLINE_S
+    interrupted = job_row(held)
+    assert (interrupted["state"], interrupted["attempts"]) == ("ready", 0), interrupted  # handed back uncounted

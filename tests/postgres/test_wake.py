@@ -20,6 +20,7 @@ from django.db import connection
 from tests.helpers import eventually
 from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, QueueWake, conninfo_for, pool_probe, start_queue_wake
+from ultimate_jobs.testing import FrozenClock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -213,3 +214,14 @@ def test_stop_closes_the_session_and_joins(conninfo: str, admin: psycopg.Connect
     assert not wake.is_live() and wake.session_pid is None
     eventually(lambda: not backend_alive(admin, pid), timeout=WAIT)
     assert wake.stop() is True  # idempotent
+
+
+def test_stopping_a_proven_wake_is_not_reported_unverified(
+    make_wake: Callable[..., QueueWake], logs: pytest.LogCaptureFixture
+) -> None:
+    clock = FrozenClock()
+    wake = make_wake(on_wake=Heard(), clock=clock, proof_timeout_ms=1_000)
+    eventually(wake.is_live, timeout=WAIT)
+    clock.advance(60_000)  # long past the proof window: stop() clears the live flag, nothing awaits proof
+    assert wake.stop(timeout=WAIT) is True
+    assert not events(logs, "jobs.wake.unverified")

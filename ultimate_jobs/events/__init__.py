@@ -9,12 +9,19 @@ from typing import Any
 from ..durations import Duration
 from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
 from .memory import MemoryEventBus
+from .postgres import PostgresEventBus, postgres_event_bus
+from .purge import EVENTS_PURGE_TARGET, EventsPurgeTarget, events_purge_target
 
 __all__ = [
+    "EVENTS_PURGE_TARGET",
     "EventBus",
     "EventRecord",
+    "EventsPurgeTarget",
     "MemoryEventBus",
+    "PostgresEventBus",
     "event_bus",
+    "events_purge_target",
+    "postgres_event_bus",
     "publish_event",
     "reset_event_bus",
     "set_event_bus",
@@ -25,12 +32,29 @@ _bus: EventBus | None = None
 
 
 def event_bus() -> EventBus:
-    """The installed bus; a process-local memory bus until :func:`set_event_bus` installs another."""
+    """The installed bus. Until :func:`set_event_bus` installs one it is built from settings: on the
+    Postgres driver, the Postgres bus over the driver's database (every process sees every event);
+    otherwise a process-local memory bus."""
     global _bus
     with _lock:
         if _bus is None:
-            _bus = MemoryEventBus()
+            _bus = _default_bus()
         return _bus
+
+
+def _default_bus() -> EventBus:
+    from ..conf import jobs_settings
+    from ..errors import UltimateError
+
+    try:
+        config = jobs_settings()
+    except UltimateError:  # the system check reports the bad setting
+        return MemoryEventBus()
+    if config.driver == "postgres":
+        from ..drivers.postgres.executor import django_executor
+
+        return PostgresEventBus(django_executor(config.database))
+    return MemoryEventBus()
 
 
 def set_event_bus(bus: EventBus) -> None:

@@ -227,7 +227,13 @@ class QueueWake:
         return 0.0
 
     def _awaiting_proof(self) -> bool:
-        return not self._live.is_set() and not self._unverified_logged and self._probe_payload is not None
+        # stop() clears the live flag: a wake that is stopping awaits nothing (no false "unverified")
+        return (
+            not self._stopping.is_set()
+            and not self._live.is_set()
+            and not self._unverified_logged
+            and self._probe_payload is not None
+        )
 
     def _deliver(self, payload: str) -> None:
         if payload.startswith(PROBE_PREFIX):  # ours or another worker's: a proof, never a queue

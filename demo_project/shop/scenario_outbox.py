@@ -1,0 +1,114 @@
+"""The demo shop's checkout through the transactional outbox: the Order row and its ``confirm_order`` job
+are written in ONE ``transaction.atomic()`` block. A committed checkout is relayed and runs; a checkout
+whose card is declined rolls back and leaves neither an order nor a job.
+
+Runs in-process on the Postgres driver and a frozen clock, with the outbox facade installed for the part
+(``mode="required"``: an enqueue outside a transaction would be ``X_OUTBOX_NO_TX``), a relay driven one
+pass at a time, and ``run_jobs`` over the ``checkout`` queue only. ``shop_demo`` prints the lines
+:func:`run_outbox_part` answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+
+from ultimate_jobs import set_job_clock, set_job_driver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.facade import set_jobs_facade
+from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
+from ultimate_jobs.testing import FrozenClock, run_jobs
+
+from .jobs import confirm_order
+from .models import Order
+from .services import ShopServices
+
+ORG = "org-acme"  # a demo org: the main scenario's seed_orders() clears its orders on every run
+COMMITTED, DECLINED = "1003", "1004"
+STARTS_AT = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+class CardDeclined(Exception):
+    """The payment step of a checkout failed: the checkout's transaction rolls back."""
+
+
+@contextmanager
+def outbox_installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[OutboxFacade]:
+    """The clock, the driver and the outbox facade, installed process-wide for the block."""
+    facade = OutboxFacade(store=postgres_outbox_store(clock=clock), driver=driver, mode="required")
+    set_job_clock(clock)
+    set_job_driver(driver)
+    set_jobs_facade(facade)
+    try:
+        yield facade
+    finally:
+        set_jobs_facade(None)
+        set_job_driver(None)
+        set_job_clock(None)
+
+
+def checkout(number: str, *, declined: bool = False) -> str:
+    """One checkout: the Order row and its confirmation job in ONE transaction. Answers the job id
+    ``enqueue()`` returned inside it (the staged row's id IS the job id)."""
+    job_id = ""
+    try:
+        with transaction.atomic():
+            Order.objects.create(org_id=ORG, number=number, total_cents=2_500)
+            job_id = confirm_order.enqueue({"org_id": ORG, "number": number}).id
+            if declined:
+                raise CardDeclined(f"the card for order {number} was declined")
+    except CardDeclined:
+        pass
+    return job_id
+
+
+def _count(sql: str, params: list[object]) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def run_outbox_part() -> list[str]:
+    """Run the two checkouts, the relay and the worker pass; answer printable lines."""
+    clock = FrozenClock(start_ms=int(STARTS_AT.timestamp() * 1000))
+    driver = PostgresDriver(clock=clock)
+    shop = ShopServices()
+    Order.objects.filter(org_id=ORG, number__in=(COMMITTED, DECLINED)).delete()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE x_outbox")
+    lines = ["transactional outbox: the checkout writes the Order row and enqueues confirm_order in ONE atomic()"]
+    with outbox_installed(clock, driver) as facade:
+        kept = checkout(COMMITTED)
+        lost = checkout(DECLINED, declined=True)
+        staged = facade.store.backlog()
+        jobs_before = _count("SELECT count(*) FROM x_jobs WHERE id IN (%s, %s)", [kept, lost])
+        lines.append(
+            f"  order {COMMITTED}: committed — enqueue() answered job {kept[-8:]} inside the transaction; "
+            f"x_outbox holds {staged} staged row, x_jobs {jobs_before} (nothing runs before the relay)"
+        )
+        lines.append(
+            f"  order {DECLINED}: the card was declined and the transaction rolled back — Order rows "
+            f"{Order.objects.filter(org_id=ORG, number=DECLINED).count()}, x_outbox rows for job {lost[-8:]} "
+            f"{_count('SELECT count(*) FROM x_outbox WHERE id = %s', [lost])}"
+        )
+        relay = outbox_relay(store=facade.store, driver=driver, clock=clock, relay_id="demo-relay")
+        published = relay.run_once()
+        lines.append(f"  relay: published {published} row after the COMMIT, under its own id (the job id)")
+        report = run_jobs(driver, clock=clock, queues=["checkout"], context=lambda: shop, advance=False)
+    for job_id, number in ((kept, COMMITTED), (lost, DECLINED)):
+        record = driver.introspect.get(job_id)
+        runs = [e.outcome for e in report.executions if e.job_id == job_id]
+        if record is None:
+            lines.append(f"  confirm_order for order {number}: no job exists — it never ran ({len(runs)} runs)")
+        else:
+            lines.append(
+                f"  confirm_order {job_id[-8:]} for order {number}: {record.state}, attempt {record.attempts} "
+                f"of {record.max_attempts}, outcomes {', '.join(o or '-' for o in runs)}"
+            )
+    order = Order.objects.get(org_id=ORG, number=COMMITTED)
+    lines.append(f"  order {COMMITTED}: confirmation emails sent {order.emailed}; mail log {shop.mailer.sent}")
+    return lines

@@ -1,0 +1,70 @@
+"""The Postgres event bus: events in ``x_job_events``, stamped and expired by the database's clock.
+
+One clock for every process: a worker running a minute ahead of the database still matches an
+event published after its wait began, because the wait's "asked at" came from the same
+``bus.now()`` the publish was stamped with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..drivers.postgres.executor import Executor, from_jsonb, jsonb
+from ..durations import Duration, parse_duration
+from ..errors import InvariantError
+from .base import DEFAULT_EVENT_TTL, EventRecord
+from .sql import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
+
+
+class PostgresEventBus:
+    """The bus over ``x_job_events``. Build it with :func:`postgres_event_bus`. It takes no clock."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    def now(self) -> int:
+        [(now,)] = self.executor.query(SQL_EVENT_NOW)
+        return int(now)
+
+    def publish(self, event: str, data: Mapping[str, Any], *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
+        if not isinstance(event, str) or not event:
+            raise InvariantError("publish_event: the event name must be a non-empty string", {})
+        ttl_ms = parse_duration(ttl, field="ttl")
+        if ttl_ms <= 0:
+            raise InvariantError(f"publish_event {event!r}: ttl must be positive, got {ttl_ms} ms", {"event": event})
+        body = dict(data)
+        try:
+            encoded = jsonb(body)
+        except (TypeError, ValueError) as exc:  # NaN/Infinity and objects are not JSON; jsonb refuses them
+            raise InvariantError(
+                f"publish_event {event!r}: the data is not JSON-serialisable ({exc}); publish plain dicts, lists, "
+                "strings, numbers, booleans or None",
+                {"event": event},
+            ) from exc
+        params = {"event": event, "data": encoded, "ttl": ttl_ms}
+        [(event_id, published, expires)] = self.executor.query(SQL_EVENT_PUBLISH, params)
+        return EventRecord(str(event_id), event, body, int(published), int(expires))
+
+    def find(self, event: str, match: Mapping[str, Any] | None, *, since_ms: int) -> EventRecord | None:
+        params = {"event": event, "since": since_ms, "match": jsonb(dict(match or {}))}
+        rows = self.executor.query(SQL_EVENT_FIND, params)
+        if not rows:
+            return None
+        event_id, name, data, published, expires = rows[0]
+        return EventRecord(str(event_id), name, from_jsonb(data), int(published), int(expires))
+
+    def purge_expired(self) -> int:
+        [(count,)] = self.executor.query(SQL_EVENT_PURGE)
+        return int(count)
+
+
+def postgres_event_bus(executor: Executor) -> PostgresEventBus:
+    """The event bus every process of a Postgres deployment shares; install it with ``set_event_bus``
+    (a process on the Postgres driver gets it by default).
+
+    >>> from ultimate_jobs.drivers.postgres.executor import django_executor
+    >>> set_event_bus(postgres_event_bus(django_executor("default")))
+    >>> publish_event("order.paid", {"order_id": "o-1"})
+    """
+    return PostgresEventBus(executor)

@@ -1,0 +1,41 @@
+"""The transactional outbox: ``handle.enqueue()`` inside ``transaction.atomic()`` writes its row in the
+caller's transaction, and a relay publishes it after commit — so a rollback leaves no job and a commit
+can never lose one. Not on until installed: :func:`install_outbox` (the facade) and a running
+:func:`outbox_relay` (``manage.py jobs_relay``). See docs/outbox.md.
+"""
+
+from .boot import (
+    install_outbox,
+    outbox_store,
+    outbox_supported,
+    relay_from_settings,
+    set_outbox_store,
+    uninstall_outbox,
+)
+from .facade import OutboxFacade
+from .memory import MemoryOutboxStore, memory_outbox_store
+from .postgres import PostgresOutboxStore, postgres_outbox_store
+from .relay import OutboxRelay, RelayStats, outbox_relay
+from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_WAKE_CHANNEL, OutboxMode, OutboxRecord, OutboxStore
+
+__all__ = [
+    "DEFAULT_CLAIM_LEASE_MS",
+    "OUTBOX_WAKE_CHANNEL",
+    "MemoryOutboxStore",
+    "OutboxFacade",
+    "OutboxMode",
+    "OutboxRecord",
+    "OutboxRelay",
+    "OutboxStore",
+    "PostgresOutboxStore",
+    "RelayStats",
+    "install_outbox",
+    "memory_outbox_store",
+    "outbox_relay",
+    "outbox_store",
+    "outbox_supported",
+    "postgres_outbox_store",
+    "relay_from_settings",
+    "set_outbox_store",
+    "uninstall_outbox",
+]

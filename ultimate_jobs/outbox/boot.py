@@ -1,0 +1,123 @@
+"""Build the outbox from ``settings.ULTIMATE_JOBS``: the process's store, the facade (installed only when
+asked — :func:`install_outbox`) and the relay role (what ``jobs_relay`` and ``jobs_dev`` run).
+
+The outbox stages in Postgres whatever the driver is: ``x_outbox`` lives in the jobs database
+(``ULTIMATE_JOBS['DATABASE']``), next to the business rows a transaction writes, and the relay
+publishes onto the configured driver — Postgres, Redis or memory alike.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import connections
+
+from ..conf import job_driver, jobs_settings
+from ..drivers.base import JobDriver
+from ..durations import Duration, parse_duration
+from ..errors import DriverUnavailableError, InvariantError
+from ..facade import set_jobs_facade
+from .facade import OutboxFacade
+from .postgres import postgres_outbox_store
+from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
+from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore
+
+_lock = threading.Lock()
+_store: OutboxStore | None = None
+
+
+def build_outbox_store(*, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS) -> OutboxStore:
+    """The Postgres store over the jobs database; ``X_DRIVER_UNAVAILABLE`` when that alias is not Postgres."""
+    alias = jobs_settings().database
+    if alias not in connections.settings:
+        raise DriverUnavailableError(
+            f"no database alias {alias!r} in settings.DATABASES; set ULTIMATE_JOBS['DATABASE'] to one that exists",
+            {"alias": alias},
+        )
+    vendor = connections[alias].vendor
+    if vendor != "postgresql":
+        raise DriverUnavailableError(
+            f"the outbox stages in PostgreSQL (x_outbox, in the business rows' transaction); alias {alias!r} is "
+            f"{vendor}. Point ULTIMATE_JOBS['DATABASE'] at a PostgreSQL database or leave the outbox uninstalled",
+            {"alias": alias, "vendor": vendor},
+        )
+    return postgres_outbox_store(alias=alias, claim_lease_ms=claim_lease_ms)
+
+
+def outbox_supported() -> bool:
+    """Whether this process's jobs database can hold ``x_outbox`` (the alias exists and is PostgreSQL):
+    what ``jobs_dev`` asks before adding the relay to its roles."""
+    alias = jobs_settings().database
+    return alias in connections.settings and connections[alias].vendor == "postgresql"
+
+
+def outbox_store() -> OutboxStore:
+    """The process's outbox store, built from settings on first use (the facade and an in-process relay
+    share it)."""
+    global _store
+    with _lock:
+        if _store is None:
+            _store = build_outbox_store()
+        return _store
+
+
+def set_outbox_store(store: OutboxStore | None) -> None:
+    """Install ``store`` as the process's outbox store (``None`` rebuilds from settings on next use)."""
+    global _store
+    with _lock:
+        _store = store
+
+
+def install_outbox(
+    *, mode: OutboxMode | None = None, store: OutboxStore | None = None, driver: JobDriver | None = None
+) -> OutboxFacade | None:
+    """Install the outbox facade process-wide: from now on ``handle.enqueue()`` inside
+    ``transaction.atomic()`` on the jobs database stages its row in that transaction. ``mode`` defaults to
+    ``ULTIMATE_JOBS['OUTBOX']``; ``"off"`` installs nothing (and uninstalls a facade installed before),
+    answering ``None``. Call it once at start-up — an ``AppConfig.ready()`` — in every process that
+    enqueues, and run a relay (``manage.py jobs_relay``, or ``jobs_dev``) to publish what commits.
+
+    >>> class ShopConfig(AppConfig):
+    ...     def ready(self):
+    ...         install_outbox()
+    """
+    chosen = mode if mode is not None else jobs_settings().outbox
+    if chosen not in OUTBOX_MODES:
+        raise InvariantError(f"install_outbox(mode={chosen!r}); use one of {OUTBOX_MODES}", {"mode": chosen})
+    if chosen == "off":
+        set_jobs_facade(None)
+        return None
+    facade = OutboxFacade(store=store or outbox_store(), driver=driver, mode=chosen)
+    set_jobs_facade(facade)
+    return facade
+
+
+def uninstall_outbox() -> None:
+    """Put the direct fallback back: every enqueue publishes straight to the driver again."""
+    set_jobs_facade(None)
+
+
+def relay_from_settings(
+    *,
+    batch_size: int | None = None,
+    interval: Duration | None = None,
+    claim_lease: Duration | None = None,
+    drain_deadline: Duration | None = None,
+    store: OutboxStore | None = None,
+    driver: JobDriver | None = None,
+) -> OutboxRelay:
+    """A relay over the process's outbox store (or a fresh one with ``claim_lease``), publishing onto the
+    configured driver, with the configured drain deadline. What ``jobs_relay`` and ``jobs_dev`` run."""
+    config = jobs_settings()
+    if store is None:
+        if claim_lease is not None:
+            store = build_outbox_store(claim_lease_ms=parse_duration(claim_lease, field="claim_lease"))
+        else:
+            store = outbox_store()
+    return outbox_relay(
+        store=store,
+        driver=driver or job_driver(),
+        interval=interval if interval is not None else RELAY_INTERVAL_MS,
+        batch_size=batch_size if batch_size is not None else RELAY_BATCH_SIZE,
+        drain_deadline=drain_deadline if drain_deadline is not None else config.drain_deadline_ms,
+    )

@@ -1,0 +1,108 @@
+"""Every statement of the Postgres outbox store, verbatim, one constant each.
+
+Conventions as the driver's ``sql.py``: named parameters; the caller's clock is injected as epoch
+milliseconds (``%(now)s``) and converted with ``to_timestamp(%(now)s / 1000.0)`` — no statement
+compares with the server's ``now()``; times come back as epoch ms. Every statement but the stage
+runs on the pool (the relay's own connection); the stage runs on the CALLER'S connection, inside the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+from .store import OUTBOX_WAKE_CHANNEL
+
+# The columns every statement that answers rows selects, in this order (times as epoch ms).
+OUTBOX_COLUMNS = """
+    o.id, o.run_id, o.request, (extract(epoch from o.staged_at) * 1000)::bigint,
+    o.claimed_by, (extract(epoch from o.claimed_at) * 1000)::bigint
+"""
+
+# SQL_OUTBOX_STAGE — write a batch of staged enqueues in ONE statement, in the caller's transaction:
+# the rows exist exactly when the business rows commit. Each row carries the whole EnqueueRequest
+# (jsonb) and the ids the facade allocated (the row id IS the job id, run_id the job's run id), all
+# with staged_at = %(now)s. Announces pg_notify('x_outbox_wake', '') — delivered on COMMIT, never for a
+# rollback — unless a committed row is already waiting unclaimed (the throttle, over
+# x_outbox_unpublished_idx): a relay that row woke will find these too, and one NOTIFY per staging
+# commit would serialise those commits behind Postgres's notify lock. Answers (staged, announced).
+SQL_OUTBOX_STAGE = f"""
+WITH req AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        ord int, id uuid, run_id uuid, name text, queue text, request jsonb
+    )
+),
+waiting AS (
+    SELECT EXISTS (
+        SELECT 1 FROM x_outbox w WHERE w.published_at IS NULL AND w.claimed_at IS NULL
+    ) AS found
+),
+ins AS (
+    INSERT INTO x_outbox (id, run_id, name, queue, request, staged_at)
+    SELECT id, run_id, name, queue, request, to_timestamp(%(now)s / 1000.0)
+    FROM req
+    ORDER BY ord
+    RETURNING id
+),
+wake AS (
+    SELECT pg_notify('{OUTBOX_WAKE_CHANNEL}', '') FROM waiting WHERE NOT waiting.found
+)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM wake)
+"""
+
+# SQL_OUTBOX_CLAIM — a claim, not a read: take up to %(limit)s unpublished rows in staged_at, id order
+# (x_outbox_unpublished_idx, walked in its own order) that nobody holds or whose claim lease
+# (%(lease)s ms) lapsed, locked FOR UPDATE SKIP LOCKED so two relays never take one row in one
+# instant, and STAMPED claimed_at = %(now)s, claimed_by = %(claimant)s in the same statement. Under
+# autocommit the row locks end with the statement; the stamp is what keeps a second relay off these
+# rows for the lease (a row another relay stamped between our snapshot and our lock fails the
+# re-checked predicate and is skipped). Answers the claimed rows in staged_at, id order.
+SQL_OUTBOX_CLAIM = f"""
+WITH next AS (
+    SELECT id
+    FROM x_outbox
+    WHERE published_at IS NULL
+      AND (claimed_at IS NULL OR claimed_at <= to_timestamp((%(now)s - %(lease)s) / 1000.0))
+    ORDER BY staged_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE x_outbox o
+    SET claimed_at = to_timestamp(%(now)s / 1000.0), claimed_by = %(claimant)s
+    FROM next
+    WHERE o.id = next.id
+    RETURNING o.*
+)
+SELECT {OUTBOX_COLUMNS}
+FROM claimed o
+ORDER BY o.staged_at, o.id
+"""
+
+# SQL_OUTBOX_RELEASE — hand rows back at once (a publish failed and stopped the batch), FENCED on the
+# claimant: only rows still unpublished AND still claimed by %(claimed_by)s are released, so a relay
+# that stalled past its lease cannot unclaim rows another relay reclaimed and is mid-publish on.
+# Records the failure in last_error when one is given. Answers the ids that landed.
+SQL_OUTBOX_RELEASE = """
+UPDATE x_outbox
+SET claimed_at = NULL, claimed_by = NULL, last_error = coalesce(%(error)s, last_error)
+WHERE id = ANY(%(ids)s::uuid[]) AND claimed_by = %(claimed_by)s AND published_at IS NULL
+RETURNING id
+"""
+
+# SQL_OUTBOX_MARK_PUBLISHED — retire rows AFTER their publish, FENCED on the claimant: a relay that
+# stalled past its lease cannot retire a row a newer claimant has not published yet (that would lose
+# the job). The row stays, with published_at, claimed_by (who published it) as the audit trail; it
+# leaves x_outbox_unpublished_idx. Answers the ids that landed.
+SQL_OUTBOX_MARK_PUBLISHED = """
+UPDATE x_outbox
+SET published_at = to_timestamp(%(now)s / 1000.0), last_error = NULL
+WHERE id = ANY(%(ids)s::uuid[]) AND claimed_by = %(claimed_by)s AND published_at IS NULL
+RETURNING id
+"""
+
+# SQL_OUTBOX_BACKLOG — how many staged rows are not published yet (x_outbox_unpublished_idx).
+SQL_OUTBOX_BACKLOG = "SELECT count(*) FROM x_outbox WHERE published_at IS NULL"
+
+# SQL_OUTBOX_WAKE_PROBE — the probe that proves the relay's LISTEN x_outbox_wake session: sent through
+# the pool, it must come back on the session (see drivers/postgres/wake.py).
+SQL_OUTBOX_WAKE_PROBE = f"SELECT pg_notify('{OUTBOX_WAKE_CHANNEL}', %(payload)s)"

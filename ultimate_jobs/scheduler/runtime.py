@@ -1,0 +1,446 @@
+"""``job_scheduler()``: fire every registered task's occurrences — one dispatch round at a time, on
+the leader only, with each task's catch-up policy — and drain in two phases on SIGTERM/SIGINT.
+
+One lifecycle, as the worker's: :meth:`JobScheduler.start`, :meth:`JobScheduler.stop`,
+:meth:`JobScheduler.drain` (accept → close) and :meth:`JobScheduler.run_once` — one round — which
+tests drive directly on a frozen clock.
+
+An idle round reads no store and resolves no cron: while it leads, the scheduler holds every task's
+watermark and next due instant in memory, loaded once when it starts leading. The only statements
+of an idle minute are the lease renewals, one every third of the TTL (6 a minute at the default
+30 s), the once-a-minute counter rollup riding on one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal as os_signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .. import registry
+from ..clock import Clock
+from ..conf import job_clock
+from ..drivers.base import JobDriver
+from ..durations import Duration, parse_duration
+from ..errors import InvariantError
+from ..logs import log_event
+from .catchup import plan_fires
+from .leader import Leader, MemoryLeader, PostgresLeaseLeader
+from .state import Fire, MemorySchedulerState, SchedulerState
+from .task import TaskHandle
+
+TICK_INTERVAL_MS = 1_000
+PAUSE_RECHECK_MS = 5_000
+FIRE_RETRY_MS = 5_000
+ROLLUP_EVERY_MS = 60_000
+DEFAULT_DRAIN_DEADLINE_MS = 25_000
+
+SchedulerPhase = Literal["idle", "running", "draining", "stopped"]
+_NEVER = 2**63 - 1
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    """What this scheduler did since it started."""
+
+    rounds: int = 0
+    fires: int = 0
+    paused: int = 0
+    fenced: int = 0
+    failures: int = 0
+    rollups: int = 0
+    terms: int = 0
+
+
+class JobScheduler:
+    """A scheduler over ``driver``, ``leader`` and ``state``. Build it with :func:`job_scheduler`.
+
+    >>> scheduler = job_scheduler(driver=driver, clock=clock, tasks=[nightly_digest])
+    >>> scheduler.start(loop=False)
+    >>> clock.advance(86_400_000); scheduler.run_once()     # one round: answers the occurrences fired
+    1
+    """
+
+    def __init__(
+        self,
+        *,
+        driver: JobDriver,
+        leader: Leader,
+        state: SchedulerState,
+        tasks: Sequence[TaskHandle] | None,
+        clock: Clock,
+        tick_interval_ms: int,
+        drain_deadline_ms: int,
+    ) -> None:
+        self.driver = driver
+        self.leader = leader
+        self.state = state
+        self.clock = clock
+        self.tick_interval_ms = tick_interval_ms
+        self.drain_deadline_ms = drain_deadline_ms
+        self.phase: SchedulerPhase = "idle"
+        self.stats = SchedulerStats()
+        self._declared = tuple(tasks) if tasks is not None else None
+        self._tasks: dict[str, TaskHandle] = {}
+        self._watermarks: dict[str, int] | None = None  # held while leading; None = load at the next round
+        self._due: dict[str, int] = {}  # the next instant each task is looked at
+        self._earliest = _NEVER
+        self._leading = False
+        self._valid_until = 0
+        self._next_ask = 0
+        self._term: int | None = None
+        self._next_rollup = 0
+        self._accepting = False
+        self._in_round = False
+        self._round_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._wake = threading.Event()
+        self._drain_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+
+    # -- what tests and the CLI read -----------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this scheduler held the lease at its last round."""
+        return self._leading
+
+    def watermarks(self) -> dict[str, int]:
+        """The watermarks held in memory (empty while not leading)."""
+        return dict(self._watermarks or {})
+
+    def next_due(self) -> dict[str, int]:
+        """When each task is next looked at (its next occurrence, or a pause/failure recheck)."""
+        return dict(self._due)
+
+    def tasks(self) -> list[TaskHandle]:
+        """The tasks this scheduler fires: the declared list, or every registered task."""
+        if self._declared is not None:
+            return list(self._declared)
+        return [h for h in registry.registered("task") if isinstance(h, TaskHandle)]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def check_durable(self) -> None:
+        """Refuse the in-memory leader or state against Postgres: two processes would both lead, and a
+        redeploy would forget every watermark (catch-up would have nothing to measure from)."""
+        if self.driver.name == "postgres" and not (self.leader.durable and self.state.durable):
+            raise InvariantError(
+                "the scheduler is on the Postgres driver with the in-memory "
+                f"{'leader' if not self.leader.durable else 'state'}, which exists for tests and jobs_dev only; "
+                "pass leader=postgres_lease_leader(executor) and state=postgres_scheduler_state(executor) "
+                "(scheduler_from_settings() does)",
+                {"leader_durable": self.leader.durable, "state_durable": self.state.durable},
+            )
+
+    def start(self, *, loop: bool = True) -> None:
+        """Start dispatching (``loop=False`` leaves rounds to :meth:`run_once`, as tests do)."""
+        if self.phase != "idle":
+            raise InvariantError(f"scheduler {self.leader.holder} is {self.phase}; build a new one to start again", {})
+        self._accepting = True
+        self.phase = "running"
+        log_event(
+            logging.INFO,
+            "jobs.scheduler.started",
+            holder=self.leader.holder,
+            tasks=[t.name for t in self.tasks()],
+            durable=self.leader.durable and self.state.durable,
+        )
+        if loop:
+            self._loop_thread = threading.Thread(target=self._loop, name="jobs-scheduler", daemon=True)
+            self._loop_thread.start()
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Refuse a non-durable setup on Postgres, start, then block until a SIGTERM/SIGINT drain (or
+        :meth:`stop`) has finished. For commands."""
+        self.check_durable()
+        if install_signals:
+            for signum in (os_signal.SIGTERM, os_signal.SIGINT):
+                os_signal.signal(signum, self._on_signal)
+        self.start()
+        while not self._stopped.is_set():
+            if self._drain_requested.wait(timeout=0.5):
+                self.close(self.drain_deadline_ms)
+        log_event(logging.INFO, "jobs.scheduler.stopped", holder=self.leader.holder)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.accept(reason=os_signal.Signals(signum).name)
+        self._drain_requested.set()
+
+    def accept(self, *, reason: str = "stop") -> None:
+        """The drain's first phase: dispatch nothing more. A round in flight stops before its next fire."""
+        with self._cond:
+            if self.phase in ("draining", "stopped"):
+                return
+            self._accepting = False
+            self.phase = "draining"
+            in_round = self._in_round
+        self._wake.set()
+        log_event(logging.INFO, "jobs.scheduler.draining", holder=self.leader.holder, signal=reason, in_round=in_round)
+
+    def close(self, deadline_ms: int | None) -> bool:
+        """The drain's second phase: wait for the round in flight (up to ``deadline_ms``; ``None`` = as
+        long as it takes), then hand the lease back and reach ``stopped``. A round still enqueueing at
+        the deadline KEEPS the lease — promoting a standby onto an occurrence this node is mid-dispatch
+        for is the double fire election exists to prevent; the lease row lapses on its own. Answers
+        whether the round finished."""
+        with self._cond:
+            self._accepting = False
+            if self.phase == "stopped":
+                return True
+            self.phase = "draining"
+            budget = None if deadline_ms is None else deadline_ms / 1000
+            finished = self._cond.wait_for(lambda: not self._in_round, budget)
+        self._wake.set()
+        if finished:
+            if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
+                self._loop_thread.join(timeout=5)
+            try:
+                self.leader.release()
+            except Exception as exc:  # the lease lapses on its own; a standby waits one TTL instead
+                log_event(logging.WARNING, "jobs.scheduler.release-failed", holder=self.leader.holder, error=repr(exc))
+            self._leading = False
+            self._watermarks = None
+        else:  # the round still runs on its own thread: leave it its state; the process exits under it
+            log_event(logging.ERROR, "jobs.scheduler.drain-abandoned", holder=self.leader.holder, kept_lease=True)
+        self.phase = "stopped"
+        self._stopped.set()
+        return finished
+
+    def drain(self, deadline_ms: int | None = None, *, reason: str = "drain") -> bool:
+        """Both phases, as SIGTERM runs them: :meth:`accept`, then :meth:`close` within the drain deadline."""
+        self.accept(reason=reason)
+        return self.close(self.drain_deadline_ms if deadline_ms is None else deadline_ms)
+
+    def stop(self) -> None:
+        """Stop dispatching, wait — unbounded — for the round in flight, and hand the lease back."""
+        self.close(None)
+
+    def _loop(self) -> None:
+        while self._accepting:
+            try:
+                self.run_once()
+            except Exception as exc:
+                log_event(logging.ERROR, "jobs.scheduler.round-failed", holder=self.leader.holder, error=repr(exc))
+            self._wake.wait(self.tick_interval_ms / 1000)
+
+    # -- one round -----------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """One dispatch round — never two at once. Answers how many occurrences it fired."""
+        with self._round_lock:
+            with self._cond:
+                if not self._accepting:
+                    return 0
+                self._in_round = True
+            try:
+                return self._round(self.clock.now_ms())
+            finally:
+                with self._cond:
+                    self._in_round = False
+                    self._cond.notify_all()
+
+    def _round(self, now: int) -> int:
+        self.stats.rounds += 1
+        self._lead(now)
+        if not self._leading:
+            return 0
+        if self._watermarks is None and not self._load(now):
+            return 0
+        if now < self._earliest:
+            return 0  # the idle round: no store read, no cron resolved
+        fired = 0
+        for name in sorted((n for n, at in self._due.items() if at <= now), key=lambda n: (self._due[n], n)):
+            if not self._accepting or self._watermarks is None:
+                break
+            fired += self._dispatch(self._tasks[name], now)
+        self._earliest = min(self._due.values(), default=_NEVER)
+        return fired
+
+    def _lead(self, now: int) -> None:
+        if now < self._next_ask:
+            if self._leading and now >= self._valid_until:
+                self._set_leading(False, now, why="renewal overdue")
+            return
+        self._next_ask = now + self.leader.renew_every_ms
+        rollup = now >= self._next_rollup
+        carrier = self._rollup_carrier() if rollup else None
+        try:
+            if carrier is not None:
+                leading, _ = carrier.acquire_and_rollup()
+            else:
+                leading = self.leader.acquire()
+        except Exception as exc:
+            self._next_ask = now + self.tick_interval_ms  # ask again next round
+            log_event(logging.WARNING, "jobs.scheduler.lease-failed", holder=self.leader.holder, error=repr(exc))
+            if self._leading and now >= self._valid_until:
+                self._set_leading(False, now, why="renewal failed")
+            return
+        if leading:
+            # Act on the lease only while a renewal is still due before it could lapse elsewhere.
+            self._valid_until = now + self.leader.ttl_ms - self.leader.renew_every_ms
+            if self._term != self.leader.term:
+                self._term = self.leader.term
+                self.stats.terms += 1
+                self._watermarks = None  # a new term: what another leader fired meanwhile is in the store
+        self._set_leading(leading, now, why="lease")
+        if leading and rollup:
+            self._next_rollup = now + ROLLUP_EVERY_MS
+            if carrier is None:
+                self._rollup()
+            self.stats.rollups += 1
+
+    def _rollup_carrier(self) -> PostgresLeaseLeader | None:
+        """The leader, when it can fold the counters in its renewal: a Postgres lease on the database
+        the Postgres driver writes its counters to (else the rollup is the driver's own call)."""
+        from ..drivers.postgres.driver import PostgresDriver
+
+        leader = self.leader
+        if (
+            isinstance(leader, PostgresLeaseLeader)
+            and isinstance(self.driver, PostgresDriver)
+            and self.driver.alias == leader.executor.alias
+        ):
+            return leader
+        return None
+
+    def _rollup(self) -> None:
+        introspect = self.driver.introspect
+        if introspect is None:
+            return
+        try:
+            introspect.rollup_counters()
+        except Exception as exc:
+            log_event(logging.WARNING, "jobs.scheduler.rollup-failed", holder=self.leader.holder, error=repr(exc))
+
+    def _set_leading(self, leading: bool, now: int, *, why: str) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if not leading:
+            self._watermarks = None
+            self._due.clear()
+            self._earliest = _NEVER
+        log_event(
+            logging.INFO,
+            "jobs.scheduler.leading" if leading else "jobs.scheduler.standby",
+            holder=self.leader.holder,
+            term=self.leader.term,
+            why=why,
+            at_ms=now,
+        )
+
+    def _load(self, now: int) -> bool:
+        """Read every task's watermark once (arming new tasks at now) and resolve each next occurrence."""
+        tasks = {t.name: t for t in self.tasks()}
+        try:
+            watermarks = self.state.load(list(tasks), now_ms=now)
+        except Exception as exc:
+            log_event(logging.WARNING, "jobs.scheduler.load-failed", holder=self.leader.holder, error=repr(exc))
+            return False
+        self._tasks = tasks
+        self._watermarks = watermarks
+        self._due = {name: task.next_run(watermarks[name]) for name, task in tasks.items()}
+        self._earliest = min(self._due.values(), default=_NEVER)
+        return True
+
+    def _dispatch(self, task: TaskHandle, now: int) -> int:
+        """Fire what ``task``'s catch-up policy says is due; each occurrence in its own fire."""
+        assert self._watermarks is not None
+        watermark = self._watermarks[task.name]
+        fired = 0
+        try:
+            plans = plan_fires(
+                task.schedule, policy=task.catch_up, max_catch_up=task.max_catch_up, watermark_ms=watermark, now_ms=now
+            )
+            for planned in plans:
+                if not self._accepting:
+                    break
+                requests = task.requests(planned.occurrence_ms, now_ms=now)
+                fire = Fire(task.name, watermark, planned.watermark_ms, planned.occurrence_ms, requests, now)
+                result = self.state.fire(fire, driver=self.driver)
+                if result.outcome == "paused":
+                    self.stats.paused += 1
+                    self._due[task.name] = now + PAUSE_RECHECK_MS  # the resume's latency
+                    log_event(
+                        logging.DEBUG, "jobs.scheduler.task-paused", task=task.name, occurrence_ms=planned.occurrence_ms
+                    )
+                    return fired
+                if result.outcome == "fenced":
+                    self.stats.fenced += 1
+                    self._watermarks = None  # another scheduler fired it: reload at the next round
+                    log_event(
+                        logging.WARNING,
+                        "jobs.scheduler.fenced",
+                        task=task.name,
+                        occurrence_ms=planned.occurrence_ms,
+                        holder=self.leader.holder,
+                    )
+                    return fired
+                watermark = planned.watermark_ms
+                self._watermarks[task.name] = watermark
+                fired += 1
+                self.stats.fires += 1
+                log_event(
+                    logging.INFO,
+                    "jobs.scheduler.fired",
+                    task=task.name,
+                    occurrence_ms=planned.occurrence_ms,
+                    watermark_ms=watermark,
+                    inserted=result.inserted,
+                    catch_up=task.catch_up,
+                )
+        except Exception as exc:
+            self.stats.failures += 1
+            self._due[task.name] = now + FIRE_RETRY_MS
+            log_event(logging.ERROR, "jobs.scheduler.fire-failed", task=task.name, error=repr(exc), exc_info=True)
+            return fired
+        self._due[task.name] = task.next_run(watermark)
+        return fired
+
+
+def job_scheduler(
+    *,
+    driver: JobDriver,
+    leader: Leader | None = None,
+    state: SchedulerState | None = None,
+    tasks: Sequence[TaskHandle] | None = None,
+    clock: Clock | None = None,
+    tick_interval: Duration = TICK_INTERVAL_MS,
+    drain_deadline: Duration = DEFAULT_DRAIN_DEADLINE_MS,
+) -> JobScheduler:
+    """Build the scheduler role. ``driver`` is required; ``tasks`` defaults to every registered task.
+
+    The defaults for ``leader`` (always the leader) and ``state`` (watermarks in a dict) are for tests
+    and ``jobs_dev`` only — both fail silently in a deployment, and :meth:`JobScheduler.run` refuses them
+    against Postgres. A real deployment passes the durable pair:
+
+    >>> from ultimate_jobs.drivers.postgres.executor import django_executor
+    >>> executor = django_executor("default")
+    >>> scheduler = job_scheduler(
+    ...     driver=job_driver(),
+    ...     leader=postgres_lease_leader(executor),
+    ...     state=postgres_scheduler_state(executor),
+    ... )
+    >>> scheduler.run()        # blocks; SIGTERM drains
+    """
+    if driver is None:
+        raise InvariantError("job_scheduler(driver=...) is required", {})
+    tick_ms = parse_duration(tick_interval, field="tick_interval")
+    if tick_ms <= 0:
+        raise InvariantError(f"job_scheduler: tick_interval must be positive, got {tick_ms} ms", {})
+    if tasks is not None and not all(isinstance(t, TaskHandle) for t in tasks):
+        raise InvariantError("job_scheduler(tasks=...) takes TaskHandles (what @task returns)", {})
+    return JobScheduler(
+        driver=driver,
+        leader=leader or MemoryLeader(),
+        state=state or MemorySchedulerState(),
+        tasks=tasks,
+        clock=clock or job_clock(),
+        tick_interval_ms=tick_ms,
+        drain_deadline_ms=parse_duration(drain_deadline, field="drain_deadline"),
+    )

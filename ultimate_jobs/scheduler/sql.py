@@ -1,0 +1,213 @@
+"""Every statement of the scheduler role — the leader lease, the watermarks and the fire — verbatim.
+
+Conventions of :mod:`ultimate_jobs.drivers.postgres.sql`: named parameters, the caller's clock injected
+as epoch ms and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the
+server's ``now()``), times read back as epoch ms. The enqueue half of ``SQL_SCHEDULER_FIRE`` inserts
+the same row shape ``SQL_ENQUEUE`` does (its request recordset is asserted equal to SQL_ENQUEUE's by
+the test suite) and shares its wake channel and horizon.
+"""
+
+from __future__ import annotations
+
+from ..drivers.base import COUNTER_TIERS
+from ..drivers.postgres.sql import WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
+
+__all__ = [
+    "ENQUEUE_RECORDSET",
+    "SQL_LEADER_ACQUIRE",
+    "SQL_LEADER_ACQUIRE_ROLLUP",
+    "SQL_LEADER_RELEASE",
+    "SQL_SCHEDULER_ADVANCE",
+    "SQL_SCHEDULER_FIRE",
+    "SQL_SCHEDULER_LOAD",
+    "SQL_SCHEDULER_WATERMARKS",
+]
+
+# The request rows of an enqueue, one per job, as SQL_ENQUEUE reads them (the same column list).
+ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
+        input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,
+        traceparent text, concurrency_key text
+    )"""
+
+# -- the leader lease ------------------------------------------------------------------------------
+
+# SQL_LEADER_ACQUIRE — take or renew the lease %(name)s for %(holder)s until now + %(ttl)s (primary
+# key). It lands when the row is absent, already this holder's, or expired; a live lease of another
+# holder is left alone and the statement answers no row. Concurrent acquirers serialise on the row
+# lock (ON CONFLICT re-checks the WHERE against the committed row), so one wins. A renewal of a live
+# lease keeps its acquired_at; a new term (a fresh row, a takeover, a lapsed lease re-taken) starts
+# it at now — the caller reads a changed acquired_at as "my watermarks may be stale". Answers
+# acquired_at as epoch ms.
+SQL_LEADER_ACQUIRE = """
+INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
+VALUES (%(name)s, %(holder)s, to_timestamp(%(now)s / 1000.0), to_timestamp((%(now)s + %(ttl)s) / 1000.0))
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > excluded.acquired_at
+                       THEN l.acquired_at ELSE excluded.acquired_at END,
+    expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at <= excluded.acquired_at
+RETURNING (extract(epoch from l.acquired_at) * 1000)::bigint
+"""
+
+# SQL_LEADER_RELEASE — hand the lease back (a clean stop): a standby takes it at its next ask rather
+# than after the TTL. Only this holder's row; a lease another holder took meanwhile is left alone.
+SQL_LEADER_RELEASE = "DELETE FROM x_job_scheduler_leases WHERE name = %(name)s AND holder = %(holder)s"
+
+_TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
+
+# SQL_LEADER_ACQUIRE_ROLLUP — SQL_LEADER_ACQUIRE, and, only when the lease landed, the counter rollup
+# (introspect.rollup_counters) in the same statement: what the leader sends once a minute instead of a
+# plain renewal, so an idle scheduler spends nothing beyond its renewals. Every bucket past its tier's
+# retention (COUNTER_TIERS: 1-minute kept 24 h, 5-minute 7 d, 1-hour 30 d) is deleted and its counts
+# are added into the narrowest wider tier whose bucket containing it is still inside that tier's
+# retention — the state folding tier by tier reaches, in one step — or dropped when none is. A
+# destination bucket is never one this statement deletes, so no row is touched twice. Idempotent: a
+# folded bucket is gone (x_job_counters_bucket_uniq, ON CONFLICT adds). Answers acquired_at (NULL when
+# the lease did not land) and how many buckets were folded or dropped.
+SQL_LEADER_ACQUIRE_ROLLUP = f"""
+WITH lease AS (
+    INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
+    VALUES (%(name)s, %(holder)s, to_timestamp(%(now)s / 1000.0), to_timestamp((%(now)s + %(ttl)s) / 1000.0))
+    ON CONFLICT (name) DO UPDATE
+    SET holder = excluded.holder,
+        acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > excluded.acquired_at
+                           THEN l.acquired_at ELSE excluded.acquired_at END,
+        expires_at = excluded.expires_at
+    WHERE l.holder = excluded.holder OR l.expires_at <= excluded.acquired_at
+    RETURNING (extract(epoch from l.acquired_at) * 1000)::bigint AS acquired_ms
+),
+tiers AS (
+    SELECT * FROM (VALUES {_TIERS}) AS t(width_ms, keep_ms)
+),
+expired AS (
+    DELETE FROM x_job_counters c
+    USING tiers t
+    WHERE EXISTS (SELECT 1 FROM lease) AND c.width_ms = t.width_ms
+      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
+    RETURNING c.job, c.width_ms, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms,
+              c.done, c.retried, c.failed, c.dead, c.duration_ms
+),
+placed AS (
+    SELECT e.*, (
+        SELECT t.width_ms FROM tiers t
+        WHERE t.width_ms > e.width_ms
+          AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
+        ORDER BY t.width_ms
+        LIMIT 1
+    ) AS dest
+    FROM expired e
+),
+folded AS (
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT p.job, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0),
+           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms)
+    FROM placed p
+    WHERE p.dest IS NOT NULL
+    GROUP BY p.job, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest)
+    ON CONFLICT (job, width_ms, bucket) DO UPDATE
+    SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
+        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+)
+SELECT (SELECT acquired_ms FROM lease), (SELECT count(*) FROM expired)
+"""
+
+# -- the watermarks --------------------------------------------------------------------------------
+
+# SQL_SCHEDULER_LOAD — what a scheduler reads once when it becomes leader: the watermark of every task
+# in %(tasks)s, arming the ones that have none at now (arming moves the watermark and is not a fire).
+# Primary key; ON CONFLICT DO NOTHING leaves a watermark another scheduler armed first — the
+# statement's snapshot cannot show that row, so the caller re-reads a task it did not get back
+# (SQL_SCHEDULER_WATERMARKS). Answers (task, watermark ms, armed now).
+SQL_SCHEDULER_LOAD = """
+WITH armed AS (
+    INSERT INTO x_job_task_watermarks (task, watermark, updated_at)
+    SELECT t.task, to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0)
+    FROM unnest(%(tasks)s::text[]) AS t(task)
+    ON CONFLICT (task) DO NOTHING
+    RETURNING task, watermark
+)
+SELECT w.task, (extract(epoch from w.watermark) * 1000)::bigint, false
+FROM x_job_task_watermarks w
+WHERE w.task = ANY(%(tasks)s::text[])
+UNION ALL
+SELECT a.task, (extract(epoch from a.watermark) * 1000)::bigint, true
+FROM armed a
+"""
+
+# SQL_SCHEDULER_WATERMARKS — the stored watermarks of %(tasks)s (primary key).
+SQL_SCHEDULER_WATERMARKS = """
+SELECT task, (extract(epoch from watermark) * 1000)::bigint
+FROM x_job_task_watermarks
+WHERE task = ANY(%(tasks)s::text[])
+"""
+
+# -- the fire --------------------------------------------------------------------------------------
+
+# The fence both fire statements share: move the watermark of %(task)s to %(watermark)s only while it
+# still holds %(previous)s — the value the firing scheduler read — and the task is not paused
+# (x_job_paused_tasks, primary key). A second scheduler firing the same occurrence waits on the row
+# lock, re-reads the moved row and matches nothing.
+_MOVE_WATERMARK = """moved AS (
+    UPDATE x_job_task_watermarks w
+    SET watermark = to_timestamp(%(watermark)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0)
+    WHERE w.task = %(task)s AND w.watermark = to_timestamp(%(previous)s / 1000.0)
+      AND NOT EXISTS (SELECT 1 FROM x_job_paused_tasks p WHERE p.task = %(task)s)
+    RETURNING w.task
+)"""
+
+# SQL_SCHEDULER_FIRE — fire ONE occurrence in ONE statement: the watermark moves (the fence above),
+# the occurrence's job rows are inserted, and the fire is recorded in x_job_task_fires (one row per
+# task, primary key) — all or none, so a crash cannot fire an occurrence twice and a refused fence
+# writes nothing. The rows are SQL_ENQUEUE's shape and rules: nothing is inserted under an id that
+# already names a row, nor under a (name, tenant, idempotency key) a live row holds
+# (x_jobs_name_tenant_idempotency_live_idx) — ON CONFLICT DO NOTHING covers both. Each queue the
+# occurrence filled with a row due within WAKE_DUE_WITHIN_MS is announced once with
+# pg_notify('x_jobs_wake', queue); a refused fire announces nothing. Answers (moved, paused,
+# inserted, announced).
+SQL_SCHEDULER_FIRE = f"""
+WITH {_MOVE_WATERMARK},
+req AS (
+    SELECT r.*
+    FROM {ENQUEUE_RECORDSET}
+    WHERE EXISTS (SELECT 1 FROM moved)
+),
+ins AS (
+    INSERT INTO x_jobs (
+        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
+        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+    )
+    SELECT id, run_id, name, queue, tenant_id, idempotency_key, input,
+           CASE WHEN coalesce(run_at_ms, %(now)s) > %(now)s THEN 'delayed' ELSE 'ready' END,
+           0, max_attempts, priority, to_timestamp(coalesce(run_at_ms, %(now)s) / 1000.0),
+           to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0), enqueued_by, traceparent,
+           concurrency_key
+    FROM req
+    ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING queue, run_at
+),
+fired AS (
+    INSERT INTO x_job_task_fires AS f (task, occurrence_at, fired_at)
+    SELECT task, to_timestamp(%(occurrence)s / 1000.0), to_timestamp(%(now)s / 1000.0) FROM moved
+    ON CONFLICT (task) DO UPDATE SET occurrence_at = excluded.occurrence_at, fired_at = excluded.fired_at
+),
+wake AS (
+    SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
+    FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
+)
+SELECT (SELECT count(*) FROM moved),
+       EXISTS (SELECT 1 FROM x_job_paused_tasks p WHERE p.task = %(task)s),
+       (SELECT count(*) FROM ins),
+       (SELECT count(*) FROM wake)
+"""
+
+# SQL_SCHEDULER_ADVANCE — the fence alone, for a driver the fire statement cannot reach (not Postgres,
+# or another database): the watermark moves first and the caller then enqueues through the driver and
+# records the fire — a crash in between loses that occurrence rather than firing it twice. Answers
+# (moved, paused).
+SQL_SCHEDULER_ADVANCE = f"""
+WITH {_MOVE_WATERMARK}
+SELECT (SELECT count(*) FROM moved), EXISTS (SELECT 1 FROM x_job_paused_tasks p WHERE p.task = %(task)s)
+"""
