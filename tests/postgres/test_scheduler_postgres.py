@@ -4,7 +4,6 @@ a renewal, the idle statement count, and the refusal of the in-memory pair."""
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from ultimate_jobs.drivers.base import COUNTER_TIERS, JobDriver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import Params
-from ultimate_jobs.drivers.postgres.sql import SQL_ENQUEUE, WAKE_CHANNEL
+from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.errors import InvariantError
 from ultimate_jobs.scheduler import (
@@ -120,16 +119,6 @@ def durable(env: PgEnv, executor: Any = None, *, holder: str = "a", ttl: str = "
 
 
 # -- the statements ----------------------------------------------------------------------------
-
-
-def test_the_fire_inserts_the_row_shape_sql_enqueue_inserts() -> None:
-    def squash(text: str) -> str:
-        return re.sub(r"\s+", " ", text).strip()
-
-    assert squash(scheduler_sql.ENQUEUE_RECORDSET) in squash(SQL_ENQUEUE)
-    insert = re.search(r"INSERT INTO x_jobs \((.*?)\)", SQL_ENQUEUE, re.S)
-    assert insert is not None
-    assert squash(f"INSERT INTO x_jobs ({insert.group(1)})") in squash(scheduler_sql.SQL_SCHEDULER_FIRE)
 
 
 def test_the_lease_is_taken_renewed_refused_taken_over_and_released(pg: PgEnv) -> None:

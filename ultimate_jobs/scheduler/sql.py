@@ -10,10 +10,9 @@ the test suite) and shares its wake channel and horizon.
 from __future__ import annotations
 
 from ..drivers.base import COUNTER_TIERS
-from ..drivers.postgres.sql import WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
+from ..drivers.postgres.sql import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
-    "ENQUEUE_RECORDSET",
     "SQL_LEADER_ACQUIRE",
     "SQL_LEADER_ACQUIRE_ROLLUP",
     "SQL_LEADER_RELEASE",
@@ -22,13 +21,6 @@ __all__ = [
     "SQL_SCHEDULER_LOAD",
     "SQL_SCHEDULER_WATERMARKS",
 ]
-
-# The request rows of an enqueue, one per job, as SQL_ENQUEUE reads them (the same column list).
-ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
-        ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
-        input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,
-        traceparent text, concurrency_key text
-    )"""
 
 # -- the leader lease ------------------------------------------------------------------------------
 
@@ -174,18 +166,7 @@ req AS (
     WHERE EXISTS (SELECT 1 FROM moved)
 ),
 ins AS (
-    INSERT INTO x_jobs (
-        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
-        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
-    )
-    SELECT id, run_id, name, queue, tenant_id, idempotency_key, input,
-           CASE WHEN coalesce(run_at_ms, %(now)s) > %(now)s THEN 'delayed' ELSE 'ready' END,
-           0, max_attempts, priority, to_timestamp(coalesce(run_at_ms, %(now)s) / 1000.0),
-           to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0), enqueued_by, traceparent,
-           concurrency_key
-    FROM req
-    ORDER BY ord
-    ON CONFLICT DO NOTHING
+    {INSERT_JOBS_FROM_REQ}
     RETURNING queue, run_at
 ),
 fired AS (

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..drivers.base import EnqueueRequest, JobDriver
+from ..drivers.postgres.driver import enqueue_rows
 from ..drivers.postgres.executor import Executor, jsonb
-from ..ids import new_id
 from . import sql
 
 FireOutcome = Literal["fired", "paused", "fenced"]
@@ -143,29 +143,6 @@ def _result(moved: int, paused: bool, inserted: int) -> FireResult:
     if moved:
         return FireResult("fired", int(inserted))
     return FireResult("paused" if paused else "fenced")
-
-
-def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
-    """The request rows SQL_SCHEDULER_FIRE reads — the recordset SQL_ENQUEUE reads, ids minted here."""
-    return [
-        {
-            "ord": i,
-            "id": r.id or new_id(),
-            "run_id": r.run_id or new_id(),
-            "name": r.name,
-            "queue": r.queue,
-            "tenant_id": r.tenant_id,
-            "idempotency_key": r.idempotency_key,
-            "input": dict(r.input),
-            "max_attempts": r.max_attempts,
-            "priority": r.priority,
-            "run_at_ms": r.run_at_ms,
-            "enqueued_by": r.enqueued_by,
-            "traceparent": r.traceparent,
-            "concurrency_key": r.concurrency_key,
-        }
-        for i, r in enumerate(requests)
-    ]
 
 
 def memory_scheduler_state() -> MemorySchedulerState:

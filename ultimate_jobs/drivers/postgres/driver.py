@@ -123,25 +123,7 @@ class PostgresDriver:
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         if not requests:
             return []
-        rows = [
-            {
-                "ord": i,
-                "id": r.id or new_id(),
-                "run_id": r.run_id or new_id(),
-                "name": r.name,
-                "queue": r.queue,
-                "tenant_id": r.tenant_id,
-                "idempotency_key": r.idempotency_key,
-                "input": dict(r.input),
-                "max_attempts": r.max_attempts,
-                "priority": r.priority,
-                "run_at_ms": r.run_at_ms,
-                "enqueued_by": r.enqueued_by,
-                "traceparent": r.traceparent,
-                "concurrency_key": r.concurrency_key,
-            }
-            for i, r in enumerate(requests)
-        ]
+        rows = enqueue_rows(requests)
         # One statement is atomic on its own; a batch that may refuse a member needs a transaction so a
         # refused request inserts no row of its batch (all or nothing).
         guard = (
@@ -340,6 +322,29 @@ class PostgresDriver:
             wake, self._wake = self._wake, None
         if wake is not None:
             wake.stop()
+
+
+def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
+    """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none."""
+    return [
+        {
+            "ord": i,
+            "id": r.id or new_id(),
+            "run_id": r.run_id or new_id(),
+            "name": r.name,
+            "queue": r.queue,
+            "tenant_id": r.tenant_id,
+            "idempotency_key": r.idempotency_key,
+            "input": dict(r.input),
+            "max_attempts": r.max_attempts,
+            "priority": r.priority,
+            "run_at_ms": r.run_at_ms,
+            "enqueued_by": r.enqueued_by,
+            "traceparent": r.traceparent,
+            "concurrency_key": r.concurrency_key,
+        }
+        for i, r in enumerate(requests)
+    ]
 
 
 def is_uuid(value: str) -> bool:

@@ -15,24 +15,19 @@ WAKE_CHANNEL = "x_jobs_wake"
 WAKE_SLOT_MS = 250
 WAKE_DUE_WITHIN_MS = 1_000
 
-# SQL_ENQUEUE — insert a batch of jobs in ONE statement, in request order.
-# Guarantees: inserts nothing under an id that already names a row (live or finished), and nothing
-# under a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx)
-# — ON CONFLICT DO NOTHING covers both. Answers one row per request: the inserted ids, or the row
-# that already held the id or the live key (deduped). Announces each queue that got a row due within
-# WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue) — unless another live row of that queue was
-# created in the same WAKE_SLOT_MS slot (the throttle; x_jobs_state_queue_idx) or nothing was inserted.
-SQL_ENQUEUE = f"""
-WITH req AS (
-    SELECT *
-    FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+# The request rows of an enqueue, one per job, as every statement that inserts jobs reads them
+# (%(rows)s is the JSON array driver.enqueue_rows() builds).
+ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
         ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
         input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,
         traceparent text, concurrency_key text
-    )
-),
-ins AS (
-    INSERT INTO x_jobs (
+    )"""
+
+# Insert the rows of a CTE named ``req`` (ENQUEUE_RECORDSET's columns) in request order: ready, or
+# delayed when run_at is ahead of %(now)s; nothing under an id or a live key that exists (ON CONFLICT
+# DO NOTHING over the primary key and x_jobs_name_tenant_idempotency_live_idx). Shared by SQL_ENQUEUE
+# and the scheduler's SQL_SCHEDULER_FIRE; the caller appends its own RETURNING.
+INSERT_JOBS_FROM_REQ = """INSERT INTO x_jobs (
         id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
         priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
     )
@@ -43,7 +38,21 @@ ins AS (
            concurrency_key
     FROM req
     ORDER BY ord
-    ON CONFLICT DO NOTHING
+    ON CONFLICT DO NOTHING"""
+
+# SQL_ENQUEUE — insert a batch of jobs in ONE statement, in request order.
+# Guarantees: inserts nothing under an id that already names a row (live or finished), and nothing
+# under a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx)
+# — ON CONFLICT DO NOTHING covers both. Answers one row per request: the inserted ids, or the row
+# that already held the id or the live key (deduped). Announces each queue that got a row due within
+# WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue) — unless another live row of that queue was
+# created in the same WAKE_SLOT_MS slot (the throttle; x_jobs_state_queue_idx) or nothing was inserted.
+SQL_ENQUEUE = f"""
+WITH req AS (
+    SELECT * FROM {ENQUEUE_RECORDSET}
+),
+ins AS (
+    {INSERT_JOBS_FROM_REQ}
     RETURNING id, run_id, name, tenant_id, idempotency_key, queue, run_at
 ),
 wake AS (
