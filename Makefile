@@ -6,7 +6,7 @@ BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
 
-.PHONY: venv services lint test demo bench
+.PHONY: venv services browser lint test demo bench
 
 venv: $(VENV)/.installed
 
@@ -21,13 +21,21 @@ $(VENV)/.installed: requirements.txt | $(PY)
 services:
 	scripts/ensure_services.sh
 
+# The browser tests drive Debian's chromium through Playwright's Python package; Playwright never
+# downloads a browser here. Installs chromium only when it is missing (a machine with chromium and
+# no apt passes).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		command -v apt-get >/dev/null 2>&1 || { echo "browser: chromium is missing and there is no apt-get to install it" >&2; exit 1; }; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy ultimate_jobs
 	DJANGO_SETTINGS_MODULE=tests.settings $(PY) manage.py makemigrations --check --dry-run
 
-test: venv services lint
+test: venv services browser lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 demo: venv services

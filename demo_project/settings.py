@@ -40,6 +40,8 @@ ULTIMATE_JOBS = {
     "REDIS_URL": REDIS_URL,
     # What a shop job reads as run.ctx: the payment gateway, mailer, carrier and warehouse.
     "CONTEXT": "demo_project.shop.services.shop_services",
+    # /jobs/metrics is staff-only unless a scraper's bearer token is set: curl -H "Authorization: Bearer $T"
+    "METRICS_TOKEN": env("ULTIMATE_JOBS_METRICS_TOKEN", default=None),
 }
 
 MIDDLEWARE = [

@@ -15,6 +15,7 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the admin's CSS, served by the browser tests' live server
     "ultimate_jobs",
     "demo_project.shop",
 ]

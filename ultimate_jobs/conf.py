@@ -28,6 +28,8 @@ KNOWN_KEYS = {
     "ENVIRONMENT",
     "MODULES",
     "VISIBILITY_TIMEOUT",
+    "METRICS_PUBLIC",
+    "METRICS_TOKEN",
 }
 
 
@@ -46,6 +48,8 @@ class JobsSettings:
     environment: str = "production"
     modules: tuple[str, ...] = ()
     visibility_timeout_ms: int = 30_000
+    metrics_public: bool = False
+    metrics_token: str | None = None
 
 
 def jobs_settings() -> JobsSettings:
@@ -70,6 +74,7 @@ def jobs_settings() -> JobsSettings:
     modules = raw.get("MODULES", ())
     if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
         raise InvariantError("ULTIMATE_JOBS['MODULES'] must be a list of module paths", {})
+    metrics_public, metrics_token = _metrics_access(raw)
     return JobsSettings(
         driver=driver,
         database=str(raw.get("DATABASE", "default")),
@@ -84,7 +89,27 @@ def jobs_settings() -> JobsSettings:
         visibility_timeout_ms=parse_duration(
             raw.get("VISIBILITY_TIMEOUT", "30s"), field="ULTIMATE_JOBS['VISIBILITY_TIMEOUT']"
         ),
+        metrics_public=metrics_public,
+        metrics_token=metrics_token,
     )
+
+
+def _metrics_access(raw: dict[str, Any]) -> tuple[bool, str | None]:
+    """``METRICS_PUBLIC`` (a bool, default False: staff only) and ``METRICS_TOKEN`` (a bearer token for a
+    scraper, default none) — one or the other, so a token never looks like it guards a public view."""
+    public = raw.get("METRICS_PUBLIC", False)
+    if not isinstance(public, bool):
+        raise InvariantError(f"ULTIMATE_JOBS['METRICS_PUBLIC'] = {public!r}; use True or False", {})
+    token = raw.get("METRICS_TOKEN")
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        raise InvariantError("ULTIMATE_JOBS['METRICS_TOKEN'] must be a non-empty string (or None for no token)", {})
+    if public and token is not None:
+        raise InvariantError(
+            "ULTIMATE_JOBS sets both METRICS_PUBLIC and METRICS_TOKEN; a public view ignores the token — "
+            "drop one of them",
+            {},
+        )
+    return public, token
 
 
 _lock = threading.Lock()

@@ -30,8 +30,10 @@ from .errors import (
     JobTenantRequiredError,
     ValidationError,
 )
+from .redaction import dump_model
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
 from .run import JobRun
+from .tracing import current_traceparent
 
 InputT = TypeVar("InputT")
 ResultT = TypeVar("ResultT")
@@ -175,7 +177,7 @@ class JobHandle(Generic[InputT, ResultT]):
                 )
             return dict(value)  # type: ignore[return-value]
         if isinstance(value, self.input_model):
-            value = value.model_dump(mode="json")
+            value = dump_model(value)
         try:
             return self.input_model.model_validate(value if value is not None else {})  # type: ignore[return-value]
         except pydantic.ValidationError as exc:
@@ -186,9 +188,11 @@ class JobHandle(Generic[InputT, ResultT]):
 
     def dump_input(self, parsed: InputT) -> dict[str, Any]:
         """The JSON payload stored on the row. NaN and Infinity are refused: they are not JSON, and a
-        Postgres ``jsonb`` column rejects what the memory driver would have kept."""
+        Postgres ``jsonb`` column rejects what the memory driver would have kept. Secret fields
+        (``SecretStr``…) are stored in clear — the body needs them — and masked by every operator
+        surface (:mod:`ultimate_jobs.redaction`)."""
         if isinstance(parsed, pydantic.BaseModel):
-            return self._json_payload(parsed.model_dump(mode="json"))
+            return self._json_payload(dump_model(parsed))
         return self._json_payload(dict(parsed))  # type: ignore[call-overload]
 
     def _json_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -285,6 +289,7 @@ class JobHandle(Generic[InputT, ResultT]):
             run_id=run_id,
             on_conflict=on_conflict,
             enqueued_by=actor.id if actor is not None else None,
+            traceparent=current_traceparent(),
             concurrency_key=self.derive_concurrency_key(parsed),
         )
 

@@ -57,10 +57,12 @@ from .errors import (
 )
 from .events import event_bus
 from .logs import log_event
+from .redaction import scrub, secret_mask, secret_values
 from .retry import backoff_ms, is_final_attempt, retry_after_delay_ms
 from .run import JobRun
 from .signals import CancelSignal, signal_scope
 from .steps import Step, StepSuspension
+from .tracing import job_span
 
 ON_SETTLED_ATTEMPTS = 3
 KEY_BUSY_RECHECK_MS = 250
@@ -168,6 +170,12 @@ class _Attempt:
         self._progress_last = -PROGRESS_INTERVAL_MS
         self._progress_pending: Progress | None = None
 
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret of the job's input (``SecretStr`` fields) masked: an error message
+        that quotes a secret must not carry it into logs or ``on_settled``."""
+        secrets = secret_values(secret_mask(self.handle.input_model), self.claimed.input)
+        return str(scrub(text, secrets)) if secrets else text
+
     def _fields(self) -> dict[str, Any]:
         c = self.claimed
         return {"job_id": c.id, "name": c.name, "queue": c.queue, "attempt": c.attempt, "run_id": c.run_id}
@@ -248,7 +256,7 @@ class _Attempt:
 
     def refuse(self, error: UltimateError) -> None:
         ex = self.execution
-        options = NackOptions(error=_describe(error), code=error.code, fail=True, count_attempt=False)
+        options = NackOptions(error=self.scrub(_describe(error)), code=error.code, fail=True, count_attempt=False)
         ex.landed = self.driver.nack(self.claimed.id, self.claimed.ref, options)
         ex.outcome, ex.error, ex.code = "refused", error, error.code
         log_event(logging.WARNING, "jobs.job.refused", code=error.code, **self._fields())
@@ -263,7 +271,7 @@ class _Attempt:
             stop = "terminal"
         elif self.final:
             stop = "attempts-exhausted"
-        text = _describe(error)
+        text = self.scrub(_describe(error))
         code = code_of(error)
         if stop is None:
             seconds = retry_after_seconds_of(error) if classified == "retry-after" else None
@@ -296,7 +304,7 @@ class _Attempt:
             stop=stop,
             outcome=ex.outcome,
             landed=ex.landed,
-            error=str(error),
+            error=self.scrub(str(error)),
             **self._fields(),
         )
 
@@ -316,7 +324,7 @@ class _Attempt:
             attempt=self.claimed.attempt,
             input=self.parsed,
             result=ex.result,
-            error=None if ex.error is None else _describe(ex.error),
+            error=None if ex.error is None else self.scrub(_describe(ex.error)),
             code=ex.code,
             ctx=self.context,
             tenant_id=self.tenant_id,
@@ -420,12 +428,13 @@ def execute_job(
     attempt.hooks = hooks
     attempt.acker = acker
     run_signal = signal.child() if signal is not None else CancelSignal()
-    try:
-        _run(attempt, run_signal, visibility_timeout_ms)
-    finally:
-        if attempt.execution.slot_key is not None and driver.leases is not None:
-            driver.leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
-    attempt.tell()
+    with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
+        try:
+            _run(attempt, run_signal, visibility_timeout_ms)
+        finally:
+            if attempt.execution.slot_key is not None and driver.leases is not None:
+                driver.leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
+        attempt.tell()
     return attempt.execution
 
 

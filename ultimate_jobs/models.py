@@ -5,6 +5,8 @@ may write these tables behind the driver's back."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -249,3 +251,52 @@ class TaskWatermark(models.Model):
 
     class Meta:
         db_table = "x_job_task_watermarks"
+
+
+# -- admin pages -------------------------------------------------------------------------------------
+# Proxy models: no table of their own. Each gives an admin page its place in the index and its own
+# view/change permissions; the pages read and act through ``ultimate_jobs.operator`` (admin/).
+
+
+class DeadLetterManager(models.Manager["DeadLetter"]):
+    """Only the rows of the dead-letter queue (``state = 'dead'``, through ``x_jobs_state_queue_idx``)."""
+
+    def get_queryset(self) -> models.QuerySet[DeadLetter]:
+        return super().get_queryset().filter(state="dead")
+
+
+class DeadLetter(Job):
+    """The dead-letter queue: ``x_jobs`` rows in state ``dead``, retried whole or from a step."""
+
+    objects: ClassVar[DeadLetterManager] = DeadLetterManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+
+class Queue(PausedQueue):
+    """The queues overview (``operator.inspect_queues``): depth, oldest due row, pause and resume.
+    An instance names a queue in the admin log; it is never saved."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue"
+        verbose_name_plural = "queues"
+
+    def __str__(self) -> str:
+        return f"queue {self.queue}"
+
+
+class ScheduledTask(PausedTask):
+    """The tasks page (``operator.inspect_tasks``): cron, tz, next run, last fire, pause and resume.
+    An instance names a task in the admin log; it is never saved."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "task"
+        verbose_name_plural = "tasks"
+
+    def __str__(self) -> str:
+        return f"task {self.task}"

@@ -108,12 +108,15 @@ class Step:
             )
         self._records[record.name] = record
 
-    def _record(self, name: str, status: Any, **fields: Any) -> StepRecord:
+    def _record(self, name: str, status: Any, *, started_at_ms: int | None = None, **fields: Any) -> StepRecord:
         existing = self._records.get(name)
         seq = existing.seq if existing else self._next_seq
         if existing is None:
             self._next_seq += 1
-        started = existing.started_at_ms if existing else self._clock.now_ms()
+        if existing is not None:
+            started = existing.started_at_ms
+        else:
+            started = started_at_ms if started_at_ms is not None else self._clock.now_ms()
         return StepRecord(name=name, seq=seq, status=status, started_at_ms=started, **fields)
 
     @property
@@ -158,7 +161,10 @@ class Step:
         if step_signal.reason is not None and not self._signal.aborted:
             raise step_signal.reason
         stored = _json_roundtrip(name, output)
-        self._persist(self._record(name, "done", output=stored, finished_at_ms=self._clock.now_ms()))
+        # started: when fn began, so the step's duration (finished - started) is the time fn took
+        self._persist(
+            self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
+        )
         return stored  # type: ignore[no-any-return]
 
     # -- step.sleep ----------------------------------------------------------------------------

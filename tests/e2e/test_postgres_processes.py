@@ -403,3 +403,27 @@ def test_jobs_dev_runs_every_role_and_drains_them_on_sigterm(spawn: Spawn, pg: P
     assert time.monotonic() - sent < DRAIN_DEADLINE_S
     interrupted = job_row(held)
     assert (interrupted["state"], interrupted["attempts"]) == ("ready", 0), interrupted  # handed back uncounted
+
+
+def test_a_worker_serves_its_job_counters_on_the_metrics_port(spawn: Spawn, pg: PgJobs) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = spawn("M", "manage.py", "jobs_worker", "--queues", QUEUE, "--metrics-port", str(port))
+    assert worker.line(0).startswith("worker "), worker.describe()
+    job_id = pg.jobs.record_effect.enqueue({"key": "metrics"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+
+    def scraped() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    def counted() -> str:
+        text = scraped()
+        return text if f'jobs_total{{outcome="ok",queue="{QUEUE}"}} 1.0' in text else ""
+
+    text = eventually(counted, timeout=START_S, interval=POLL_S)
+    assert f'job_leases_lost_total{{queue="{QUEUE}"}} 0.0' in text

@@ -655,3 +655,29 @@ def test_progress_writes_at_most_once_a_second_plus_the_last_before_the_settle(j
     final = row(jobs, queued.id).progress
     assert (final.done, final.total, final.note) == (5, 10, "last")
     assert row(jobs, queued.id).state == "done"
+
+
+def test_a_secret_the_body_quotes_in_its_error_stays_out_of_the_row_the_log_and_on_settled(
+    jobs: JobsEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pydantic import BaseModel, SecretStr
+
+    class Login(BaseModel):
+        user: str
+        password: SecretStr
+
+    told: list[Settled] = []
+
+    @job(input=Login, idempotency_key=lambda i: i.user, tenant="none", retry={"attempts": 1}, on_settled=told.append)
+    def log_in(run: JobRun[Login]) -> None:
+        raise RuntimeError(f"the site refused {run.input.password.get_secret_value()}")
+
+    caplog.set_level(logging.WARNING, logger="ultimate_jobs")
+    job_id = log_in.enqueue({"user": "ada", "password": "hunter2-secret"}).id
+    run_jobs(clock=jobs.clock)
+    record = jobs.driver.introspect.get(job_id)
+    assert record is not None and record.state == "dead"
+    assert "hunter2-secret" not in (record.last_error or "")
+    assert "hunter2-secret" not in (told[0].error or "")
+    assert all("hunter2-secret" not in str(getattr(r, "jobs", "")) for r in caplog.records)
+    assert "the site refused" in (record.last_error or "")

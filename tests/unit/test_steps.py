@@ -38,6 +38,23 @@ def row(env: JobsEnv, job_id: str) -> Any:
 # -- step.run ----------------------------------------------------------------------------------
 
 
+def test_a_step_records_when_it_started_and_how_long_it_ran(jobs: JobsEnv) -> None:
+    def slow() -> str:
+        jobs.clock.advance(870)  # the step's work, on the frozen clock
+        return "ok"
+
+    def body(run: JobRun[Any]) -> None:
+        run.step.run("quick", lambda: 1)
+        run.step.run("slow", slow)
+
+    queued = declare(body).enqueue({})
+    begun = jobs.clock.now_ms()
+    run_jobs(jobs.driver, clock=jobs.clock)
+    steps = steps_of(jobs, queued.id)
+    assert (steps["quick"].started_at_ms, steps["quick"].finished_at_ms) == (begun, begun)
+    assert (steps["slow"].started_at_ms, steps["slow"].finished_at_ms) == (begun, begun + 870)
+
+
 def test_a_step_that_ran_is_not_run_again_on_the_next_attempt(jobs: JobsEnv) -> None:
     calls = {"a": 0, "b": 0}
     seen_a: list[Any] = []

@@ -30,7 +30,7 @@ from ..errors import ClaimQueuesEmptyError, ConcurrencyUnenforceableError, Invar
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
-from ..metrics import count_outcome
+from ..metrics import count_outcome, prime_counters
 from ..signals import CancelSignal
 from .acks import AckBatcher
 from .connections import close_thread_connections, release_stale_connections
@@ -151,6 +151,7 @@ class JobWorker:
             if queue not in served:
                 log_event(logging.INFO, "jobs.worker.queue-unregistered", queue=queue, worker_id=self.worker_id)
         self._drop = drop_exhausted_names()
+        prime_counters(self.queues)
         self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}") for q in self.queues}
         self._accepting = True
         self.state = "running"

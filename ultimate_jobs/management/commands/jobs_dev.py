@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from ...conf import jobs_settings
 from ...durations import parse_duration
 from ...lifecycle import Role, Roles
+from ...metrics import serve_counters
 from ...outbox.boot import outbox_supported, relay_from_settings
 from ...scheduler.boot import scheduler_from_settings
 from ...worker.boot import parse_concurrency, worker_from_settings
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--queues", help="comma-separated queue names (default: every registered queue)")
         parser.add_argument("--concurrency", action="append", help="N for every queue, or queue=N (repeatable)")
         parser.add_argument("--drain-deadline", help="how long a drain waits for work in flight, e.g. 25s")
+        parser.add_argument("--metrics-port", type=int, help="serve this process's job counters on this port")
 
     def handle(self, *args: Any, **options: Any) -> None:
         deadline = options["drain_deadline"]
@@ -45,4 +47,6 @@ class Command(BaseCommand):
             f"jobs_dev: {', '.join(type(r).__name__ for r in roles)}; worker {worker.worker_id} serving "
             f"{', '.join(worker.queues)}"
         )
+        if options["metrics_port"] is not None:
+            serve_counters(options["metrics_port"])
         Roles(roles, drain_deadline_ms=deadline_ms).run()

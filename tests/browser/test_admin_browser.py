@@ -1,0 +1,130 @@
+"""The admin in a real browser (issue 7, acceptance): an operator logs into a live server, opens the
+dead letters, retries one, and the job runs. Screenshots of every page land in
+``tests/browser/artifacts/`` (git-ignored) for a person to look at.
+
+Drives Debian's ``chromium`` through Playwright's Python package — ``make browser`` installs chromium
+(``make test`` runs it); Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections
+from django.urls import reverse
+from playwright.sync_api import Page, expect, sync_playwright
+
+from tests.admin_scenario import Scenario, build_scenario, postgres_env
+from tests.conftest import Env
+from ultimate_jobs import operator
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.testing import run_jobs
+
+pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env[PostgresDriver]]:
+    with postgres_env(monkeypatch) as env:
+        yield env
+
+
+@pytest.fixture
+def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Page]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed: run `make browser`")
+    # Playwright's sync API keeps an event loop running in this thread; the test's own ORM calls
+    # (the scenario, run_jobs, the checks) are synchronous and safe, and Django must be told so.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": 1440, "height": 900})
+        finally:
+            browser.close()
+            # Under the sync API the test's ORM calls run in a context of their own (the greenlet's
+            # contextvars), so Django opened a connection for them: close it, or the test database
+            # cannot be dropped at the end of the session.
+            connections.close_all()
+
+
+def shoot(page: Page, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_an_operator_retries_a_dead_letter_and_it_runs(
+    live_server: object, pg: Env[PostgresDriver], page: Page
+) -> None:
+    shop: Scenario = build_scenario(pg)
+    User.objects.create_superuser("ops", "ops@example.test", PASSWORD)
+    base = str(live_server)
+
+    page.goto(f"{base}{reverse('admin:login')}?next={reverse('admin:index')}")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text("ops")
+    expect(page.locator("#content-main")).to_contain_text("Dead letters")
+
+    page.goto(base + reverse("admin:ultimate_jobs_job_changelist"))
+    shoot(page, "jobs")
+    page.goto(base + reverse("admin:ultimate_jobs_deadletter_change", args=[shop.dead_id]))
+    expect(page.locator("pre.uj-pre").first).to_contain_text("GatewayDown")
+    shoot(page, "job-dead")
+
+    page.goto(base + reverse("admin:ultimate_jobs_deadletter_changelist"))
+    row = page.locator("#result_list tbody tr", has_text=shop.dead_id)
+    expect(row).to_contain_text("GatewayDown")  # why it died
+    shoot(page, "dead-letters")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "retry_from_step")
+    page.click("button[name=index]")
+    expect(page.locator("select#uj-step")).to_contain_text("authorize")  # the steps the run completed
+    shoot(page, "retry-from-step")
+    page.click("text=Cancel")  # changed our mind: back to the list, nothing moved
+    assert operator.inspect_job(shop.dead_id).job.state == "dead"
+
+    shop.gateway["up"] = True  # the gateway is back: the retry's capture goes through
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "retry")
+    page.click("button[name=index]")
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(f"Retried 1 job: {shop.dead_id}")
+    expect(page.locator(".uj-empty")).to_contain_text("No dead letters")  # the queue is empty now
+    shoot(page, "dead-letters-after-retry")
+
+    report = run_jobs(pg.driver, clock=pg.clock, queues=["payments"])
+    assert report.outcomes["completed"] == 1
+    assert operator.inspect_job(shop.dead_id).job.state == "done"
+
+    page.goto(base + reverse("admin:ultimate_jobs_job_change", args=[shop.dead_id]))
+    expect(page.locator(".uj-title")).to_contain_text("done")
+    expect(page.locator("table.uj-timeline")).to_contain_text("capture")
+    shoot(page, "job")
+    page.goto(base + reverse("admin:ultimate_jobs_queue_changelist"))
+    expect(page.locator("#uj-queues")).to_contain_text("payments")
+    shoot(page, "queues")
+    page.goto(base + reverse("admin:ultimate_jobs_worker_changelist"))
+    shoot(page, "workers")
+    page.goto(base + reverse("admin:ultimate_jobs_scheduledtask_changelist"))
+    shoot(page, "tasks")
+    assert (ARTIFACTS / "queues.png").stat().st_size > 10_000 and (ARTIFACTS / "job.png").stat().st_size > 10_000

@@ -1,0 +1,9 @@
+"""The Django admin over ultimate_jobs (spec "/_x dashboard"): jobs, dead letters, queues, workers and
+tasks. Read-only by default — no row is added, changed or deleted through a form; what an operator may
+do is an action, allowed by the model's change permission, carried out through
+``ultimate_jobs.operator`` and recorded in Django's admin log. See docs/operating.md, "Admin"."""
+
+from .fleet import QueueAdmin, TaskAdmin, WorkerAdmin
+from .jobs import DeadLetterAdmin, JobAdmin
+
+__all__ = ["DeadLetterAdmin", "JobAdmin", "QueueAdmin", "TaskAdmin", "WorkerAdmin"]

@@ -1,0 +1,118 @@
+"""The argument grammar of ``manage.py jobs``: one subparser per subcommand, ``--json`` on each."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from ..drivers.base import JOB_STATES, MAX_JOB_PAGE
+from ..durations import parse_duration
+from ..errors import InvariantError
+from ..operator import MANIFEST_FILE
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+"""An operator error: the code and its fix are printed (``{"error": ...}`` on stdout with ``--json``)."""
+EXIT_USAGE = 2
+"""The arguments do not parse — argparse's own code, on the command line and under ``call_command``."""
+
+
+class UsageParser(CommandParser):
+    """A ``CommandParser`` whose usage errors exit 2 on both paths: argparse exits 2 on the command line,
+    and under ``call_command`` the ``CommandError`` carries ``returncode=2`` (Django's carries 1)."""
+
+    def error(self, message: str) -> Any:
+        if self.called_from_command_line:
+            return super().error(message)
+        raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
+
+
+def instant_ms(value: str) -> int:
+    """An instant for ``--created-from/--created-to``: epoch ms, an ISO date (midnight UTC) or an ISO
+    datetime (UTC unless it names an offset)."""
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text else None
+        if parsed is None:
+            day = date.fromisoformat(text)
+            parsed = datetime(day.year, day.month, day.day)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an instant; write 2026-01-31, 2026-01-31T09:30:00Z or epoch milliseconds"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def duration(value: str) -> str:
+    """A ``--since`` window, checked here so a typo is a usage error, not a query."""
+    try:
+        parse_duration(value, field="--since")
+    except InvariantError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return value
+
+
+def add_subcommands(parser: CommandParser) -> None:
+    """Every subcommand of ``manage.py jobs``, each with its own ``--json``."""
+    common = UsageParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print the operator's data as JSON (errors too)")
+    sub = parser.add_subparsers(dest="subcommand", metavar="<subcommand>", required=True, parser_class=UsageParser)
+
+    def command(name: str, help: str) -> CommandParser:
+        added: CommandParser = sub.add_parser(name, help=help, description=help, parents=[common])
+        return added
+
+    listing = command("list", f"one page of jobs, newest first (--limit <= {MAX_JOB_PAGE})")
+    _filters(listing, state_required=False)
+    listing.add_argument("--id-prefix", help="ids starting with this text")
+    listing.add_argument("--created-from", type=instant_ms, help="created at or after (ISO date/datetime or epoch ms)")
+    listing.add_argument("--created-to", type=instant_ms, help="created before (ISO date/datetime or epoch ms)")
+    listing.add_argument("--limit", type=int, default=None, help=f"rows per page (default 100, at most {MAX_JOB_PAGE})")
+    pages = listing.add_mutually_exclusive_group()
+    pages.add_argument("--after", help="the page older than this cursor (a page's next)")
+    pages.add_argument("--before", help="the page newer than this cursor (a page's previous)")
+
+    command("show", "one job: steps, redacted input, error and stack, progress").add_argument("id")
+    retry = command("retry", "re-queue a finished job (done, failed, dead, cancelled)")
+    retry.add_argument("id")
+    retry.add_argument("--from-step", help="run this step and every later one again; earlier steps replay")
+    cancel = command("cancel", "stop a live job (ready, delayed, running, suspended)")
+    cancel.add_argument("id")
+    cancel.add_argument("--reason", help="recorded on the row as its last error")
+    command("remove", "delete a job and its steps (any state but running)").add_argument("id")
+    command("promote", "make a job waiting on its run time due now").add_argument("id")
+
+    for name, help in (
+        ("requeue-many", "re-queue every finished row of --state, until none remains"),
+        ("remove-many", "delete every row of --state (not running), until none remains"),
+        ("promote-many", "make every waiting row of --state (delayed, ready) due now, until none remains"),
+    ):
+        _filters(command(name, help), state_required=True)
+
+    command("pause", "stop workers claiming from a queue").add_argument("queue")
+    command("resume", "let workers claim from a queue again").add_argument("queue")
+    command("pause-task", "stop the scheduler dispatching a task").add_argument("task")
+    command("resume-task", "dispatch a task again (its catch-up decides what it missed)").add_argument("task")
+    command("workers", "every live worker: host, queues, slots, jobs in flight, last heartbeat")
+    command("queues", "every queue: depth by state, oldest due row, paused")
+    command("tasks", "every task: cron, tz, paused, last fire, next fire")
+    manifest = command("manifest", f"every declared job and task; --write saves {MANIFEST_FILE}")
+    manifest.add_argument(
+        "--write", nargs="?", const=MANIFEST_FILE, default=None, metavar="PATH", help=f"default {MANIFEST_FILE}"
+    )
+    stats = command("stats", "settles per job — done, retried, failed, dead, mean run time")
+    stats.add_argument("--since", type=duration, default="24h", help="the window, e.g. 1h, 7d (default 24h)")
+
+
+def _filters(parser: CommandParser, *, state_required: bool) -> None:
+    parser.add_argument("--state", choices=JOB_STATES, required=state_required)
+    parser.add_argument("--queue")
+    parser.add_argument("--name", help="the job name")
+    parser.add_argument("--tenant", help="the tenant (org) id")

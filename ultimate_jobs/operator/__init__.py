@@ -1,0 +1,99 @@
+"""The operator surface: what ``manage.py jobs``, the admin and the JSON views read — and nothing else.
+
+Every function takes the driver as a keyword (default: the process's ``job_driver()``) and answers a
+frozen record whose ``as_dict()`` is its stable ``--json`` shape (:mod:`.records`). Every operator
+capability is a member of the driver's ``introspect``; on a driver without one, these functions are
+``X_NOT_IMPLEMENTED`` — except :func:`cancel_job`, which the spec answers ``X_JOB_NOT_CANCELLABLE``
+there, and :func:`inspect_queues`, which reads the driver's own ``stats()``.
+
+>>> from ultimate_jobs import operator
+>>> operator.inspect_job(job_id).steps
+>>> operator.retry_job(job_id, from_step="charge")
+>>> operator.requeue_many(state="dead", queue="payments", until_done=True)
+
+Secrets never leave in clear: a job's input fields typed ``SecretStr``/``SecretBytes``/``Secret[T]``
+are stored in clear for the worker, and every record here carries them as ``"**********"`` — and
+scrubs their values out of errors, step outputs and progress notes (:mod:`ultimate_jobs.redaction`).
+"""
+
+from .jobs import (
+    BulkProgress,
+    cancel_job,
+    inspect_dead_letters,
+    inspect_job,
+    list_jobs,
+    promote_job,
+    promote_many,
+    remove_job,
+    remove_many,
+    requeue_many,
+    retry_from_step,
+    retry_job,
+)
+from .queues import inspect_queues, inspect_stats, inspect_workers, pause_queue, resume_queue
+from .records import (
+    BulkOutcome,
+    ErrorDetail,
+    JobActionResult,
+    JobDetail,
+    JobPageView,
+    JobRow,
+    JobTotals,
+    Manifest,
+    PauseState,
+    QueueRow,
+    StatsView,
+    StepRow,
+    TaskRow,
+    WorkerRow,
+)
+from .tasks import (
+    MANIFEST_FILE,
+    inspect_manifest,
+    inspect_tasks,
+    manifest_json,
+    pause_task,
+    resume_task,
+    write_manifest,
+)
+
+__all__ = [
+    "MANIFEST_FILE",
+    "BulkOutcome",
+    "BulkProgress",
+    "ErrorDetail",
+    "JobActionResult",
+    "JobDetail",
+    "JobPageView",
+    "JobRow",
+    "JobTotals",
+    "Manifest",
+    "PauseState",
+    "QueueRow",
+    "StatsView",
+    "StepRow",
+    "TaskRow",
+    "WorkerRow",
+    "cancel_job",
+    "inspect_dead_letters",
+    "inspect_job",
+    "inspect_manifest",
+    "inspect_queues",
+    "inspect_stats",
+    "inspect_tasks",
+    "inspect_workers",
+    "list_jobs",
+    "manifest_json",
+    "pause_queue",
+    "pause_task",
+    "promote_job",
+    "promote_many",
+    "remove_job",
+    "remove_many",
+    "requeue_many",
+    "resume_queue",
+    "resume_task",
+    "retry_from_step",
+    "retry_job",
+    "write_manifest",
+]

@@ -1,0 +1,122 @@
+"""What every operator function shares: resolving the driver and its introspection, and turning driver
+records into redacted operator records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .. import registry
+from ..conf import job_driver
+from ..definition import JobHandle
+from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
+from ..errors import JobNotFoundError, NotImplementedOnDriverError
+from ..redaction import SecretMask, redact, scrub, secret_mask, secret_values
+from .records import ErrorDetail, JobRow, StepRow
+
+
+def resolve(driver: JobDriver | None) -> JobDriver:
+    """``driver``, or the process's driver (``job_driver()``)."""
+    return driver if driver is not None else job_driver()
+
+
+def introspection(driver: JobDriver, capability: str) -> JobIntrospection:
+    """``driver.introspect``, or ``X_NOT_IMPLEMENTED`` naming what needed it."""
+    surface = driver.introspect
+    if surface is None:
+        raise NotImplementedOnDriverError(
+            f"{capability} needs the operator surface, and the {getattr(driver, 'name', type(driver).__name__)!r} "
+            "driver has no introspect. Fix: run it against the Postgres or memory driver",
+            {"driver": getattr(driver, "name", type(driver).__name__), "capability": capability},
+        )
+    return surface
+
+
+def not_found(job_id: str) -> JobNotFoundError:
+    """``X_JOB_NOT_FOUND`` for an id no queue holds."""
+    return JobNotFoundError(
+        f"no queue holds job {job_id!r}. Fix: python manage.py jobs list --json", {"job_id": job_id}
+    )
+
+
+class Redactor:
+    """Redacts rows of any job: the secret mask of each job name is looked up once, in the registry.
+
+    A job this process does not declare has no model to read, so its input is shown as stored.
+    """
+
+    def __init__(self) -> None:
+        self._masks: dict[str, SecretMask | None] = {}
+
+    def _mask(self, name: str) -> SecretMask | None:
+        if name not in self._masks:
+            handle = registry.lookup(name)
+            model = handle.input_model if isinstance(handle, JobHandle) else None
+            self._masks[name] = secret_mask(model)
+        return self._masks[name]
+
+    def secrets(self, record: JobRecord) -> set[str]:
+        """The clear values of ``record``'s secret input fields."""
+        return secret_values(self._mask(record.name), record.input)
+
+    def row(self, record: JobRecord, secrets: Iterable[str] | None = None) -> JobRow:
+        """``record`` as a :class:`JobRow`: input masked, free text scrubbed of the secrets' values."""
+        found = self.secrets(record) if secrets is None else set(secrets)
+        return JobRow(
+            id=record.id,
+            run_id=record.run_id,
+            name=record.name,
+            queue=record.queue,
+            state=record.state,
+            tenant_id=record.tenant_id,
+            idempotency_key=scrub(record.idempotency_key, found),
+            attempts=record.attempts,
+            max_attempts=record.max_attempts,
+            priority=record.priority,
+            run_at_ms=record.run_at_ms,
+            created_at_ms=record.created_at_ms,
+            updated_at_ms=record.updated_at_ms,
+            finished_at_ms=record.finished_at_ms,
+            input=redact(self._mask(record.name), dict(record.input)),
+            last_code=record.last_code,
+            last_error=scrub(headline(record.last_error), found),
+            progress=_progress(record.progress, found),
+            worker_id=record.worker_id,
+            lease_until_ms=record.lease_until_ms,
+            enqueued_by=record.enqueued_by,
+            traceparent=record.traceparent,
+            concurrency_key=scrub(record.concurrency_key, found),
+        )
+
+
+def headline(text: str | None) -> str | None:
+    """The first line of an error text."""
+    return None if text is None else text.split("\n", 1)[0]
+
+
+def error_detail(record: JobRecord, secrets: Iterable[str]) -> ErrorDetail | None:
+    """The last error split into its first line and the rest (the stack and any verdict), scrubbed."""
+    if record.last_error is None and record.last_code is None:
+        return None
+    text = scrub(record.last_error or "", secrets)
+    message, _, stack = text.partition("\n")
+    return ErrorDetail(code=record.last_code, message=message, stack=stack or None)
+
+
+def step_row(step: StepRecord, secrets: Iterable[str]) -> StepRow:
+    """One step of the trace, its output and meta scrubbed of the run's secret values."""
+    return StepRow(
+        name=step.name,
+        seq=step.seq,
+        status=step.status,
+        started_at_ms=step.started_at_ms,
+        finished_at_ms=step.finished_at_ms,
+        wake_at_ms=step.wake_at_ms,
+        output=scrub(step.output, secrets),
+        meta=scrub(dict(step.meta), secrets),
+    )
+
+
+def _progress(progress: Progress | None, secrets: Iterable[str]) -> Progress | None:
+    if progress is None or progress.note is None:
+        return progress
+    return Progress(done=progress.done, total=progress.total, note=scrub(progress.note, secrets), at_ms=progress.at_ms)

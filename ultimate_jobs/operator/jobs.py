@@ -1,0 +1,270 @@
+"""The operator surface over job rows: list, inspect, and the actions on one job or a set of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+
+from ..drivers.base import (
+    DEFAULT_JOB_PAGE,
+    LIVE_STATES,
+    BulkFilter,
+    BulkResult,
+    JobDriver,
+    JobFilter,
+    JobState,
+    job_cursor,
+)
+from ..errors import CancelUnsupportedError, JobNotCancellableError
+from ._support import Redactor, error_detail, introspection, not_found, resolve, step_row
+from .records import BulkAction, BulkOutcome, JobActionResult, JobDetail, JobPageView
+
+BulkProgress = Callable[[BulkOutcome], None]
+"""Told after every call of a looping bulk action, with the totals so far."""
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    state: JobState | None = None,
+    tenant_id: str | None = None,
+    id_prefix: str | None = None,
+    created_from_ms: int | None = None,
+    created_to_ms: int | None = None,
+    limit: int = DEFAULT_JOB_PAGE,
+    after: str | None = None,
+    before: str | None = None,
+    driver: JobDriver | None = None,
+) -> JobPageView:
+    """One page of jobs, newest first, inputs redacted. ``after=page.next`` pages older,
+    ``before=page.previous`` newer; ``created_to_ms`` is exclusive.
+
+    >>> page = list_jobs(state="dead", name="charge_order", limit=50)
+    >>> older = list_jobs(state="dead", name="charge_order", limit=50, after=page.next)
+
+    A limit over ``MAX_JOB_PAGE`` (200), both cursors, or a cursor no page produced is
+    ``X_JOB_PAGE_INVALID``.
+    """
+    surface = introspection(resolve(driver), "list")
+    flt = JobFilter(
+        queue=queue,
+        name=name,
+        state=state,
+        tenant_id=tenant_id,
+        id_prefix=id_prefix,
+        created_from_ms=created_from_ms,
+        created_to_ms=created_to_ms,
+        limit=limit,
+        after=after,
+        before=before,
+    )
+    page = surface.list(flt)
+    redactor = Redactor()
+    rows = tuple(redactor.row(r) for r in page.rows)
+    short = len(rows) < page.limit
+    # Paging newer (before=): a short page means nothing newer is left, and older rows always exist.
+    older_exhausted = short and before is None
+    newer_exhausted = (short and before is not None) or (after is None and before is None)
+    return JobPageView(
+        rows=rows,
+        limit=page.limit,
+        next=job_cursor(page.rows[-1]) if rows and not older_exhausted else None,
+        previous=job_cursor(page.rows[0]) if rows and not newer_exhausted else None,
+    )
+
+
+def inspect_dead_letters(
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant_id: str | None = None,
+    limit: int = DEFAULT_JOB_PAGE,
+    after: str | None = None,
+    driver: JobDriver | None = None,
+) -> JobPageView:
+    """One page of the dead-letter queue (``state="dead"``), newest first.
+
+    >>> for row in inspect_dead_letters(queue="payments").rows:
+    ...     print(row.id, row.last_code)
+    """
+    return list_jobs(queue=queue, name=name, state="dead", tenant_id=tenant_id, limit=limit, after=after, driver=driver)
+
+
+def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
+    """One job with its per-step trace, redacted input, the failure's stack, its last progress and
+    (for a backfill pass) its ledger row. An id no queue holds is ``X_JOB_NOT_FOUND``.
+
+    >>> detail = inspect_job(job_id)
+    >>> [(s.name, s.status) for s in detail.steps], detail.error.code if detail.error else None
+    """
+    surface = introspection(resolve(driver), "inspect_job")
+    record = surface.get(job_id)
+    if record is None:
+        raise not_found(job_id)
+    redactor = Redactor()
+    secrets = redactor.secrets(record)
+    return JobDetail(
+        job=redactor.row(record, secrets),
+        steps=tuple(step_row(s, secrets) for s in surface.steps(job_id)),
+        error=error_detail(record, secrets),
+        backfill=None,
+    )
+
+
+def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | None = None) -> JobActionResult:
+    """Re-queue one finished job (done, failed, dead or cancelled) from its first attempt; with
+    ``from_step``, that step and every step that started after it run again, earlier ones replay.
+
+    >>> retry_job(job_id)                        # a dead letter, back on its queue
+    >>> retry_job(job_id, from_step="charge")    # "provision" replays, "charge" runs again
+
+    A live job is ``X_JOB_NOT_REQUEUEABLE``; a key a live job now holds is ``X_JOB_DUPLICATE``; an
+    unknown id, or a step the run never started, is ``X_JOB_NOT_FOUND``.
+    """
+    record = introspection(resolve(driver), "retry").requeue(job_id, from_step=from_step)
+    return JobActionResult(action="retry", id=record.id, job=Redactor().row(record))
+
+
+def retry_from_step(job_id: str, step: str, *, driver: JobDriver | None = None) -> JobActionResult:
+    """``retry_job(job_id, from_step=step)`` — the spec's ``retryFromStep``."""
+    return retry_job(job_id, from_step=step, driver=driver)
+
+
+def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | None = None) -> JobActionResult:
+    """Stop a live job. A queued row is cancelled now; a running one stops at its next heartbeat,
+    which no longer matches its row (its step writes are refused from then on).
+
+    >>> cancel_job(job_id, "runaway backfill")
+
+    A job that is not live (done, failed, dead, already cancelled), an id no queue holds, and a
+    driver with no cancel are ``X_JOB_NOT_CANCELLABLE``. The job's ``on_settled`` is not told: the
+    caller of the cancel is the one who observes it.
+    """
+    resolved = resolve(driver)
+    surface = resolved.introspect
+    if surface is None:
+        raise CancelUnsupportedError(
+            f"the {getattr(resolved, 'name', type(resolved).__name__)!r} driver has no cancel (no introspect)",
+            {"job_id": job_id},
+        )
+    record = surface.cancel(job_id, reason)
+    if record is None:
+        current = surface.get(job_id)
+        state = current.state if current is not None else None
+        why = f"is {state}" if state is not None else "is held by no queue"
+        raise JobNotCancellableError(
+            f"job {job_id} {why}; only a live job ({', '.join(LIVE_STATES)}) can be cancelled. "
+            f"Fix: python manage.py jobs show {job_id} --json",
+            {"job_id": job_id, "state": state},
+        )
+    return JobActionResult(action="cancel", id=record.id, job=Redactor().row(record))
+
+
+def remove_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionResult:
+    """Delete one job and its steps, in any state but running.
+
+    >>> remove_job(job_id)
+
+    A running job is ``X_JOB_NOT_REMOVABLE`` (cancel it first); an unknown id ``X_JOB_NOT_FOUND``.
+    """
+    introspection(resolve(driver), "remove").remove(job_id)
+    return JobActionResult(action="remove", id=job_id, job=None)
+
+
+def promote_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionResult:
+    """Make a job waiting on its run time — delayed, or backing off — due now.
+
+    >>> promote_job(job_id)
+
+    A job not waiting on its run time is ``X_JOB_NOT_PROMOTABLE``; an unknown id ``X_JOB_NOT_FOUND``.
+    """
+    record = introspection(resolve(driver), "promote").promote(job_id)
+    return JobActionResult(action="promote", id=record.id, job=Redactor().row(record))
+
+
+def requeue_many(
+    *,
+    state: JobState,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant_id: str | None = None,
+    until_done: bool = False,
+    on_progress: BulkProgress | None = None,
+    driver: JobDriver | None = None,
+) -> BulkOutcome:
+    """Re-queue finished rows of ``state`` (at most ``MAX_BULK_ROWS`` per call); a row whose key a
+    live job holds stays. ``until_done`` calls again until nothing remains.
+
+    >>> requeue_many(state="dead", name="charge_order", until_done=True).affected
+
+    A live ``state`` is ``X_JOB_NOT_REQUEUEABLE``.
+    """
+    flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
+    surface = introspection(resolve(driver), "requeue-many")
+    return _bulk("requeue-many", flt, surface.requeue_many, until_done, on_progress)
+
+
+def remove_many(
+    *,
+    state: JobState,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant_id: str | None = None,
+    until_done: bool = False,
+    on_progress: BulkProgress | None = None,
+    driver: JobDriver | None = None,
+) -> BulkOutcome:
+    """Delete rows of ``state`` and their steps (at most ``MAX_BULK_ROWS`` per call).
+
+    >>> remove_many(state="done", queue="exports", until_done=True)
+
+    ``state="running"`` is ``X_JOB_NOT_REMOVABLE``.
+    """
+    flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
+    surface = introspection(resolve(driver), "remove-many")
+    return _bulk("remove-many", flt, surface.remove_many, until_done, on_progress)
+
+
+def promote_many(
+    *,
+    state: JobState,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant_id: str | None = None,
+    until_done: bool = False,
+    on_progress: BulkProgress | None = None,
+    driver: JobDriver | None = None,
+) -> BulkOutcome:
+    """Make every row of ``state`` still waiting on its run time due now (at most ``MAX_BULK_ROWS``
+    per call).
+
+    >>> promote_many(state="delayed", queue="mail", until_done=True)
+
+    A ``state`` other than delayed or ready is ``X_JOB_NOT_PROMOTABLE``.
+    """
+    flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
+    surface = introspection(resolve(driver), "promote-many")
+    return _bulk("promote-many", flt, surface.promote_many, until_done, on_progress)
+
+
+def _bulk(
+    action: BulkAction,
+    flt: BulkFilter,
+    call: Callable[[BulkFilter], BulkResult],
+    until_done: bool,
+    on_progress: BulkProgress | None,
+) -> BulkOutcome:
+    """One call, or calls until ``remaining`` is 0. A call that moves nothing ends the loop too: what
+    it reports remaining is nothing a further call would move."""
+    described = {k: v for k, v in asdict(flt).items() if v is not None}
+    affected = calls = 0
+    while True:
+        result = call(flt)
+        calls += 1
+        affected += result.affected
+        outcome = BulkOutcome(action, described, affected, result.remaining, calls)
+        if on_progress is not None:
+            on_progress(outcome)
+        if not until_done or result.remaining == 0 or result.affected == 0:
+            return outcome

@@ -1,0 +1,111 @@
+"""The operator surface over queues and workers: depth, pauses, the live fleet, settle counters."""
+
+from __future__ import annotations
+
+from .. import registry
+from ..conf import job_clock, jobs_settings
+from ..definition import JobHandle
+from ..drivers.base import JobDriver
+from ..durations import Duration, parse_duration
+from ._support import introspection, resolve
+from .records import JobTotals, PauseState, QueueRow, StatsView, WorkerRow
+
+DEFAULT_STATS_WINDOW = "24h"
+
+
+def declared_queues() -> set[str]:
+    """The queues this process knows of: every registered job's queue and ``ULTIMATE_JOBS["QUEUES"]``."""
+    queues = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)}
+    return queues | set(jobs_settings().queues)
+
+
+def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
+    """Every queue with rows, a declaration or a pause: depth by state, the oldest due row, paused.
+
+    >>> [(q.queue, q.ready, q.dead, q.paused) for q in inspect_queues()]
+
+    Reads ``driver.stats()``, so it answers on a driver with no introspect too (pauses then come
+    from the stats alone).
+    """
+    resolved = resolve(driver)
+    stats = {s.queue: s for s in resolved.stats()}
+    paused = set(resolved.introspect.paused_queues()) if resolved.introspect is not None else set()
+    paused |= {s.queue for s in stats.values() if s.paused}
+    declared = declared_queues()
+    rows: list[QueueRow] = []
+    for queue in sorted(set(stats) | paused | declared):
+        s = stats.get(queue)
+        rows.append(
+            QueueRow(
+                queue=queue,
+                ready=s.ready if s else 0,
+                delayed=s.delayed if s else 0,
+                running=s.running if s else 0,
+                suspended=s.suspended if s else 0,
+                done=s.done if s else 0,
+                failed=s.failed if s else 0,
+                dead=s.dead if s else 0,
+                cancelled=s.cancelled if s else 0,
+                oldest_ready_ms=s.oldest_ready_ms if s else None,
+                paused=queue in paused,
+                declared=queue in declared,
+            )
+        )
+    return rows
+
+
+def pause_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
+    """Stop every worker claiming from ``queue`` at its next claim; enqueues still land.
+
+    >>> pause_queue("payments")
+    """
+    introspection(resolve(driver), "pause").pause_queue(queue)
+    return PauseState(kind="queue", name=queue, paused=True, declared=queue in declared_queues())
+
+
+def resume_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
+    """Let workers claim from ``queue`` again (resuming a queue that is not paused is a no-op).
+
+    >>> resume_queue("payments")
+    """
+    introspection(resolve(driver), "resume").resume_queue(queue)
+    return PauseState(kind="queue", name=queue, paused=False, declared=queue in declared_queues())
+
+
+def inspect_workers(*, driver: JobDriver | None = None) -> list[WorkerRow]:
+    """Every live worker (rows expire one visibility timeout after their last heartbeat).
+
+    >>> [(w.host, w.pid, len(w.in_flight)) for w in inspect_workers()]
+    """
+    return [
+        WorkerRow(
+            id=w.id,
+            host=w.host,
+            pid=w.pid,
+            started_at_ms=w.started_at_ms,
+            queues=tuple(w.queues),
+            slots=w.slots,
+            in_flight=tuple(w.in_flight),
+            heartbeat_at_ms=w.heartbeat_at_ms,
+        )
+        for w in introspection(resolve(driver), "workers").workers()
+    ]
+
+
+def inspect_stats(
+    *, since: Duration = DEFAULT_STATS_WINDOW, since_ms: int | None = None, driver: JobDriver | None = None
+) -> StatsView:
+    """Settles per job — done, retried, failed, dead, run time — over the last ``since`` (a duration,
+    ``"24h"`` by default), or since the instant ``since_ms``. Counter buckets are kept 30 days.
+
+    >>> inspect_stats(since="1h").total.dead
+    """
+    surface = introspection(resolve(driver), "stats")
+    now = job_clock().now_ms()
+    start = since_ms if since_ms is not None else now - parse_duration(since, field="since")
+    totals = sorted(surface.counter_totals(start), key=lambda t: t.job)
+    return StatsView(
+        since_ms=start,
+        until_ms=now,
+        jobs=tuple(JobTotals(t.job, t.done, t.retried, t.failed, t.dead, t.duration_ms) for t in totals),
+    )
