@@ -49,7 +49,7 @@ def pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env[PostgresDriver]]:
 @pytest.fixture
 def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Page]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed: run `make browser`")
+        pytest.fail("Debian's chromium is not installed: run `make browser` (make test does)")
     # Playwright's sync API keeps an event loop running in this thread; the test's own ORM calls
     # (the scenario, run_jobs, the checks) are synchronous and safe, and Django must be told so.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
