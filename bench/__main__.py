@@ -1,5 +1,6 @@
-"""``python -m bench [--quick]`` (``make bench``): measure ultimate_jobs, pgqueuer and Procrastinate on this
-machine, print the table and write ``bench/results/<timestamp>.json``. See bench/README.md."""
+"""``python -m bench [--quick] [--runs N] [--cases drain,enqueue,...]`` (``make bench``): measure
+ultimate_jobs, pgqueuer, Procrastinate and a bare psycopg loop on this machine, in interleaved repetitions,
+print the table and write ``bench/results/<timestamp>.json``. See bench/README.md."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
-from bench.plan import build_plan
-from bench.report import PEERS, header_text, machine, notes_text, table, write_json
+from bench.plan import CASES, EXTRAS, Plan, build_plan
+from bench.report import LIBRARIES, header_text, machine, notes_text, summarize, table, write_json
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -24,72 +28,141 @@ def progress(message: str) -> None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes and one run per figure (a smoke run)")
-    parser.add_argument("--runs", type=int, help="runs per figure (default: 3, or 1 with --quick)")
-    parser.add_argument("--latency-probes", type=int, help="sparse pickup-latency probes (default 200, 15 quick)")
-    parser.add_argument("--skip-ours", action="store_true", help="measure only the peers")
-    parser.add_argument("--skip-peers", action="store_true", help="measure only ultimate_jobs")
+    parser.add_argument("--quick", action="store_true", help="small sizes and one repetition (a smoke run)")
+    parser.add_argument("--runs", type=int, help="interleaved repetitions (default: 3, or 1 with --quick)")
+    parser.add_argument("--cases", help=f"comma-separated subset of {','.join(CASES)} (default: all)")
     parser.add_argument(
-        "--peer-idle",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also measure the peers' idle statements (default: on in the full run, off with --quick)",
+        "--libraries", help=f"comma-separated subset of {','.join(LIBRARIES)} (default: all)", default=None
     )
     return parser.parse_args(argv)
 
 
-def measure_ours(plan: Any, log: Any, results: dict[str, Any], problems: dict[str, str]) -> None:
+@dataclass
+class Library:
+    """One column of the table: how to prepare its template database and run one case."""
+
+    name: str
+    prepare: Callable[[], None]
+    run_case: Callable[[str, dict[str, Any]], dict[str, float]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def ours_library(plan: Plan, log: Path) -> Library:
     from bench import ours
 
-    try:
-        ours.setup()
-    except Exception as exc:
-        problems["ultimate_jobs"] = f"setup failed: {exc!r}"
-        return
+    ours.setup()
     why = ours.driver_available()
     if why is not None:
-        problems["ultimate_jobs"] = f"the postgres driver is not available: {why}"
-        return
-    try:
-        results["ultimate_jobs"] = ours.run(plan, log, progress)
-    except Exception as exc:
-        problems["ultimate_jobs"] = f"failed: {exc}"
+        raise RuntimeError(f"the postgres driver is not available: {why}")
+    return local_library(ours.subject(), ours.prepare_ours, ours.run_case, plan, log)
 
 
-def measure_peers(plan: Any, log: Any, idle: bool, results: dict[str, Any], problems: dict[str, str]) -> None:
-    from bench.peers_env import ensure_peers_venv, run_peer
+def bare_library(plan: Plan, log: Path) -> Library:
+    from bench import bare, procedure
 
-    try:
-        python = ensure_peers_venv(progress)
-    except Exception as exc:
-        for name in PEERS:
-            problems[name] = f"could not build bench/.peers-venv: {exc!r}"
-        return
-    for name in PEERS:
-        progress(f"{name}: enqueue, throughput, latency{', idle' if idle else ''}")
+    return local_library(bare.subject(), procedure.prepare, procedure.run_case, plan, log)
+
+
+def local_library(sub: Any, prepare: Callable[[Any], None], run: Callable[..., Any], plan: Plan, log: Path) -> Library:
+    """A library measured in this process (ours, the bare loop) over its subject."""
+    return Library(
+        name=sub.name,
+        prepare=lambda: prepare(sub),
+        run_case=lambda case, params: run(sub, case, params, plan, log),
+        info={"version": sub.version, "notes": sub.notes, "cases": list(sub.cases)},
+    )
+
+
+def peer_library(name: str, python: Path, plan: Plan, log: Path) -> Library:
+    from bench.peers_env import run_peer
+
+    def run_case(case: str, params: dict[str, Any]) -> dict[str, float]:
+        args = ["case", case, "--params", json.dumps(params), "--plan", plan.as_json(), "--log", str(log)]
+        return run_peer(python, name, *args)
+
+    def prepare() -> None:
+        run_peer(python, name, "prepare")
+
+    return Library(
+        name=name,
+        prepare=prepare,
+        run_case=run_case,
+        info=run_peer(python, name, "info"),
+    )
+
+
+def build_libraries(plan: Plan, log: Path, wanted: list[str], problems: dict[str, str]) -> list[Library]:
+    libraries: list[Library] = []
+    python: Path | None = None
+    for name in wanted:
         try:
-            results[name] = run_peer(python, name, plan, idle=idle, log=log)
+            if name == "ultimate_jobs":
+                lib = ours_library(plan, log)
+            elif name == "bare psycopg":
+                lib = bare_library(plan, log)
+            else:
+                if python is None:
+                    from bench.peers_env import ensure_peers_venv
+
+                    python = ensure_peers_venv(progress)
+                lib = peer_library(name, python, plan, log)
+            progress(f"{name}: creating its template database")
+            lib.prepare()
         except Exception as exc:
-            problems[name] = str(exc)
+            problems[name] = f"could not be set up: {exc}"
+            continue
+        libraries.append(lib)
+    return libraries
+
+
+def work_items(plan: Plan, repetition: int) -> list[tuple[str, dict[str, Any]]]:
+    """The cases of one repetition in order; the ours-only extras only in the first."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    for case in plan.cases:
+        if case in EXTRAS and repetition > 0:
+            continue
+        if case == "drain":
+            items.extend(("drain", dict(config)) for config in plan.drain_configs())
+        else:
+            items.append((case, {}))
+    return items
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    plan = build_plan(quick=args.quick, runs=args.runs, latency_probes=args.latency_probes)
-    peer_idle = (not args.quick) if args.peer_idle is None else args.peer_idle
+    cases = tuple(c.strip() for c in args.cases.split(",") if c.strip()) if args.cases else None
+    plan = build_plan(quick=args.quick, runs=args.runs, cases=cases)
+    wanted = [s.strip() for s in args.libraries.split(",")] if args.libraries else list(LIBRARIES)
+    unknown = [w for w in wanted if w not in LIBRARIES]
+    if unknown:
+        raise SystemExit(f"unknown libraries {unknown}; choose from {', '.join(LIBRARIES)}")
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / f"{stamp}.workers.log"
     info = machine()
-    progress(f"plan {plan.name}, {plan.runs} run(s) per figure; worker stderr goes to {log.relative_to(ROOT)}")
-    results: dict[str, Any] = {}
+    progress(f"plan {plan.name}: {plan.runs} interleaved repetition(s); worker stderr goes to {log.relative_to(ROOT)}")
     problems: dict[str, str] = {}
-    if not args.skip_ours:
-        measure_ours(plan, log, results, problems)
-    if not args.skip_peers:
-        measure_peers(plan, log, peer_idle, results, problems)
+    libraries = build_libraries(plan, log, wanted, problems)
+    runs: dict[str, dict[str, list[float]]] = {lib.name: {} for lib in libraries}
+    for repetition in range(plan.runs):
+        for case, params in work_items(plan, repetition):
+            for lib in libraries:
+                if case not in lib.info.get("cases", ()):
+                    continue
+                label = f"{case} {params}" if params else case
+                progress(f"repetition {repetition + 1}/{plan.runs}: {lib.name}: {label}")
+                try:
+                    figures = lib.run_case(case, params)
+                except Exception as exc:
+                    problems[f"{lib.name}: {label} (repetition {repetition + 1})"] = str(exc)
+                    continue
+                for key, value in figures.items():
+                    runs[lib.name].setdefault(key, []).append(float(value))
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results = {
+        lib.name: {**lib.info, "runs": runs[lib.name], "summary": summarize(runs[lib.name])} for lib in libraries
+    }
     text = "\n\n".join([header_text(info, plan, results), table(plan, results), notes_text(results, problems)])
     print(text)
     out = RESULTS / f"{stamp}.json"

@@ -1,13 +1,14 @@
-"""What every benchmark process shares — ours and the peers' — using only the standard library and psycopg.
+"""What every benchmark process shares — ours, the bare loop's and the peers' — using only the standard
+library and psycopg.
 
 The peers run from a separate virtualenv (``bench/.peers-venv``) as ``python -m bench.peers.<name>``, so
 nothing here may import Django or ``ultimate_jobs``.
 
-The worker-process protocol (one per library, spawned by :class:`WorkerProcess`): the child sets itself
-up, prints ``READY`` and blocks on a ``GO`` line on stdin, so every throughput figure starts when the
-worker is built and connected, never while Python imports. After ``GO`` it serves ``COUNT`` lines on
-stdin, answering ``COUNT <n>``: the statements its psycopg cursors have sent since it started (see
-:func:`count_statements`). SIGTERM stops it the way the library's own worker command is stopped.
+A worker process (:class:`WorkerProcess`) starts working as soon as it is built: the bench spawns it, and
+every drain clock starts at that spawn. The child's first line on stdout says it is up (ours: the
+``worker … serving …`` line ``manage.py jobs_worker`` prints; the others print ``READY``); the bench only
+waits for that line where a case needs an idle worker. SIGTERM stops it the way the library's own
+worker command is stopped.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import statistics
+import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,13 +50,10 @@ def conninfo(dbname: str) -> str:
     return " ".join(f"{k}={v}" for k, v in parts.items())
 
 
-def ensure_database(dbname: str) -> bool:
-    """Create ``dbname`` when it is missing; answers whether it was created."""
-    with psycopg.connect(conninfo("postgres"), autocommit=True) as conn:
-        if conn.execute("select 1 from pg_database where datname = %s", (dbname,)).fetchone():
-            return False
-        conn.execute(f'create database "{dbname}"')
-        return True
+def dsn(dbname: str) -> str:
+    """A ``postgresql://`` URL for ``dbname`` on the bench server (what asyncpg takes)."""
+    password = f":{PG_PASSWORD}" if PG_PASSWORD else ""
+    return f"postgresql://{PG_USER}{password}@{PG_HOST}:{PG_PORT}/{dbname}"
 
 
 def connect(dbname: str) -> psycopg.Connection[Any]:
@@ -62,15 +61,55 @@ def connect(dbname: str) -> psycopg.Connection[Any]:
     return psycopg.connect(conninfo(dbname), autocommit=True)
 
 
+# -- databases: each library its own, freshly created for every measurement ------------------------------
+
+
+def template_of(dbname: str) -> str:
+    return f"{dbname}_template"
+
+
+def recreate_database(dbname: str, *, template: str | None = None) -> None:
+    """Drop ``dbname`` (ending its sessions) and create it anew, empty or as a copy of ``template``."""
+    with psycopg.connect(conninfo("postgres"), autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{dbname}" with (force)')
+        conn.execute(f'create database "{dbname}"' + (f' template "{template}"' if template else ""))
+
+
+def make_template(dbname: str, install: Callable[[], None]) -> None:
+    """Create ``dbname`` empty, let ``install`` put the library's schema (and the latency table) into it,
+    then copy it to ``<dbname>_template``: every measurement starts from a fresh copy of that."""
+    recreate_database(dbname)
+    install()
+    with connect(dbname) as conn:
+        ensure_latency_table(conn)
+    recreate_database(template_of(dbname), template=dbname)
+
+
+def fresh_database(dbname: str) -> None:
+    """A freshly created ``dbname``: a copy of its template (schema only, no rows)."""
+    recreate_database(dbname, template=template_of(dbname))
+
+
+def vacuum_analyze(dbname: str) -> None:
+    with connect(dbname) as conn:
+        conn.execute("vacuum analyze")
+
+
 def ensure_latency_table(conn: psycopg.Connection[Any]) -> None:
-    """The table a probe job writes its pickup latency into: ``(kind, latency_ms)``."""
-    conn.execute(f"create table if not exists {LATENCY_TABLE} (kind text not null, latency_ms double precision)")
+    """The table a probe job's body writes its start into: ``(kind, n, started)``, ``started`` the body's
+    wall clock (epoch seconds) when it began."""
+    conn.execute(
+        f"create table if not exists {LATENCY_TABLE} (kind text not null, n integer not null, started double precision)"
+    )
 
 
-def latencies(conn: psycopg.Connection[Any], kind: str) -> list[float]:
-    """Every latency (ms) the probe jobs of ``kind`` recorded."""
-    rows = conn.execute(f"select latency_ms from {LATENCY_TABLE} where kind = %s", (kind,)).fetchall()
-    return [float(r[0]) for r in rows]
+def probe_starts(conn: psycopg.Connection[Any], kind: str) -> dict[int, float]:
+    """``n -> started`` of every probe of ``kind`` whose body has run."""
+    rows = conn.execute(f"select n, started from {LATENCY_TABLE} where kind = %s", (kind,)).fetchall()
+    return {int(r[0]): float(r[1]) for r in rows}
+
+
+# -- statistics ----------------------------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -82,16 +121,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = int(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def latency_summary(values: Sequence[float]) -> dict[str, float]:
-    """Median, p95 and max of ``values`` (ms)."""
-    return {
-        "median": percentile(values, 0.5),
-        "p95": percentile(values, 0.95),
-        "max": max(values) if values else float("nan"),
-        "n": float(len(values)),
-    }
 
 
 def median_of(runs: Sequence[float]) -> float:
@@ -132,17 +161,19 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record, default=str), flush=True)
 
 
-# -- statement counting (child side) -----------------------------------------------------------------
+def announce_ready() -> None:
+    """A worker child's 'I am built and connected' line (the bench reads the first stdout line)."""
+    print("READY", flush=True)
+
+
+# -- statement counting (child side; the idle scheduler's cross-check) ------------------------------------
 
 _statements = 0
 _count_lock = threading.Lock()
 
 
 def count_statements() -> None:
-    """Count every statement this process sends through a psycopg cursor (sync and async, including the
-    cursors Django and the peers' drivers build — they all end in ``execute``/``executemany``/``copy``).
-    This is the fallback when ``pg_stat_statements`` is not loaded: it sees exactly the worker's own
-    traffic, nothing of the bench's."""
+    """Count every statement this process sends through a psycopg cursor (sync and async)."""
 
     def wrap(cls: type, name: str, is_async: bool) -> None:
         original = getattr(cls, name)
@@ -159,15 +190,6 @@ def count_statements() -> None:
                 return await original(self, *args, **kwargs)
 
             setattr(cls, name, counted_async)
-        elif name == "copy":
-
-            @contextlib.contextmanager
-            def counted_copy(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-                bump()
-                with original(self, *args, **kwargs) as copy:
-                    yield copy
-
-            setattr(cls, name, counted_copy)
         else:
 
             def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -176,9 +198,8 @@ def count_statements() -> None:
 
             setattr(cls, name, counted)
 
-    for name in ("execute", "executemany", "copy"):
-        wrap(psycopg.Cursor, name, False)
     for name in ("execute", "executemany"):
+        wrap(psycopg.Cursor, name, False)
         wrap(psycopg.AsyncCursor, name, True)
 
 
@@ -188,19 +209,92 @@ def statements_sent() -> int:
         return _statements
 
 
-def announce_ready_and_wait_for_go() -> None:
-    """The child's half of the start: print ``READY``, block until ``GO``, then serve ``COUNT`` on a thread."""
-    print("READY", flush=True)
-    line = sys.stdin.readline()
-    if line.strip() != "GO":
-        raise SystemExit(f"expected GO on stdin, got {line!r}")
+# -- the counting proxy (idle statements: pg_stat_statements is not loaded on this server) ---------------
 
-    def serve() -> None:
-        for command in sys.stdin:
-            if command.strip() == "COUNT":
-                print(f"COUNT {statements_sent()}", flush=True)
+SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
 
-    threading.Thread(target=serve, name="bench-commands", daemon=True).start()
+
+class CountingProxy:
+    """A TCP proxy in front of the bench server that counts the statements its clients send: every
+    simple-protocol ``Query`` ('Q') and every extended-protocol ``Execute`` ('E') message, whatever the
+    driver (psycopg, asyncpg). SSL and GSS encryption requests are answered 'N' so the stream stays
+    readable. A worker process is pointed at it through ``BENCH_PGPORT``."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self._count = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, name="bench-proxy", daemon=True).start()
+
+    @property
+    def statements(self) -> int:
+        with self._lock:
+            return self._count
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError), client:
+            head = _recv_exact(client, 8)
+            length, code = struct.unpack("!ii", head)
+            while code in (SSL_REQUEST, GSSENC_REQUEST):
+                client.sendall(b"N")
+                head = _recv_exact(client, 8)
+                length, code = struct.unpack("!ii", head)
+            startup = head + _recv_exact(client, length - 8)
+            with socket.create_connection((PG_HOST, int(PG_PORT))) as server:
+                server.sendall(startup)
+                threading.Thread(target=_pipe, args=(server, client), daemon=True).start()
+                self._client_to_server(client, server)
+
+    def _client_to_server(self, client: socket.socket, server: socket.socket) -> None:
+        buffer = b""
+        while True:
+            chunk = client.recv(65536)
+            if not chunk:
+                return
+            server.sendall(chunk)
+            buffer += chunk
+            while len(buffer) >= 5:
+                kind = buffer[:1]
+                (length,) = struct.unpack("!i", buffer[1:5])
+                if len(buffer) < 1 + length:
+                    break
+                buffer = buffer[1 + length :]
+                if kind in (b"Q", b"E"):
+                    with self._lock:
+                        self._count += 1
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
 # -- worker processes (parent side) ------------------------------------------------------------------
@@ -208,68 +302,50 @@ def announce_ready_and_wait_for_go() -> None:
 
 @dataclass
 class WorkerProcess:
-    """A worker child speaking the READY/GO/COUNT protocol. Its stderr goes to ``log_path``."""
+    """A worker child, spawned at once. Its stderr goes to ``log_path``; its stdout's first line says it
+    is up, and the rest is read and dropped so the pipe never fills."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     proc: subprocess.Popen[str] | None = None
+    spawned_at: float = 0.0  # epoch seconds just before the spawn
+    _first_line: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> WorkerProcess:
-        """Spawn the child and wait for its ``READY``."""
+    def spawn(self) -> WorkerProcess:
         log = open(self.log_path, "a") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.spawned_at = time.time()
         self.proc = subprocess.Popen(
             self.argv,
             cwd=ROOT,
             env={**os.environ, **self.env},
-            stdin=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
             bufsize=1,
         )
-        self._expect("READY", READY_TIMEOUT_S)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
         return self
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for _ in self.proc.stdout:
+            self._first_line.set()
+        self._first_line.set()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until the child printed its first line (it is built and connected)."""
+        if not self._first_line.wait(timeout) or not self.alive():
+            code = self.proc.poll() if self.proc else None
+            tail = self.log_tail()
+            self.kill()
+            raise RuntimeError(f"worker {self.argv} never came up (exit {code}); its stderr ends:\n{tail}")
 
     @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-    def _send(self, line: str) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def _expect(self, prefix: str, timeout: float) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        result: list[str] = []
-
-        def read() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.startswith(prefix):
-                    result.append(line.strip())
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not result:
-            code = self.proc.poll()
-            tail = self.log_tail()
-            self.kill()
-            raise RuntimeError(f"worker {self.argv} never said {prefix} (exit {code}); its stderr ends:\n{tail}")
-        return result[0]
-
-    def go(self) -> None:
-        """Let the child start working."""
-        self._send("GO")
-
-    def statements(self) -> int:
-        """Statements the child has sent so far (it must count them: see :func:`count_statements`)."""
-        self._send("COUNT")
-        return int(self._expect("COUNT", 10.0).split()[1])
 
     def rss_kb(self) -> int:
         """The child's resident set size now, in KiB."""
@@ -301,23 +377,15 @@ class WorkerProcess:
 
 @contextlib.contextmanager
 def workers(specs: Sequence[WorkerProcess]) -> Iterator[list[WorkerProcess]]:
-    """Start every worker (all READY), yield them, and always stop them."""
+    """Spawn every worker back to back, yield them, and always stop them."""
     started: list[WorkerProcess] = []
     try:
         for spec in specs:
-            started.append(spec.start())
+            started.append(spec.spawn())
         yield started
     finally:
         for worker in started:
             worker.stop()
-
-
-def go_all(procs: Sequence[WorkerProcess]) -> float:
-    """Send GO to every worker; answers the wall time (epoch seconds) just before the first GO."""
-    t0 = time.time()
-    for proc in procs:
-        proc.go()
-    return t0
 
 
 def check_alive(procs: Sequence[WorkerProcess]) -> Callable[[], None]:
@@ -331,9 +399,6 @@ def check_alive(procs: Sequence[WorkerProcess]) -> Callable[[], None]:
     return check
 
 
-# -- the pacing of probe enqueues --------------------------------------------------------------------
-
-
 def paced(count: int, interval_s: float) -> Iterator[int]:
     """Yield ``0..count-1``, the i-th no earlier than ``i * interval_s`` after the first (no drift)."""
     start = time.monotonic()
@@ -342,11 +407,3 @@ def paced(count: int, interval_s: float) -> Iterator[int]:
         if delay > 0:
             time.sleep(delay)
         yield i
-
-
-def settle_latencies(conn: psycopg.Connection[Any], kind: str, expected: int, timeout: float = 30.0) -> list[float]:
-    """Wait until ``expected`` probes of ``kind`` have written their latency; answer them all."""
-    wait_until(
-        lambda: len(latencies(conn, kind)) >= expected, timeout=timeout, interval=0.1, what=f"{expected} {kind} probes"
-    )
-    return latencies(conn, kind)

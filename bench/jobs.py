@@ -17,11 +17,13 @@ def bench_noop(run: JobRun[Any]) -> None:
     return None
 
 
-@job(name="bench_probe", idempotency_key=lambda i: f"probe:{i['kind']}:{i['n']}", tenant="none")
+@job(name="bench_probe", idempotency_key=lambda i: f"probe:{i['kind']}:{i['seq']}", tenant="none")
 def bench_probe(run: JobRun[Any]) -> None:
-    """Writes ``now - input['t']`` (the enqueuer's wall clock just before its enqueue call), in ms."""
-    latency_ms = (time.time() - run.input["t"]) * 1000.0
+    """Records its own start (wall clock, epoch seconds) under its ``kind`` and ``n``; the bench subtracts
+    the time the probe's enqueue returned."""
+    started = time.time()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"insert into {LATENCY_TABLE} (kind, latency_ms) values (%s, %s)", [run.input["kind"], latency_ms]
+            f"insert into {LATENCY_TABLE} (kind, n, started) values (%s, %s, %s)",
+            [run.input["kind"], run.input["n"], started],
         )

@@ -1,14 +1,16 @@
-"""ultimate_jobs under the bench: the same procedure as the peers (:mod:`bench.procedure`) plus what only
-ours gets — two worker processes, the 100k drain, claim cost over finished rows, idle statements and
-worker memory.
+"""ultimate_jobs under the bench: its subject for the shared procedure (:mod:`bench.procedure`) and the
+figures only ours gets — claim cost over finished rows, worker memory, pickup through the outbox, and the
+idle scheduler.
 
-Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings``: enqueues go through the public
-API (``handle.enqueue``, ``job_driver().enqueue_many`` over ``handle.build_request``); worker processes
-are ``python -m bench.worker_proc``, which builds its worker exactly as ``manage.py jobs_worker`` does.
+Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
+``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
+``job_driver().enqueue_many`` over ``handle.build_request``); a worker process is literally
+``python manage.py jobs_worker --concurrency S`` under the same settings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -20,35 +22,34 @@ from typing import Any
 import psycopg
 
 from bench.common import (
-    LATENCY_TABLE,
     ROOT,
     WorkerProcess,
+    check_alive,
     connect,
-    ensure_database,
-    ensure_latency_table,
-    go_all,
-    latency_summary,
+    fresh_database,
     paced,
-    settle_latencies,
+    percentile,
+    probe_starts,
+    vacuum_analyze,
+    wait_until,
     workers,
 )
 from bench.plan import Plan
 from bench.procedure import (
-    CLIENT_SIDE_COUNT,
-    WORKER_IDLE_BEFORE_PROBES_S,
     Figures,
     Subject,
-    drain,
-    measure_throughput,
-    run_common,
-    spawn,
+    load_backlog,
+    module_subject,
+    prepare,
+    scalar,
+    spawn_argv,
+    time_span,
     wait_drained,
 )
 
 DATABASE = "ultimate_jobs_bench"
 NOOP = "bench_noop"
-LIVE_UNCLAIMED = ("ready", "delayed", "suspended")  # x_jobs_claim_idx's predicate
-PSS_METHOD = "pg_stat_statements: calls in the bench database during the window"
+ENV = {"DJANGO_SETTINGS_MODULE": "bench.settings"}
 
 # The filler: finished rows in the claimed queue, written in one statement behind the driver's back (the
 # bench's only such write). Every row is 'done', with a unique idempotency key.
@@ -62,17 +63,29 @@ FROM generate_series(1, %(n)s) AS g
 
 
 def setup() -> None:
-    """Create the bench database when missing, set Django up on it and migrate."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    ensure_database(DATABASE)
+    """Set Django up on the bench settings (the database is created by :func:`prepare`)."""
+    os.environ.update(ENV)
     import django
 
     django.setup()
+
+
+def install() -> None:
+    """The schema: ``migrate`` into the (empty) bench database."""
     from django.core.management import call_command
 
+    close_connections()
     call_command("migrate", verbosity=0)
-    with connect(DATABASE) as conn:
-        ensure_latency_table(conn)
+    close_connections()
+
+
+def close_connections() -> None:
+    """Drop Django's connections (the bench recreates the database under them)."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 def driver_available() -> str | None:
@@ -88,7 +101,7 @@ def driver_available() -> str | None:
 
 
 def version() -> str:
-    """The checkout's commit, marked when the work tree has changes."""
+    """The checkout's commit, marked when ultimate_jobs/ has uncommitted changes."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
@@ -100,21 +113,10 @@ def version() -> str:
 _seq = itertools.count()  # idempotency keys never repeat within a bench run
 
 
-def reset() -> None:
-    """Empty every ``x_*`` table and the latency table."""
-    with connect(DATABASE) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "select tablename from pg_tables where schemaname = 'public' and tablename like 'x\\_%%'"
-            ).fetchall()
-        ]
-        conn.execute(f"truncate {', '.join([*tables, LATENCY_TABLE])} restart identity cascade")
-
-
 def enqueue_single(n: int) -> None:
     from bench.jobs import bench_noop
 
+    close_connections()  # the first enqueue opens the connection, inside the timing
     for _ in range(n):
         bench_noop.enqueue({"n": next(_seq)})
 
@@ -123,219 +125,169 @@ def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
     from ultimate_jobs.conf import job_driver
 
+    close_connections()
     driver = job_driver()
     for start in range(0, n, size):
         driver.enqueue_many([bench_noop.build_request({"n": next(_seq)}) for _ in range(min(size, n - start))])
 
 
-def enqueue_probe(kind: str) -> None:
-    from bench.jobs import bench_probe
+class ProbeSender:
+    """Direct probes: ``bench_probe.enqueue`` outside ``atomic()`` (autocommit: it returns committed)."""
 
-    bench_probe.enqueue({"kind": kind, "n": next(_seq), "t": time.time()})
+    def __init__(self) -> None:
+        close_connections()
 
+    def send(self, kind: str, n: int) -> None:
+        from bench.jobs import bench_probe
 
-def enqueue_probe_outbox(kind: str) -> None:
-    """One probe staged through the outbox: enqueued inside ``transaction.atomic()`` (the facade installed),
-    committed at once. ``t`` is taken before the block, so the figure carries the stage and the COMMIT too."""
-    from django.db import transaction
+        bench_probe.enqueue({"kind": kind, "n": n, "seq": next(_seq)})
 
-    from bench.jobs import bench_probe
-
-    t = time.time()
-    with transaction.atomic():
-        bench_probe.enqueue({"kind": kind, "n": next(_seq), "t": t})
+    def close(self) -> None:
+        close_connections()
 
 
 def pending(conn: psycopg.Connection[Any]) -> bool:
     """Two probes, each on a partial index (x_jobs_claim_idx, x_jobs_lease_idx), so the poll costs the
     same over a million finished rows as over none."""
-    row = conn.execute(
-        "select exists (select 1 from x_jobs where state in ('ready', 'delayed', 'suspended') and name = %(n)s)"
-        " or exists (select 1 from x_jobs where state = 'running' and name = %(n)s)",
-        {"n": NOOP},
-    ).fetchone()
-    return bool(row and row[0])
+    return bool(
+        scalar(
+            conn,
+            "select exists (select 1 from x_jobs where state in ('ready', 'delayed', 'suspended') and name = %(n)s)"
+            " or exists (select 1 from x_jobs where state = 'running' and name = %(n)s)",
+            {"n": NOOP},
+        )
+    )
 
 
 def finished(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("select count(*) from x_jobs where name = %s and state = 'done'", (NOOP,)).fetchone()
-    return int(row[0]) if row else -1
+    return int(scalar(conn, "select count(*) from x_jobs where name = %s and state = 'done'", (NOOP,)))
 
 
-def worker_argv(concurrency: int, count: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "bench.worker_proc", "--concurrency", str(concurrency)]
-    return [*cmd, "--count-statements"] if count else cmd
+def completion_span(conn: psycopg.Connection[Any]) -> tuple[float, float]:
+    return time_span(conn, "finished_at", "from x_jobs where name = %s and state = 'done'", (NOOP,))
+
+
+def worker_argv(slots: int) -> list[str]:
+    return [sys.executable, "manage.py", "jobs_worker", "--concurrency", str(slots)]
 
 
 def subject() -> Subject:
-    return Subject(
+    return module_subject(
+        sys.modules[__name__],
         name="ultimate_jobs",
         version=version(),
         database=DATABASE,
-        worker_argv=worker_argv,
-        install=lambda: None,  # setup() migrated
-        reset=reset,
-        enqueue_single=enqueue_single,
-        enqueue_batches=enqueue_batches,
-        enqueue_probe=enqueue_probe,
-        pending=pending,
-        finished=finished,
-        notes="worker_from_settings(concurrency=N).run() per process (what manage.py jobs_worker runs); "
-        "enqueue_many batches for the backlog",
+        notes="python manage.py jobs_worker --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
+        "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
+        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler"),
+        probe_sender=ProbeSender,
+        worker_env=ENV,
     )
+
+
+def prepare_ours(sub: Subject) -> None:
+    close_connections()
+    prepare(sub)
 
 
 # -- measurements only ours gets -------------------------------------------------------------------
 
 
-def pg_stat_statements_usable() -> bool:
-    """Whether ``pg_stat_statements`` can be created AND read (it needs ``shared_preload_libraries``).
-    A failed attempt is rolled back, so the extension is not left behind half-usable."""
+def steady_drain(sub: Subject, plan: Plan, n: int, log: Path) -> float:
+    """Drain the ``n`` no-op jobs already queued with one worker process; the steady rate (jobs/s)."""
+    with workers([spawn_argv(sub, plan.slots, log)]) as procs:
+        wait_drained(sub, procs, n)
     with connect(DATABASE) as conn:
-        try:
-            with conn.transaction():
-                conn.execute("create extension if not exists pg_stat_statements")
-                conn.execute("select count(*) from pg_stat_statements")
-        except psycopg.Error:
-            return False
-    return True
+        first, last = completion_span(conn)
+    return (n - 1) / (last - first)
 
 
-def _server_counters(use_pss: bool) -> tuple[int, int]:
-    """``(pg_stat_statements calls, xact_commit + xact_rollback)`` of the bench database, read from the
-    ``postgres`` database so the read itself is not counted."""
-    with connect("postgres") as conn:
-        row = conn.execute(
-            "select xact_commit + xact_rollback from pg_stat_database where datname = %s", (DATABASE,)
-        ).fetchone()
-        xacts = int(row[0]) if row else 0
-        calls = 0
-        if use_pss:
-            row = conn.execute(
-                "select coalesce(sum(calls), 0) from pg_stat_statements s "
-                "join pg_database d on d.oid = s.dbid where d.datname = %s",
-                (DATABASE,),
-            ).fetchone()
-            calls = int(row[0]) if row else 0
-    return calls, xacts
+def case_claim(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """Steady drain rate of ``plan.claim_n`` jobs over an empty x_jobs, then over ``plan.filler_large``
+    finished rows (vacuumed and analyzed, as autovacuum would leave a long-lived table)."""
+    out: Figures = {}
+    for label, filler in (("small", plan.filler_small), ("large", plan.filler_large)):
+        fresh_database(DATABASE)
+        if filler:
+            with connect(DATABASE) as conn:
+                conn.execute(SQL_FILLER, {"n": filler})
+        enqueue_batches(plan.claim_n, plan.preload_batch)
+        vacuum_analyze(DATABASE)
+        out[f"claim_filler_{label}"] = steady_drain(sub, plan, plan.claim_n, log)
+    out["claim_ratio"] = out["claim_filler_large"] / out["claim_filler_small"]
+    return out
 
 
-def measure_idle(sub: Subject, plan: Plan, log: Path, *, use_pss: bool) -> tuple[float, float]:
-    """Statements per minute of one idle worker process (pg_stat_statements when usable, else counted
-    in the worker), and the bench database's transactions per minute from ``pg_stat_database``
-    (approximate: backends flush those counters lazily, up to ~10 s late when idle)."""
-    sub.reset()
-    with workers([spawn(sub, plan, log, count=True)]) as procs:
-        go_all(procs)
-        time.sleep(plan.idle_warmup_s)
-        client_before = procs[0].statements()
-        calls_before, xacts_before = _server_counters(use_pss)
-        time.sleep(plan.idle_s)
-        client_after = procs[0].statements()
-        calls_after, xacts_after = _server_counters(use_pss)
-    scale = 60.0 / plan.idle_s
-    statements = (calls_after - calls_before) if use_pss else (client_after - client_before)
-    return statements * scale, (xacts_after - xacts_before) * scale
+def case_memory(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """Worker RSS (KiB) after ``plan.memory_small`` jobs, and after ``plan.memory_large`` in total."""
+    load_backlog(sub, plan, plan.memory_small)
+    with workers([spawn_argv(sub, plan.slots, log)]) as procs:
+        wait_drained(sub, procs, plan.memory_small)
+        small = procs[0].rss_kb()
+        enqueue_batches(plan.memory_large - plan.memory_small, plan.preload_batch)
+        wait_drained(sub, procs, plan.memory_large)
+        large = procs[0].rss_kb()
+    return {"rss_small_kb": small, "rss_large_kb": large, "rss_ratio": large / small}
 
 
-def measure_claim(sub: Subject, plan: Plan, filler: int, log: Path) -> float:
-    """Throughput of ``plan.claim_n`` jobs over ``filler`` finished rows already in x_jobs (vacuumed and
-    analyzed, as autovacuum would leave a long-lived table)."""
-    sub.reset()
-    with connect(DATABASE) as conn:
-        conn.execute(SQL_FILLER, {"n": filler})
-        conn.execute("vacuum analyze x_jobs")
-    sub.enqueue_batches(plan.claim_n, plan.preload_batch)
-    with workers([spawn(sub, plan, log)]) as procs:
-        return drain(sub, procs, plan.claim_n)
+def case_outbox(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """Pickup latency through the transactional outbox: an idle worker process and an idle relay process
+    (``python manage.py jobs_relay``); each probe is staged in ``transaction.atomic()`` with the outbox
+    facade installed (mode required), and its latency runs from the block's COMMIT to the body's start."""
+    from django.db import transaction
 
-
-def relay_argv() -> list[str]:
-    return [sys.executable, "-m", "bench.relay_proc"]
-
-
-def measure_outbox_latency(sub: Subject, plan: Plan, log: Path) -> dict[str, float]:
-    """Pickup latency through the transactional outbox, beside the direct figure: an idle worker process
-    and an idle relay process (``python -m bench.relay_proc``, what ``manage.py jobs_relay`` runs); each
-    sparse probe is staged in a transaction of this process, the relay publishes it after the COMMIT
-    (woken by x_outbox_wake), the worker runs it (woken by x_jobs_wake)."""
+    from bench.jobs import bench_probe
     from ultimate_jobs.outbox import install_outbox, uninstall_outbox
 
-    sub.reset()
-    install_outbox(mode="required")  # every probe must stage: one outside a transaction would raise
+    fresh_database(DATABASE)
+    close_connections()
+    relay = WorkerProcess(argv=[sys.executable, "manage.py", "jobs_relay"], env=ENV, log_path=log)
+    enqueued: dict[int, float] = {}
+    install_outbox(mode="required")
     try:
-        procs_spec = [spawn(sub, plan, log), WorkerProcess(argv=relay_argv(), log_path=log)]
-        with connect(DATABASE) as conn, workers(procs_spec) as procs:
-            go_all(procs)
-            time.sleep(WORKER_IDLE_BEFORE_PROBES_S)
-            for _ in paced(plan.latency_sparse_n, plan.latency_sparse_interval_s):
-                enqueue_probe_outbox("outbox")
-            values = settle_latencies(conn, "outbox", plan.latency_sparse_n)
+        with connect(DATABASE) as conn, workers([spawn_argv(sub, plan.slots, log), relay]) as procs:
+            for proc in procs:
+                proc.wait_ready()
+            time.sleep(plan.latency_idle_s)
+            for i in paced(plan.outbox_n, plan.latency_interval_s):
+                with transaction.atomic():
+                    bench_probe.enqueue({"kind": "outbox", "n": i, "seq": next(_seq)})
+                enqueued[i] = time.time()
+            alive = check_alive(procs)
+
+            def settled() -> bool:
+                alive()
+                return len(probe_starts(conn, "outbox")) >= plan.outbox_n
+
+            wait_until(settled, timeout=60.0, interval=0.1, what=f"{plan.outbox_n} outbox probes")
+            starts = probe_starts(conn, "outbox")
     finally:
         uninstall_outbox()
-    return latency_summary(values)
+        close_connections()
+    values = [(starts[i] - enqueued[i]) * 1000.0 for i in enqueued]
+    return {"outbox_p50": percentile(values, 0.5), "outbox_p95": percentile(values, 0.95), "outbox_max": max(values)}
 
 
-def measure_memory(sub: Subject, plan: Plan, log: Path) -> tuple[int, int]:
-    """Worker RSS (KiB) after ``plan.memory_small`` jobs, and after ``plan.memory_large`` in total."""
-    sub.reset()
-    sub.enqueue_batches(plan.memory_small, plan.preload_batch)
-    with workers([spawn(sub, plan, log)]) as procs:
-        drain(sub, procs, plan.memory_small)
-        small = procs[0].rss_kb()
-        t0 = time.time()
-        sub.enqueue_batches(plan.memory_large - plan.memory_small, plan.preload_batch)
-        wait_drained(sub, procs, plan.memory_large, t0)
-        large = procs[0].rss_kb()
-    return small, large
+def case_scheduler(plan: Plan, log: Path) -> Figures:
+    from bench.scheduler_idle import measure_in_child
+
+    fresh_database(DATABASE)
+    close_connections()
+    result = measure_in_child(plan.idle_s, plan.idle_warmup_s, log)
+    return {"scheduler_idle_statements_per_min": float(result["statements_per_min"])}
 
 
-def run(plan: Plan, log: Path, progress: Any = print) -> dict[str, Any]:
-    """Every figure for ultimate_jobs, ``plan.runs`` times each."""
-    sub = subject()
-    use_pss = pg_stat_statements_usable()
-    figures = Figures()
-    for i in range(plan.runs):
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: enqueue, throughput, latency")
-        run_common(sub, plan, figures, idle=False, log=log)
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: pickup latency through the outbox")
-        figures.keep_latency("latency_outbox", measure_outbox_latency(sub, plan, log))
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: two workers, large backlog")
-        figures.keep(
-            "throughput_small_2w", measure_throughput(sub, plan, plan.throughput_small_n, log, processes=2).rate
-        )
-        large = measure_throughput(sub, plan, plan.throughput_large_n, log)
-        figures.keep("throughput_large_1w", large.rate)
-        figures.keep("preload_large", large.preload_rate)
-        figures.keep(
-            "throughput_large_2w", measure_throughput(sub, plan, plan.throughput_large_n, log, processes=2).rate
-        )
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: idle worker for {plan.idle_s:.0f}s")
-        statements, xacts = measure_idle(sub, plan, log, use_pss=use_pss)
-        figures.keep("idle_statements_per_min", statements)
-        figures.keep("idle_xacts_per_min", xacts)
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: idle scheduler (35 tasks) for {plan.idle_s:.0f}s")
-        from bench.scheduler_idle import measure_in_child
+def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: Path) -> Figures:
+    """One case of one repetition for ours: the shared ones through the procedure, else ours only."""
+    from bench import procedure
 
-        idle_scheduler = measure_in_child(plan.idle_s, plan.idle_warmup_s, log)
-        figures.keep("scheduler_idle_statements_per_min", idle_scheduler["statements_per_min"])
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: claim cost over {plan.filler_large:,} finished rows")
-        small = measure_claim(sub, plan, plan.filler_small, log)
-        large = measure_claim(sub, plan, plan.filler_large, log)
-        figures.keep("claim_filler_small", small)
-        figures.keep("claim_filler_large", large)
-        figures.keep("claim_ratio", large / small)
-        progress(f"ultimate_jobs run {i + 1}/{plan.runs}: worker memory")
-        rss_small, rss_large = measure_memory(sub, plan, log)
-        figures.keep("rss_small_kb", rss_small)
-        figures.keep("rss_large_kb", rss_large)
-        figures.keep("rss_ratio", rss_large / rss_small)
-    sub.reset()
-    return {
-        "library": sub.name,
-        "version": sub.version,
-        "notes": sub.notes,
-        "idle_method": PSS_METHOD if use_pss else CLIENT_SIDE_COUNT,
-        "figures": figures.medians(),
-        "runs": figures.runs,
-    }
+    close_connections()
+    if case == "claim":
+        return case_claim(sub, plan, log)
+    if case == "memory":
+        return case_memory(sub, plan, log)
+    if case == "outbox":
+        return case_outbox(sub, plan, log)
+    if case == "scheduler":
+        return case_scheduler(plan, log)
+    return procedure.run_case(sub, case, params, plan, log)

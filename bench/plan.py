@@ -1,4 +1,5 @@
-"""How big each measurement is: the full plan (the default) and ``--quick`` (a smoke run under ~2 minutes).
+"""How big each measurement is: the full plan (the default) and ``--quick`` (a smoke run under ~3 minutes),
+and the list of measurements one repetition makes.
 
 Standard library only — the peer scripts read the same plan, passed to them as JSON.
 """
@@ -9,23 +10,29 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler")
+EXTRAS = ("claim", "memory", "outbox", "scheduler")  # ultimate_jobs only, measured in repetition 1 only
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Every size and duration one bench run uses. ``runs`` is how many times each figure is measured
-    (the report shows the median)."""
+    """Every size and duration one bench run uses. ``runs`` is how many interleaved repetitions are made
+    (the report shows the median with min-max)."""
 
     name: str
     runs: int
-    enqueue_single_n: int  # one enqueue per transaction
+    cases: tuple[str, ...]
+    enqueue_single_n: int  # one enqueue per call (one transaction each)
     enqueue_batch_n: int  # in batches of enqueue_batch_size
     enqueue_batch_size: int
-    throughput_small_n: int
-    throughput_large_n: int
-    latency_sparse_n: int  # probes, one every latency_sparse_interval_s
-    latency_sparse_interval_s: float
-    latency_stream_n: int  # probes at latency_stream_rate per second
-    latency_stream_rate: float
+    drain_sizes: tuple[int, ...]  # backlogs drained with `slots` slots per process
+    drain_processes: tuple[int, ...]
+    slots: int  # slots per worker process: the main rows
+    alt_slots: int  # the second row's slots per worker process (drained at drain_sizes[0] only)
+    preload_batch: int  # batch size the drain backlog is loaded with
+    latency_n: int  # probes, one every latency_interval_s
+    latency_interval_s: float
+    latency_idle_s: float  # how long the worker idles before the first probe
     idle_s: float  # the idle window; the figure is scaled to one minute
     idle_warmup_s: float  # how long the worker idles before the window opens
     claim_n: int  # jobs drained over each filler size
@@ -33,8 +40,7 @@ class Plan:
     filler_large: int
     memory_small: int
     memory_large: int
-    concurrency: int  # slots per worker process (ours and procrastinate)
-    preload_batch: int  # enqueue_many batch used to load throughput backlogs
+    outbox_n: int  # outbox pickup probes (one every latency_interval_s)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -42,61 +48,68 @@ class Plan:
     @staticmethod
     def from_json(text: str) -> Plan:
         data: dict[str, Any] = json.loads(text)
+        for key in ("cases", "drain_sizes", "drain_processes"):
+            data[key] = tuple(data[key])
         return Plan(**data)
+
+    def drain_configs(self) -> list[dict[str, int]]:
+        """Every drain measurement of one repetition: ``{"n", "processes", "slots"}``."""
+        main = [{"n": n, "processes": p, "slots": self.slots} for n in self.drain_sizes for p in self.drain_processes]
+        alt = [{"n": self.drain_sizes[0], "processes": p, "slots": self.alt_slots} for p in self.drain_processes]
+        return main + alt
 
 
 FULL = Plan(
     name="full",
     runs=3,
+    cases=CASES,
     enqueue_single_n=2_000,
     enqueue_batch_n=20_000,
     enqueue_batch_size=100,
-    throughput_small_n=10_000,
-    throughput_large_n=100_000,
-    latency_sparse_n=200,
-    latency_sparse_interval_s=0.3,
-    latency_stream_n=300,
-    latency_stream_rate=10.0,
+    drain_sizes=(10_000, 100_000),
+    drain_processes=(1, 2),
+    slots=10,
+    alt_slots=16,
+    preload_batch=1_000,
+    latency_n=100,
+    latency_interval_s=0.1,
+    latency_idle_s=2.0,
     idle_s=60.0,
-    idle_warmup_s=10.0,
+    idle_warmup_s=5.0,
     claim_n=10_000,
-    filler_small=10_000,
+    filler_small=0,
     filler_large=1_000_000,
     memory_small=1_000,
     memory_large=100_000,
-    concurrency=16,
-    preload_batch=1_000,
+    outbox_n=100,
 )
 
-QUICK = Plan(
+QUICK = replace(
+    FULL,
     name="quick",
     runs=1,
     enqueue_single_n=200,
     enqueue_batch_n=2_000,
-    enqueue_batch_size=100,
-    throughput_small_n=1_000,
-    throughput_large_n=3_000,
-    latency_sparse_n=15,
-    latency_sparse_interval_s=0.3,
-    latency_stream_n=20,
-    latency_stream_rate=10.0,
-    idle_s=30.0,
+    drain_sizes=(1_000,),
+    latency_n=20,
+    idle_s=10.0,
     idle_warmup_s=2.0,
     claim_n=1_000,
-    filler_small=10_000,
-    filler_large=100_000,
-    memory_small=1_000,
-    memory_large=5_000,
-    concurrency=16,
-    preload_batch=1_000,
+    filler_large=50_000,
+    memory_small=500,
+    memory_large=2_000,
+    outbox_n=10,
 )
 
 
-def build_plan(*, quick: bool, runs: int | None = None, latency_probes: int | None = None) -> Plan:
+def build_plan(*, quick: bool, runs: int | None = None, cases: tuple[str, ...] | None = None) -> Plan:
     """The plan for this invocation, with the command line's overrides applied."""
     plan = QUICK if quick else FULL
     if runs is not None:
         plan = replace(plan, runs=runs)
-    if latency_probes is not None:
-        plan = replace(plan, latency_sparse_n=latency_probes)
+    if cases is not None:
+        unknown = [c for c in cases if c not in CASES]
+        if unknown:
+            raise ValueError(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+        plan = replace(plan, cases=tuple(c for c in CASES if c in cases))
     return plan

@@ -1,85 +1,151 @@
-"""The measurement procedure, one for every library: a :class:`Subject` says how to install, reset,
-enqueue, spawn a worker process and read the backlog; the functions here time the same steps over it.
+"""The measurement procedure, one for every library: a :class:`Subject` says how to install a schema,
+enqueue, spawn a worker process and read the library's own tables; the functions here run one case of
+one repetition over it and answer its raw figures.
 
-``bench/ours.py`` builds the ultimate_jobs subject (and adds the measurements only ours gets); each peer
-script builds its own and calls :func:`peer_main`. Standard library and psycopg only: this module also
-runs inside ``bench/.peers-venv``.
+``bench/ours.py`` and ``bench/bare.py`` build their subjects in the bench process; each peer script builds
+its own and calls :func:`peer_main`, which the bench runs once per case and repetition (so repetitions
+interleave across libraries). Standard library and psycopg only: this module also runs inside
+``bench/.peers-venv``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    CountingProxy,
     WorkerProcess,
     check_alive,
     connect,
     emit,
-    ensure_database,
-    ensure_latency_table,
-    go_all,
-    latency_summary,
-    median_of,
+    fresh_database,
+    make_template,
     paced,
-    settle_latencies,
+    percentile,
+    probe_starts,
+    vacuum_analyze,
     wait_until,
     workers,
 )
 from bench.plan import Plan
 
-DRAIN_TIMEOUT_S = 1_800.0
-POLL_S = 0.05  # backlog poll while draining: the resolution of every throughput figure
-WORKER_IDLE_BEFORE_PROBES_S = 1.0
-CLIENT_SIDE_COUNT = (
-    "client-side: every statement the worker process sent through a psycopg cursor "
+DRAIN_TIMEOUT_S = 3_600.0
+POLL_S = 0.05  # backlog poll while draining: the resolution of the from-spawn figure
+PROXY_METHOD = (
+    "counting proxy: every Query and Execute message the worker process sent to the server "
     "(pg_stat_statements is not loaded on this server)"
 )
+
+Figures = dict[str, float]
 
 
 @dataclass(frozen=True)
 class Subject:
-    """One library's half of the procedure. Every enqueue callable returns once its rows are committed."""
+    """One library's half of the procedure. Every enqueue callable opens its own connection (that is
+    timed) and returns once its rows are committed."""
 
     name: str
     version: str
     database: str
-    worker_argv: Callable[[int, bool], list[str]]  # (concurrency, count_statements) -> argv
-    install: Callable[[], None]
-    reset: Callable[[], None]
-    enqueue_single: Callable[[int], None]  # n no-op jobs, one per transaction
+    notes: str
+    cases: tuple[str, ...]  # the cases this library takes part in
+    install: Callable[[], None]  # the library's schema into `database` (empty)
+    worker_argv: Callable[[int], list[str]]  # slots -> argv of one worker process
+    enqueue_single: Callable[[int], None]  # n no-op jobs, one per call
     enqueue_batches: Callable[[int, int], None]  # n no-op jobs in batches of `size`
-    enqueue_probe: Callable[[str], None]  # one probe job carrying its kind and the wall time now
     pending: Callable[[Any], bool]  # is any no-op job not finished yet? (on the given psycopg connection)
     finished: Callable[[Any], int]  # no-op jobs finished successfully
-    notes: str
+    completion_span: Callable[[Any], tuple[float, float]]  # first and last completion (epoch s), library's tables
+    probe_sender: Callable[[], Any] | None = None  # opens a connection; answers send(kind, n) and close()
+    worker_env: dict[str, str] = field(default_factory=dict)
+    extra_enqueue: dict[str, Callable[[int], None]] = field(default_factory=dict)  # more 1-per-call rows
 
 
-def spawn(subject: Subject, plan: Plan, log: Path, *, count: bool = False) -> WorkerProcess:
-    """A worker process of ``subject`` (not started)."""
-    return WorkerProcess(argv=subject.worker_argv(plan.concurrency, count), log_path=log)
+SUBJECT_FUNCTIONS = (
+    "install",
+    "worker_argv",
+    "enqueue_single",
+    "enqueue_batches",
+    "pending",
+    "finished",
+    "completion_span",
+)
 
 
-def measure_enqueue(subject: Subject, plan: Plan) -> tuple[float, float]:
-    """Jobs per second: one enqueue per transaction, then in batches of ``plan.enqueue_batch_size``."""
-    subject.reset()
+def module_subject(module: Any, **fields: Any) -> Subject:
+    """A :class:`Subject` whose callables are ``module``'s functions of the same names (``fields`` may
+    override one, e.g. ``worker_argv``), plus the given name, version, notes, ...."""
+    functions = {name: getattr(module, name) for name in SUBJECT_FUNCTIONS if name not in fields}
+    return Subject(**functions, **fields)
+
+
+def scalar(conn: Any, sql: str, params: Any = ()) -> Any:
+    """The first column of the first row of ``sql``."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def time_span(conn: Any, column: str, rest: str, params: Any = ()) -> tuple[float, float]:
+    """``min`` and ``max`` of the timestamp ``column`` (epoch seconds) over ``from … where …`` ``rest``."""
+    row = conn.execute(
+        f"select extract(epoch from min({column}))::float8, extract(epoch from max({column}))::float8 {rest}", params
+    ).fetchone()
+    assert row is not None
+    return float(row[0]), float(row[1])
+
+
+def prepare(subject: Subject) -> None:
+    """The subject's template database: created anew, the schema installed, the latency table added."""
+    make_template(subject.database, subject.install)
+
+
+def spawn_argv(subject: Subject, slots: int, log: Path, env: dict[str, str] | None = None) -> WorkerProcess:
+    return WorkerProcess(argv=subject.worker_argv(slots), env={**subject.worker_env, **(env or {})}, log_path=log)
+
+
+def timed(fn: Callable[[], None]) -> float:
     t = time.perf_counter()
-    subject.enqueue_single(plan.enqueue_single_n)
-    single = plan.enqueue_single_n / (time.perf_counter() - t)
-    subject.reset()
-    t = time.perf_counter()
-    subject.enqueue_batches(plan.enqueue_batch_n, plan.enqueue_batch_size)
-    batch = plan.enqueue_batch_n / (time.perf_counter() - t)
-    return single, batch
+    fn()
+    return time.perf_counter() - t
 
 
-def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int, t0: float) -> float:
-    """Wait until no no-op job is pending and ``n`` finished; answers jobs per second since ``t0``."""
+def case_enqueue(subject: Subject, plan: Plan) -> Figures:
+    """Jobs per second, connection opening included: one per call, then in batches."""
+    out: Figures = {}
+    fresh_database(subject.database)
+    out["enqueue_single"] = plan.enqueue_single_n / timed(lambda: subject.enqueue_single(plan.enqueue_single_n))
+    for key, fn in subject.extra_enqueue.items():
+        fresh_database(subject.database)
+        out[key] = plan.enqueue_single_n / timed(lambda fn=fn: fn(plan.enqueue_single_n))  # type: ignore[misc]
+    fresh_database(subject.database)
+    seconds = timed(lambda: subject.enqueue_batches(plan.enqueue_batch_n, plan.enqueue_batch_size))
+    out["enqueue_batch"] = plan.enqueue_batch_n / seconds
+    return out
+
+
+def drain_key(config: dict[str, int]) -> str:
+    return f"drain_{config['n']}_{config['processes']}p_{config['slots']}s"
+
+
+def load_backlog(subject: Subject, plan: Plan, n: int) -> float:
+    """A fresh database loaded with ``n`` no-op jobs in batches of ``plan.preload_batch``, then
+    ``VACUUM ANALYZE``; answers the load rate (jobs/s)."""
+    fresh_database(subject.database)
+    rate = n / timed(lambda: subject.enqueue_batches(n, plan.preload_batch))
+    vacuum_analyze(subject.database)
+    return rate
+
+
+def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int) -> float:
+    """Wait until no no-op job is pending and check that ``n`` finished; answers the epoch time seen."""
     with connect(subject.database) as conn:
         alive = check_alive(procs)
 
@@ -88,148 +154,132 @@ def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int, t0: float
             return not subject.pending(conn)
 
         wait_until(drained, timeout=DRAIN_TIMEOUT_S, interval=POLL_S, what=f"{subject.name} to drain {n} jobs")
-        elapsed = time.time() - t0
+        seen = time.time()
         done = subject.finished(conn)
     if done != n:
         raise RuntimeError(f"{subject.name}: {done} of {n} jobs finished successfully")
-    return n / elapsed
+    return seen
 
 
-def drain(subject: Subject, procs: list[WorkerProcess], n: int) -> float:
-    """GO every worker and wait until the backlog of ``n`` drained; answers jobs per second."""
-    return wait_drained(subject, procs, n, go_all(procs))
-
-
-@dataclass(frozen=True, slots=True)
-class Drained:
-    """A throughput measurement: the drain rate, and the rate the backlog was loaded at beforehand."""
-
-    rate: float
-    preload_rate: float
-
-
-def measure_throughput(subject: Subject, plan: Plan, n: int, log: Path, *, processes: int = 1) -> Drained:
-    """Jobs per second draining a backlog of ``n`` no-op jobs with ``processes`` worker processes. The
-    backlog is loaded first (batches of ``plan.preload_batch``, timed too: a batch enqueue into a growing
-    backlog); the clock starts when every worker is built and connected (READY)."""
-    subject.reset()
-    t = time.perf_counter()
-    subject.enqueue_batches(n, plan.preload_batch)
-    preload_rate = n / (time.perf_counter() - t)
-    with workers([spawn(subject, plan, log) for _ in range(processes)]) as procs:
-        return Drained(drain(subject, procs, n), preload_rate)
-
-
-def measure_latency(subject: Subject, plan: Plan, log: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Pickup latency (ms, enqueue call → body start, as the body records it) against an idle worker
-    process: sparse probes, then a steady stream."""
-    subject.reset()
-    with connect(subject.database) as conn, workers([spawn(subject, plan, log)]) as procs:
-        go_all(procs)
-        time.sleep(WORKER_IDLE_BEFORE_PROBES_S)
-        for _ in paced(plan.latency_sparse_n, plan.latency_sparse_interval_s):
-            subject.enqueue_probe("sparse")
-        sparse = settle_latencies(conn, "sparse", plan.latency_sparse_n)
-        for _ in paced(plan.latency_stream_n, 1.0 / plan.latency_stream_rate):
-            subject.enqueue_probe("stream")
-        stream = settle_latencies(conn, "stream", plan.latency_stream_n)
-    return latency_summary(sparse), latency_summary(stream)
-
-
-def measure_idle(subject: Subject, plan: Plan, log: Path) -> float:
-    """Statements per minute an idle worker process sends (counted client-side in the worker)."""
-    subject.reset()
-    with workers([spawn(subject, plan, log, count=True)]) as procs:
-        go_all(procs)
-        time.sleep(plan.idle_warmup_s)
-        before = procs[0].statements()
-        time.sleep(plan.idle_s)
-        after = procs[0].statements()
-    return (after - before) * 60.0 / plan.idle_s
-
-
-class Figures:
-    """Per-run figures by key; the report shows each key's median."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, list[float]] = {}
-
-    def keep(self, key: str, value: float) -> None:
-        self.runs.setdefault(key, []).append(value)
-
-    def keep_latency(self, prefix: str, summary: dict[str, float]) -> None:
-        for stat in ("median", "p95", "max"):
-            self.keep(f"{prefix}_{stat}", summary[stat])
-
-    def medians(self) -> dict[str, float]:
-        return {key: median_of(values) for key, values in self.runs.items()}
-
-
-def prepare(subject: Subject) -> None:
-    """The subject's database (created when missing), schema and latency table."""
-    ensure_database(subject.database)
-    subject.install()
+def case_drain(subject: Subject, plan: Plan, config: dict[str, int], log: Path) -> Figures:
+    """One drain: the backlog loaded, then ``processes`` worker processes of ``slots`` slots spawned back
+    to back. Two figures: from the first spawn to the bench seeing nothing pending, and the steady rate
+    between the first and the last completion the library recorded."""
+    n, key = config["n"], drain_key(config)
+    preload = load_backlog(subject, plan, n)
+    with workers([spawn_argv(subject, config["slots"], log) for _ in range(config["processes"])]) as procs:
+        seen = wait_drained(subject, procs, n)
+        t0 = procs[0].spawned_at
     with connect(subject.database) as conn:
-        ensure_latency_table(conn)
-
-
-def run_common(subject: Subject, plan: Plan, figures: Figures, *, idle: bool, log: Path) -> None:
-    """One run of every figure the peers share with ours."""
-    single, batch = measure_enqueue(subject, plan)
-    figures.keep("enqueue_single", single)
-    figures.keep("enqueue_batch", batch)
-    drained = measure_throughput(subject, plan, plan.throughput_small_n, log)
-    figures.keep("throughput_small_1w", drained.rate)
-    figures.keep("preload_small", drained.preload_rate)
-    sparse, stream = measure_latency(subject, plan, log)
-    figures.keep_latency("latency_sparse", sparse)
-    figures.keep_latency("latency_stream", stream)
-    if idle:
-        figures.keep("idle_statements_per_min", measure_idle(subject, plan, log))
-
-
-def run_peer(subject: Subject, plan: Plan, *, idle: bool, log: Path) -> dict[str, Any]:
-    """Every peer figure, ``plan.runs`` times each."""
-    prepare(subject)
-    figures = Figures()
-    for _ in range(plan.runs):
-        run_common(subject, plan, figures, idle=idle, log=log)
-    subject.reset()
+        first, last = subject.completion_span(conn)
     return {
-        "library": subject.name,
-        "version": subject.version,
-        "notes": subject.notes,
-        "idle_method": CLIENT_SIDE_COUNT if idle else None,
-        "figures": figures.medians(),
-        "runs": figures.runs,
+        f"{key}_spawn": n / (seen - t0),
+        f"{key}_spawn_s": seen - t0,
+        f"{key}_steady": (n - 1) / (last - first) if last > first else float("nan"),
+        f"{key}_first_completion_s": first - t0,
+        f"{key}_preload": preload,
     }
 
 
-def peer_main(subject_factory: Callable[[], Subject], worker_main: Callable[[int, bool], None]) -> int:
-    """A peer script's command line: ``run --plan JSON --log PATH [--idle]``, or ``worker`` (one worker
-    process speaking the READY/GO/COUNT protocol of :mod:`bench.common`)."""
+def case_latency(subject: Subject, plan: Plan, log: Path, *, kind: str = "probe") -> Figures:
+    """Pickup latency (ms): one idle worker process (idle ``plan.latency_idle_s`` after it is up), one
+    probe every ``plan.latency_interval_s``; each probe's latency is its body's start minus the time its
+    enqueue call returned (the enqueue committed by then)."""
+    assert subject.probe_sender is not None
+    fresh_database(subject.database)
+    sender = subject.probe_sender()
+    enqueued: dict[int, float] = {}
+    try:
+        with connect(subject.database) as conn, workers([spawn_argv(subject, plan.slots, log)]) as procs:
+            procs[0].wait_ready()
+            time.sleep(plan.latency_idle_s)
+            for i in paced(plan.latency_n, plan.latency_interval_s):
+                sender.send(kind, i)
+                enqueued[i] = time.time()
+            alive = check_alive(procs)
+
+            def settled() -> bool:
+                alive()
+                return len(probe_starts(conn, kind)) >= plan.latency_n
+
+            wait_until(settled, timeout=60.0, interval=0.1, what=f"{plan.latency_n} probes")
+            starts = probe_starts(conn, kind)
+    finally:
+        sender.close()
+    values = [(starts[i] - enqueued[i]) * 1000.0 for i in enqueued]
+    return {
+        "latency_p50": percentile(values, 0.5),
+        "latency_p95": percentile(values, 0.95),
+        "latency_max": max(values),
+    }
+
+
+def case_idle(subject: Subject, plan: Plan, log: Path) -> Figures:
+    """Statements per minute of one idle worker process, counted by a proxy it connects through."""
+    fresh_database(subject.database)
+    proxy = CountingProxy()
+    try:
+        spec = spawn_argv(subject, plan.slots, log, env={"BENCH_PGPORT": str(proxy.port)})
+        with workers([spec]) as procs:
+            procs[0].wait_ready()
+            time.sleep(plan.idle_warmup_s)
+            before = proxy.statements
+            time.sleep(plan.idle_s)
+            check_alive(procs)()
+            after = proxy.statements
+    finally:
+        proxy.close()
+    return {"idle_statements_per_min": (after - before) * 60.0 / plan.idle_s}
+
+
+def run_case(subject: Subject, case: str, params: dict[str, Any], plan: Plan, log: Path) -> Figures:
+    """One case of one repetition; raw figures by key."""
+    if case == "enqueue":
+        return case_enqueue(subject, plan)
+    if case == "drain":
+        return case_drain(subject, plan, params, log)
+    if case == "latency":
+        return case_latency(subject, plan, log)
+    if case == "idle":
+        return case_idle(subject, plan, log)
+    raise ValueError(f"{subject.name} has no case {case!r}")
+
+
+def peer_main(subject_factory: Callable[[], Subject], worker_main: Callable[[int], None]) -> int:
+    """A peer script's command line: ``info`` (name, version, notes, cases), ``prepare`` (its template
+    database), ``case NAME --params JSON --plan JSON --log PATH`` (one JSON line of figures), or
+    ``worker --slots N`` (one worker process)."""
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    run_cmd = sub.add_parser("run")
+    sub.add_parser("info")
+    sub.add_parser("prepare")
+    run_cmd = sub.add_parser("case")
+    run_cmd.add_argument("name")
+    run_cmd.add_argument("--params", default="{}", help="the case's parameters as JSON")
     run_cmd.add_argument("--plan", required=True, help="a bench.plan.Plan as JSON")
-    run_cmd.add_argument("--idle", action="store_true", help="also measure idle statements per minute")
     run_cmd.add_argument("--log", required=True, help="the file worker processes' stderr goes to")
     work = sub.add_parser("worker")
-    work.add_argument("--concurrency", type=int, default=16)
-    work.add_argument("--count-statements", action="store_true")
+    work.add_argument("--slots", type=int, required=True)
     args = parser.parse_args()
     if args.command == "worker":
-        worker_main(args.concurrency, args.count_statements)
+        worker_main(args.slots)
         return 0
-    emit(run_peer(subject_factory(), Plan.from_json(args.plan), idle=args.idle, log=Path(args.log)))
+    subject = subject_factory()
+    if args.command == "info":
+        emit({"library": subject.name, "version": subject.version, "notes": subject.notes, "cases": subject.cases})
+    elif args.command == "prepare":
+        prepare(subject)
+        emit({"prepared": subject.database})
+    else:
+        plan = Plan.from_json(args.plan)
+        emit(run_case(subject, args.name, json.loads(args.params), plan, Path(args.log)))
     return 0
 
 
-def peer_worker_argv(module: str) -> Callable[[int, bool], list[str]]:
+def peer_worker_argv(module: str) -> Callable[[int], list[str]]:
     """``worker_argv`` for a peer script run as ``python -m module`` with the current interpreter."""
 
-    def argv(concurrency: int, count: bool) -> list[str]:
-        cmd = [sys.executable, "-m", module, "worker", "--concurrency", str(concurrency)]
-        return [*cmd, "--count-statements"] if count else cmd
+    def argv(slots: int) -> list[str]:
+        return [sys.executable, "-m", module, "worker", "--slots", str(slots)]
 
     return argv

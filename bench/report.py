@@ -1,4 +1,4 @@
-"""The machine, the table, and the JSON the bench writes to ``bench/results/<timestamp>.json``."""
+"""The machine, the method, the table, and the JSON the bench writes to ``bench/results/<timestamp>.json``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import connect
+from bench.common import connect, median_of
 from bench.plan import Plan
 
-LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate")
-PEERS = ("pgqueuer", "procrastinate")
+LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg")
+LOAD_WARNING = 0.5
+
+METHOD = (
+    "method: each library in its own database, freshly created (a copy of a template holding only its "
+    "schema) for every measurement. A drain loads its backlog in batches of {batch:,}, runs VACUUM ANALYZE, "
+    "then spawns the worker process(es); 'from spawn' runs from the first spawn until the bench sees nothing "
+    "pending (50 ms poll), 'steady' is (N-1) over the first-to-last completion time stamped in the library's "
+    "own tables. Enqueue rates include opening the connection. Pickup latency: {lat_n} probes, one every "
+    "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
+    "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
+    "Repetitions are interleaved (repetition 1 of every case for every library, then 2, ...); cells are "
+    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler) run in repetition 1 only."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,72 +39,71 @@ class Row:
     higher_is_better: bool
 
 
+def drain_rows(plan: Plan) -> list[Row]:
+    out: list[Row] = []
+    for config in plan.drain_configs():
+        key = f"drain_{config['n']}_{config['processes']}p_{config['slots']}s"
+        what = f"drain {config['n']:,}, {config['processes']} proc x {config['slots']} slots"
+        out.append(Row(f"{key}_steady", f"{what}, steady", "jobs/s", True))
+        out.append(Row(f"{key}_spawn", f"{what}, from spawn", "jobs/s", True))
+    return out
+
+
 def rows(plan: Plan) -> list[Row]:
     """The table's rows, labelled with this plan's sizes."""
-    c = plan.concurrency
+    preload = [
+        Row(
+            f"drain_{n}_1p_{plan.slots}s_preload",
+            f"enqueue, batches of {plan.preload_batch:,} into a backlog of {n:,}",
+            "jobs/s",
+            True,
+        )
+        for n in plan.drain_sizes
+    ]
+    lat = f"1 per {plan.latency_interval_s * 1000:g} ms"
     return [
+        *drain_rows(plan),
         Row("enqueue_single", f"enqueue, 1 per transaction (N={plan.enqueue_single_n:,})", "jobs/s", True),
+        Row("enqueue_single_async", "enqueue, 1 per transaction (async)", "jobs/s", True),
         Row(
             "enqueue_batch",
             f"enqueue, batches of {plan.enqueue_batch_size} (N={plan.enqueue_batch_n:,})",
             "jobs/s",
             True,
         ),
-        Row(
-            "preload_small",
-            f"enqueue, batches of {plan.preload_batch:,} into a backlog of {plan.throughput_small_n:,}",
-            "jobs/s",
-            True,
-        ),
-        Row(
-            "preload_large",
-            f"enqueue, batches of {plan.preload_batch:,} into a backlog of {plan.throughput_large_n:,}",
-            "jobs/s",
-            True,
-        ),
-        Row("throughput_small_1w", f"drain {plan.throughput_small_n:,} no-op, 1 worker process", "jobs/s", True),
-        Row("throughput_small_2w", f"drain {plan.throughput_small_n:,} no-op, 2 worker processes", "jobs/s", True),
-        Row("throughput_large_1w", f"drain {plan.throughput_large_n:,} no-op, 1 worker process", "jobs/s", True),
-        Row("throughput_large_2w", f"drain {plan.throughput_large_n:,} no-op, 2 worker processes", "jobs/s", True),
-        Row("latency_sparse_median", f"pickup latency, 1 per {plan.latency_sparse_interval_s:g}s: median", "ms", False),
-        Row("latency_sparse_p95", "pickup latency, sparse: p95", "ms", False),
-        Row("latency_sparse_max", "pickup latency, sparse: max", "ms", False),
-        Row("latency_stream_median", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: median", "ms", False),
-        Row("latency_stream_p95", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: p95", "ms", False),
-        Row("latency_stream_max", f"pickup latency, {plan.latency_stream_rate:g} jobs/s: max", "ms", False),
-        Row(
-            "latency_outbox_median",
-            f"pickup latency via outbox, 1 per {plan.latency_sparse_interval_s:g}s: median",
-            "ms",
-            False,
-        ),
-        Row("latency_outbox_p95", "pickup latency via outbox: p95", "ms", False),
-        Row("latency_outbox_max", "pickup latency via outbox: max", "ms", False),
+        *preload,
+        Row("latency_p50", f"pickup latency, {lat}: p50", "ms", False),
+        Row("latency_p95", "pickup latency: p95", "ms", False),
+        Row("latency_max", "pickup latency: max", "ms", False),
         Row("idle_statements_per_min", "idle worker: statements per minute", "stmt/min", False),
-        Row("idle_xacts_per_min", "idle: bench-db transactions/min (approx.)", "xact/min", False),
+        Row("outbox_p50", f"pickup latency via outbox, {lat}: p50", "ms", False),
+        Row("outbox_p95", "pickup latency via outbox: p95", "ms", False),
+        Row("scheduler_idle_statements_per_min", "idle scheduler, 35 tasks: statements/min", "stmt/min", False),
         Row(
-            "scheduler_idle_statements_per_min",
-            "idle scheduler, 35 tasks: statements per minute (executor count)",
-            "stmt/min",
-            False,
+            "claim_filler_small", f"drain {plan.claim_n:,}, steady, over {plan.filler_small:,} finished", "jobs/s", True
         ),
         Row(
-            "claim_filler_small",
-            f"drain {plan.claim_n:,} over {plan.filler_small:,} finished rows",
-            "jobs/s",
-            True,
+            "claim_filler_large", f"drain {plan.claim_n:,}, steady, over {plan.filler_large:,} finished", "jobs/s", True
         ),
-        Row(
-            "claim_filler_large",
-            f"drain {plan.claim_n:,} over {plan.filler_large:,} finished rows",
-            "jobs/s",
-            True,
-        ),
-        Row("claim_ratio", "claim cost: large filler / small filler", "ratio", True),
-        Row("rss_small_kb", f"worker RSS after {plan.memory_small:,} jobs (c={c})", "MiB", False),
+        Row("claim_ratio", "claim cost: large filler / empty (rate ratio)", "ratio", True),
+        Row("rss_small_kb", f"worker RSS after {plan.memory_small:,} jobs", "MiB", False),
         Row("rss_large_kb", f"worker RSS after {plan.memory_large:,} jobs", "MiB", False),
         Row("rss_ratio", "worker RSS: large / small", "ratio", False),
     ]
+
+
+def summarize(runs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per key: median, min, max and the number of runs."""
+    out: dict[str, dict[str, float]] = {}
+    for key, values in runs.items():
+        finite = [v for v in values if v == v]
+        out[key] = {
+            "median": median_of(values),
+            "min": min(finite) if finite else float("nan"),
+            "max": max(finite) if finite else float("nan"),
+            "n": float(len(values)),
+        }
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -115,7 +126,7 @@ def machine() -> dict[str, Any]:
 
 
 def _fmt(value: float | None, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or math.isnan(value):
         return "—"
     if unit == "MiB":
         return f"{value / 1024:,.1f}"
@@ -126,28 +137,40 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:,.0f}"
 
 
-def _ratio(ours: float | None, peer: float | None) -> str:
-    if ours is None or peer is None or math.isnan(ours) or math.isnan(peer) or peer == 0:
+def _cell(stats: dict[str, float] | None, unit: str) -> str:
+    if stats is None:
         return "—"
-    return f"{ours / peer:.2f}x"
+    text = _fmt(stats["median"], unit)
+    if stats["n"] > 1:
+        text += f" ({_fmt(stats['min'], unit)}-{_fmt(stats['max'], unit)})"
+    return text
+
+
+def _ratio(ours: dict[str, float] | None, peer: dict[str, float] | None) -> str:
+    if ours is None or peer is None:
+        return "—"
+    a, b = ours["median"], peer["median"]
+    if math.isnan(a) or math.isnan(b) or b == 0:
+        return "—"
+    return f"{a / b:.2f}x"
 
 
 def table(plan: Plan, results: dict[str, dict[str, Any]]) -> str:
-    """The measurement table: one row per figure any library produced, medians of ``plan.runs`` runs."""
-    figures = {lib: (results.get(lib) or {}).get("figures", {}) for lib in LIBRARIES}
-    header = ["measurement", "unit", *LIBRARIES, *(f"ours/{p}" for p in PEERS)]
+    """One row per figure any library produced: median (min-max) over the repetitions."""
+    summaries = {lib: (results.get(lib) or {}).get("summary", {}) for lib in LIBRARIES}
+    header = ["measure", "unit", *LIBRARIES, "ours/pgqueuer"]
     lines: list[list[str]] = []
     for row in rows(plan):
-        values = [figures[lib].get(row.key) for lib in LIBRARIES]
-        if all(v is None for v in values):
+        stats = [summaries[lib].get(row.key) for lib in LIBRARIES]
+        if all(s is None for s in stats):
             continue
         unit = f"{row.unit} {'↑' if row.higher_is_better else '↓'}"
         lines.append(
             [
                 row.label,
                 unit,
-                *(_fmt(v, row.unit) for v in values),
-                *(_ratio(values[0], figures[p].get(row.key)) for p in PEERS),
+                *(_cell(s, row.unit) for s in stats),
+                _ratio(stats[0], summaries["pgqueuer"].get(row.key)),
             ]
         )
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
@@ -162,42 +185,45 @@ def table(plan: Plan, results: dict[str, dict[str, Any]]) -> str:
 
 
 def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, Any]]) -> str:
-    versions = ", ".join(f"{lib} {r.get('version', '?')}" for lib, r in results.items() if r)
+    versions = ", ".join(f"{lib} {r.get('version', '?')}" for lib, r in results.items())
     load = info["load_average_at_start"][0]
     busy = (
         [
-            f"WARNING: load average {load} on {info['nproc']} cores at start: other work shares this machine, "
-            "so treat these figures as rough"
+            f"WARNING: load average {load} at start (>= {LOAD_WARNING}): "
+            "other work shares this machine, so these figures are rough"
         ]
-        if load >= info["nproc"] / 2
+        if load >= LOAD_WARNING
         else []
+    )
+    method = METHOD.format(
+        batch=plan.preload_batch,
+        lat_n=plan.latency_n,
+        lat_ms=plan.latency_interval_s * 1000,
+        idle=plan.latency_idle_s,
+        window=plan.idle_s,
+        warm=plan.idle_warmup_s,
     )
     return "\n".join(
         [
             *busy,
             f"machine: {info['nproc']} cores, {info['ram_gib']} GiB RAM, PostgreSQL {info['postgres']}, "
-            f"Python {info['python']}; load average at start {info['load_average_at_start']}",
-            f"plan: {plan.name}, median of {plan.runs} run(s) per figure; {versions}",
+            f"Python {info['python']}, {info['platform']}; load average at start {info['load_average_at_start']}",
+            f"plan: {plan.name}, {plan.runs} interleaved repetition(s), cases {', '.join(plan.cases)}; {versions}",
+            method,
         ]
     )
 
 
 def notes_text(results: dict[str, dict[str, Any]], problems: dict[str, str]) -> str:
-    lines = ["↑ higher is better, ↓ lower is better; ours/peer is the plain quotient of the two figures."]
-    for lib, result in results.items():
-        if result and result.get("idle_method"):
-            lines.append(f"idle statements ({lib}): {result['idle_method']}")
-    for lib, result in results.items():
-        if result and result.get("notes"):
-            lines.append(f"{lib}: {result['notes']}")
-    lines.extend(f"{lib}: NOT MEASURED — {why}" for lib, why in problems.items())
+    lines = [
+        "↑ higher is better, ↓ lower is better; ours/pgqueuer is the plain quotient of the two medians. "
+        "'—': the library has no such figure, or it was not measured (see below)."
+    ]
+    lines.extend(f"{lib}: {result['notes']}" for lib, result in results.items() if result.get("notes"))
+    lines.extend(f"NOT MEASURED — {what}: {why}" for what, why in problems.items())
     return "\n".join(lines)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    return str(value)
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")

@@ -51,14 +51,30 @@ def _pss_calls(database: str) -> int:
     return int(row[0]) if row else 0
 
 
+def pg_stat_statements_usable(database: str) -> bool:
+    """Whether ``pg_stat_statements`` can be created AND read (it needs ``shared_preload_libraries``).
+    A failed attempt is rolled back, so the extension is not left behind half-usable."""
+    import psycopg
+
+    from bench.common import connect
+
+    with connect(database) as conn:
+        try:
+            with conn.transaction():
+                conn.execute("create extension if not exists pg_stat_statements")
+                conn.execute("select count(*) from pg_stat_statements")
+        except psycopg.Error:
+            return False
+    return True
+
+
 def measure(*, window_s: float, warmup_s: float, tasks: int = TASKS) -> dict[str, Any]:
     """Build the scheduler over ``tasks`` idle tasks, let it lead for ``warmup_s``, then count ``window_s``."""
     from bench import ours
     from bench.common import count_statements, statements_sent
 
     ours.setup()
-    ours.reset()
-    use_pss = ours.pg_stat_statements_usable()
+    use_pss = pg_stat_statements_usable(ours.DATABASE)
     count_statements()
 
     from bench.jobs import bench_noop
@@ -140,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON line only")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    if not args.json:  # run alone: a fresh, migrated bench database (the bench itself provides one)
+        from bench import ours
+
+        ours.setup()
+        ours.prepare_ours(ours.subject())
     result = measure(window_s=args.seconds, warmup_s=args.warmup, tasks=args.tasks)
     if args.json:
         print(json.dumps(result), flush=True)

@@ -1,6 +1,7 @@
-"""Django settings for the bench: ultimate_jobs on the postgres driver over a dedicated database
-(``ultimate_jobs_bench``, created and migrated by ``python -m bench``), and the ``bench`` app whose
-``jobs.py`` declares the measured jobs. Worker processes (``bench.worker_proc``) run under it too."""
+"""Django settings for the bench, Django's defaults otherwise: ultimate_jobs on the postgres driver over a
+dedicated database (``ultimate_jobs_bench``, created and migrated by ``python -m bench``), and the ``bench``
+app whose ``jobs.py`` declares the measured jobs. Worker processes (``manage.py jobs_worker``) run under it
+too."""
 
 from bench.common import PG_HOST, PG_PASSWORD, PG_PORT, PG_USER
 
@@ -22,9 +23,7 @@ DATABASES = {
         "PASSWORD": PG_PASSWORD,
         "HOST": PG_HOST,
         "PORT": PG_PORT,
-        # Persistent connections, as a production deployment runs: a worker's job threads close stale
-        # connections around every run, and with 0 here each job would open a fresh one.
-        "CONN_MAX_AGE": 600,
+        # CONN_MAX_AGE is left at Django's default (0), as the README does not tell users to change it.
     },
 }
 

@@ -1,17 +1,21 @@
-"""pgqueuer, measured the way bench/ours.py measures ultimate_jobs. Run by the bench with
-``bench/.peers-venv/bin/python -m bench.peers.pgqueuer_bench run --plan JSON --log PATH``.
+"""pgqueuer on asyncpg, its fastest documented driver, measured by the shared procedure. Run by the bench
+with ``bench/.peers-venv/bin/python -m bench.peers.pgqueuer_bench case NAME --plan JSON --log PATH``.
 
-Documented API only: ``Queries(PsycopgDriver(conn)).install()`` (what ``pgq install`` runs),
-``Queries.enqueue`` (scalar arguments for one job, lists for a batch), ``QueueManager`` with
-``@qm.entrypoint`` async handlers and ``qm.run()`` at its defaults (batch_size 10, durable tables).
-Finished jobs leave the ``pgqueuer`` table (a row in ``pgqueuer_log`` records them), so the backlog is
-the count of rows left in ``pgqueuer``.
+Documented API only: the schema by ``Queries(AsyncpgDriver(conn)).install()`` (what ``pgq install``
+runs); enqueue one per call with ``SyncQueries(SyncPsycopgDriver(psycopg.connect(dsn, autocommit=True)))
+.enqueue(name, payload)`` (and ``Queries(AsyncpgDriver(conn)).enqueue`` as the async row), batches with
+the list form ``enqueue([names], [payloads], [priorities])``; the worker is
+``QueueManager(Queries(AsyncpgDriver(await asyncpg.connect(dsn))))`` with async ``@qm.entrypoint``
+handlers. pgqueuer bounds one worker's in-flight jobs with ``qm.run(max_concurrent_tasks=...)`` (a hard
+cap on the jobs it has picked, in the dequeue query) and refuses a cap below twice the batch size, so
+``S`` slots run as ``qm.run(batch_size=S // 2, max_concurrent_tasks=S)``; every other option is left at
+its default. A finished job leaves the ``pgqueuer`` table and gets a ``successful`` row in
+``pgqueuer_log`` whose ``created`` is when the worker flushed that completion.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import signal
 import sys
@@ -19,115 +23,113 @@ import time
 from importlib.metadata import version
 from typing import Any
 
+import asyncpg
 import psycopg
-from pgqueuer.db import PsycopgDriver
+from pgqueuer.db import AsyncpgDriver, SyncPsycopgDriver
 from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
-from pgqueuer.queries import Queries
+from pgqueuer.queries import Queries, SyncQueries
 
-from bench.common import (
-    LATENCY_TABLE,
-    announce_ready_and_wait_for_go,
-    conninfo,
-    count_statements,
-    ensure_database,
-)
-from bench.procedure import Subject, peer_main, peer_worker_argv
+from bench.common import LATENCY_TABLE, announce_ready, conninfo, dsn
+from bench.procedure import Subject, module_subject, peer_main, peer_worker_argv, scalar, time_span
 
 DATABASE = "bench_pgqueuer"
 NOOP = "bench_noop"
 PROBE = "bench_probe"
 
 
-class Producer:
-    """One event loop and one autocommit connection for every enqueue the bench makes."""
+def install() -> None:
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn(DATABASE))
+        try:
+            await Queries(AsyncpgDriver(conn)).install()
+        finally:
+            await conn.close()
 
+    asyncio.run(go())
+
+
+def sync_queries() -> tuple[psycopg.Connection[Any], SyncQueries]:
+    conn = psycopg.connect(conninfo(DATABASE), autocommit=True)
+    return conn, SyncQueries(SyncPsycopgDriver(conn))
+
+
+def enqueue_single(n: int) -> None:
+    conn, queries = sync_queries()
+    with conn:
+        for _ in range(n):
+            queries.enqueue(NOOP, None)
+
+
+def enqueue_single_async(n: int) -> None:
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn(DATABASE))
+        queries = Queries(AsyncpgDriver(conn))
+        for _ in range(n):
+            await queries.enqueue(NOOP, None)
+        await conn.close()
+
+    asyncio.run(go())
+
+
+def enqueue_batches(n: int, size: int) -> None:
+    conn, queries = sync_queries()
+    with conn:
+        for start in range(0, n, size):
+            count = min(size, n - start)
+            queries.enqueue([NOOP] * count, [None] * count, [0] * count)
+
+
+class ProbeSender:
     def __init__(self) -> None:
-        self.runner = asyncio.Runner()
-        self.conn: psycopg.AsyncConnection[Any] = self.runner.run(
-            psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True)
-        )
-        self.queries = Queries(PsycopgDriver(self.conn))
-        atexit.register(self.close)
+        self.conn, self.queries = sync_queries()
+
+    def send(self, kind: str, n: int) -> None:
+        self.queries.enqueue(PROBE, json.dumps({"kind": kind, "n": n}).encode())
 
     def close(self) -> None:
-        self.runner.run(self.conn.close())
-        self.runner.close()
-
-    def install(self) -> None:
-        async def go() -> None:
-            if not await self.queries.schema_is_installed():
-                await self.queries.install()
-
-        self.runner.run(go())
-
-    def reset(self) -> None:
-        self.runner.run(
-            self.conn.execute(f"truncate pgqueuer, pgqueuer_log, pgqueuer_statistics, {LATENCY_TABLE} restart identity")
-        )
-
-    def enqueue_single(self, n: int) -> None:
-        async def go() -> None:
-            for _ in range(n):
-                await self.queries.enqueue(NOOP, None)
-
-        self.runner.run(go())
-
-    def enqueue_batches(self, n: int, size: int) -> None:
-        async def go() -> None:
-            for start in range(0, n, size):
-                count = min(size, n - start)
-                await self.queries.enqueue([NOOP] * count, [None] * count, [0] * count)
-
-        self.runner.run(go())
-
-    def enqueue_probe(self, kind: str) -> None:
-        payload = json.dumps({"kind": kind, "t": time.time()}).encode()
-        self.runner.run(self.queries.enqueue(PROBE, payload))
+        self.conn.close()
 
 
 def pending(conn: psycopg.Connection[Any]) -> bool:
     """A finished job's row leaves ``pgqueuer`` (deleted when its completion is flushed to the log)."""
-    row = conn.execute("select exists (select 1 from pgqueuer where entrypoint = %s)", (NOOP,)).fetchone()
-    return bool(row and row[0])
+    return bool(scalar(conn, "select exists (select 1 from pgqueuer where entrypoint = %s)", (NOOP,)))
+
+
+SUCCESSFUL = "from pgqueuer_log where entrypoint = %s and status = 'successful'"
 
 
 def finished(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute(
-        "select count(*) from pgqueuer_log where entrypoint = %s and status = 'successful'", (NOOP,)
-    ).fetchone()
-    return int(row[0]) if row else -1
+    return int(scalar(conn, f"select count(*) {SUCCESSFUL}", (NOOP,)))
+
+
+def completion_span(conn: psycopg.Connection[Any]) -> tuple[float, float]:
+    return time_span(conn, "created", SUCCESSFUL, (NOOP,))
 
 
 def subject() -> Subject:
-    ensure_database(DATABASE)
-    producer = Producer()
-    return Subject(
+    return module_subject(
+        sys.modules[__name__],
         name="pgqueuer",
         version=version("pgqueuer"),
         database=DATABASE,
+        notes="asyncpg worker, qm.run(batch_size=S//2, max_concurrent_tasks=S) for S slots (pgqueuer refuses "
+        "a cap below twice the batch size), other options at their defaults; async no-op entrypoint; "
+        "enqueue via SyncQueries(SyncPsycopgDriver), async row via Queries(AsyncpgDriver)",
+        cases=("drain", "enqueue", "latency", "idle"),
         worker_argv=peer_worker_argv("bench.peers.pgqueuer_bench"),
-        install=producer.install,
-        reset=producer.reset,
-        enqueue_single=producer.enqueue_single,
-        enqueue_batches=producer.enqueue_batches,
-        enqueue_probe=producer.enqueue_probe,
-        pending=pending,
-        finished=finished,
-        notes="QueueManager.run() defaults (batch_size=10, no max_concurrent_tasks); async no-op entrypoint",
+        probe_sender=ProbeSender,
+        extra_enqueue={"enqueue_single_async": enqueue_single_async},
     )
 
 
-def worker_main(concurrency: int, count: bool) -> None:
+def worker_main(slots: int) -> None:
     """One pgqueuer worker process: no-op and probe entrypoints; SIGTERM sets the shutdown event."""
-    del concurrency  # pgqueuer's own default (batch_size=10, unbounded in-flight) is what is measured
-    if count:
-        count_statements()
 
     async def serve() -> None:
-        conn = await psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True)
-        side = await psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True)
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
+        conn = await asyncpg.connect(dsn(DATABASE))
+        side = await asyncpg.connect(dsn(DATABASE))
+        qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
         @qm.entrypoint(NOOP)
         async def bench_noop(job: Job) -> None:
@@ -135,19 +137,20 @@ def worker_main(concurrency: int, count: bool) -> None:
 
         @qm.entrypoint(PROBE)
         async def bench_probe(job: Job) -> None:
+            started = time.time()
             data = json.loads(job.payload or b"{}")
-            latency_ms = (time.time() - data["t"]) * 1000.0
             await side.execute(
-                f"insert into {LATENCY_TABLE} (kind, latency_ms) values (%s, %s)", (data["kind"], latency_ms)
+                f"insert into {LATENCY_TABLE} (kind, n, started) values ($1, $2, $3)", data["kind"], data["n"], started
             )
 
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, announce_ready_and_wait_for_go)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, qm.shutdown.set)
-        await qm.run()
+        announce_ready()
+        await qm.run(batch_size=max(1, slots // 2), max_concurrent_tasks=slots)
         await side.close()
-        await conn.close()
+        if not conn.is_closed():
+            await conn.close()
 
     asyncio.run(serve())
 

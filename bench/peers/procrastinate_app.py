@@ -23,6 +23,8 @@ async def bench_noop() -> None:
 
 
 @app.task(name="bench_probe")
-async def bench_probe(kind: str, t: float) -> None:
-    latency_ms = (time.time() - t) * 1000.0
-    await side["conn"].execute(f"insert into {LATENCY_TABLE} (kind, latency_ms) values (%s, %s)", (kind, latency_ms))
+async def bench_probe(kind: str, n: int) -> None:
+    started = time.time()
+    await side["conn"].execute(
+        f"insert into {LATENCY_TABLE} (kind, n, started) values (%s, %s, %s)", (kind, n, started)
+    )

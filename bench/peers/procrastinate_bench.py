@@ -1,130 +1,100 @@
-"""Procrastinate, measured the way bench/ours.py measures ultimate_jobs. Run by the bench with
-``bench/.peers-venv/bin/python -m bench.peers.procrastinate_bench run --plan JSON --log PATH``.
+"""Procrastinate, measured by the shared procedure. Run by the bench with
+``bench/.peers-venv/bin/python -m bench.peers.procrastinate_bench case NAME --plan JSON --log PATH``.
 
 Documented API only: ``App(connector=PsycopgConnector(conninfo=...))``, ``@app.task(name=...)`` async
-tasks, ``schema_manager.apply_schema_async()`` (what ``procrastinate schema --apply`` runs),
-``task.defer_async`` (one job, one transaction), ``task.batch_defer_async`` (many in one statement) and
-``app.run_worker_async(concurrency=N)`` with its other options at their defaults. Jobs are kept after
-they finish (``delete_jobs="never"``, the default), so the backlog is the count of ``todo``/``doing`` rows.
+tasks, ``schema_manager.apply_schema_async()`` (what ``procrastinate schema --apply`` runs), ``task.defer``
+(one job, one transaction) and ``task.batch_defer`` (many in one statement) inside ``app.open()``, and
+``app.run_worker_async(concurrency=S)`` with its other options at their defaults. Jobs are kept after they
+finish (``delete_jobs="never"``, the default), so the backlog is the count of ``todo``/``doing`` rows, and
+each completion is a ``succeeded`` row in ``procrastinate_events`` stamped with its transaction's time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import sys
-import time
 from importlib.metadata import version
 from typing import Any
 
 import psycopg
 
-from bench.common import LATENCY_TABLE, announce_ready_and_wait_for_go, conninfo, count_statements, ensure_database
+from bench.common import announce_ready, conninfo
 from bench.peers.procrastinate_app import DATABASE, app, bench_noop, bench_probe, side
-from bench.procedure import Subject, peer_main, peer_worker_argv
+from bench.procedure import Subject, module_subject, peer_main, peer_worker_argv, scalar, time_span
 
 
-class Producer:
-    """One event loop with the app open for every defer the bench makes."""
+def install() -> None:
+    async def go() -> None:
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
 
+    asyncio.run(go())
+
+
+def enqueue_single(n: int) -> None:
+    with app.open():
+        for _ in range(n):
+            bench_noop.defer()
+
+
+def enqueue_batches(n: int, size: int) -> None:
+    with app.open():
+        for start in range(0, n, size):
+            bench_noop.batch_defer(*({} for _ in range(min(size, n - start))))
+
+
+class ProbeSender:
     def __init__(self) -> None:
-        self.runner = asyncio.Runner()
+        self.opened = app.open()
+        self.opened.__enter__()
 
-        async def open_app() -> None:
-            await app.open_async()
-
-        self.runner.run(open_app())
-        atexit.register(self.close)
+    def send(self, kind: str, n: int) -> None:
+        bench_probe.defer(kind=kind, n=n)
 
     def close(self) -> None:
-        async def close_app() -> None:
-            await app.close_async()
-
-        self.runner.run(close_app())
-        self.runner.close()
-
-    def install(self) -> None:
-        async def go() -> None:
-            async with await psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True) as conn:
-                cur = await conn.execute("select to_regclass('procrastinate_jobs') is not null")
-                row = await cur.fetchone()
-            if not (row and row[0]):
-                await app.schema_manager.apply_schema_async()
-
-        self.runner.run(go())
-
-    def reset(self) -> None:
-        async def go() -> None:
-            async with await psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True) as conn:
-                await conn.execute(
-                    "truncate procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers, "
-                    f"procrastinate_workers, {LATENCY_TABLE} restart identity cascade"
-                )
-
-        self.runner.run(go())
-
-    def enqueue_single(self, n: int) -> None:
-        async def go() -> None:
-            for _ in range(n):
-                await bench_noop.defer_async()
-
-        self.runner.run(go())
-
-    def enqueue_batches(self, n: int, size: int) -> None:
-        async def go() -> None:
-            for start in range(0, n, size):
-                await bench_noop.batch_defer_async(*({} for _ in range(min(size, n - start))))
-
-        self.runner.run(go())
-
-    def enqueue_probe(self, kind: str) -> None:
-        self.runner.run(bench_probe.defer_async(kind=kind, t=time.time()))
+        self.opened.__exit__(None, None, None)
 
 
 def pending(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
-        "select exists (select 1 from procrastinate_jobs "
-        "where status in ('todo', 'doing') and task_name = 'bench_noop')"
-    ).fetchone()
-    return bool(row and row[0])
+    sql = "select exists (select 1 from procrastinate_jobs where status in ('todo', 'doing') and task_name = %s)"
+    return bool(scalar(conn, sql, ("bench_noop",)))
 
 
 def finished(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute(
-        "select count(*) from procrastinate_jobs where task_name = 'bench_noop' and status = 'succeeded'"
-    ).fetchone()
-    return int(row[0]) if row else -1
+    sql = "select count(*) from procrastinate_jobs where task_name = %s and status = 'succeeded'"
+    return int(scalar(conn, sql, ("bench_noop",)))
+
+
+def completion_span(conn: psycopg.Connection[Any]) -> tuple[float, float]:
+    rest = (
+        "from procrastinate_events e join procrastinate_jobs j on j.id = e.job_id "
+        "where e.type = 'succeeded' and j.task_name = %s"
+    )
+    return time_span(conn, "e.at", rest, ("bench_noop",))
 
 
 def subject() -> Subject:
-    ensure_database(DATABASE)
-    producer = Producer()
-    return Subject(
+    return module_subject(
+        sys.modules[__name__],
         name="procrastinate",
         version=version("procrastinate"),
         database=DATABASE,
+        notes="run_worker_async(concurrency=S), other worker options at their defaults; async no-op task; "
+        "enqueue task.defer / batch_defer in app.open()",
+        cases=("drain", "enqueue", "latency", "idle"),
         worker_argv=peer_worker_argv("bench.peers.procrastinate_bench"),
-        install=producer.install,
-        reset=producer.reset,
-        enqueue_single=producer.enqueue_single,
-        enqueue_batches=producer.enqueue_batches,
-        enqueue_probe=producer.enqueue_probe,
-        pending=pending,
-        finished=finished,
-        notes="run_worker_async(concurrency=N), other worker options at their defaults; async no-op task",
+        probe_sender=ProbeSender,
     )
 
 
-def worker_main(concurrency: int, count: bool) -> None:
+def worker_main(slots: int) -> None:
     """One Procrastinate worker process; its own signal handlers stop it on SIGTERM."""
-    if count:
-        count_statements()
 
     async def serve() -> None:
         side["conn"] = await psycopg.AsyncConnection.connect(conninfo(DATABASE), autocommit=True)
         async with app.open_async():
-            await asyncio.get_running_loop().run_in_executor(None, announce_ready_and_wait_for_go)
-            await app.run_worker_async(concurrency=concurrency)
+            announce_ready()
+            await app.run_worker_async(concurrency=slots)
         await side["conn"].close()
 
     asyncio.run(serve())
