@@ -182,24 +182,25 @@ def spawn(effects_table: None) -> Iterator[Spawn]:
             child.close()
 
 
+def worker_command(*flags: str, concurrency: int = 4) -> list[str]:
+    """``manage.py jobs_worker`` on ``QUEUE`` with ``concurrency`` slots and the 5 s drain deadline."""
+    return [
+        "manage.py",
+        "jobs_worker",
+        "--queues",
+        QUEUE,
+        "--concurrency",
+        str(concurrency),
+        "--drain-deadline",
+        f"{DRAIN_DEADLINE_S:g}s",
+        *flags,
+    ]
+
+
 def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int = 4) -> list[Child]:
     """``manage.py jobs_worker`` per name, all started before any is waited for; answers them once each
     has printed ``worker <id> serving …`` (``child.worker_id`` set)."""
-    workers = [
-        spawn(
-            name,
-            "manage.py",
-            "jobs_worker",
-            "--queues",
-            QUEUE,
-            "--concurrency",
-            str(concurrency),
-            "--drain-deadline",
-            f"{DRAIN_DEADLINE_S:g}s",
-            vt=vt,
-        )
-        for name in names
-    ]
+    workers = [spawn(name, *worker_command(concurrency=concurrency), vt=vt) for name in names]
     for worker in workers:
         banner = worker.line(0)
         assert banner.startswith("worker ") and banner.endswith(f" serving {QUEUE}"), worker.describe()
