@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from ultimate_jobs.drivers.base import DEFAULT_VISIBILITY_TIMEOUT_MS, NackOptions, WorkerInfo
-from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.base import (
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    Ack,
+    ClaimRef,
+    ExhaustedJob,
+    Heartbeat,
+    NackOptions,
+    WorkerInfo,
+)
+from ultimate_jobs.drivers.memory import MemoryDriver, MemoryRow
+from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (
     QUEUE,
@@ -95,3 +106,111 @@ def test_workers_expire_on_the_drivers_own_window() -> None:
     assert driver.introspect.workers() == [info]
     clock.advance(1)
     assert driver.introspect.workers() == []
+
+
+def test_a_hundred_thousand_jobs_drain_once_each_in_claim_order(memory: MemoryDriver) -> None:
+    now, n = memory.clock.now_ms(), 100_000
+    memory.enqueue_many(
+        [
+            request(queue=("a", "b")[i % 2], priority=i % 3, run_at_ms=now - i * 7919 % 1000, id=f"job-{i:06d}")
+            for i in range(n)
+        ]
+    )
+    order: list[str] = []
+    while batch := memory.claim(queues=["a", "b"], limit=8, worker_id="w1"):
+        order += [job.id for job in batch]
+        assert memory.ack_many([Ack(job.id, job.ref) for job in batch]) == {job.id for job in batch}
+    expected = sorted(range(n), key=lambda i: (-(i % 3), now - i * 7919 % 1000, i))
+    assert order == [f"job-{i:06d}" for i in expected]
+    assert {(s.queue, s.done) for s in memory.stats()} == {("a", n // 2), ("b", n // 2)}
+
+
+def _oracle(
+    driver: MemoryDriver, queues: list[str], limit: int, caps: dict[str, int] | None
+) -> tuple[list[str], list[str]]:
+    """What one claim takes and buries, by sorting every row: the memory driver's claim before its index."""
+    now, wanted = driver.clock.now_ms(), set(queues) - set(driver.introspect.paused_queues())
+
+    def lapsed(r: MemoryRow) -> bool:
+        return r.state == "running" and r.lease_until_ms is not None and r.lease_until_ms <= now
+
+    rows = [
+        r
+        for r in driver.rows.values()
+        if r.queue in wanted and ((r.state in ("ready", "delayed", "suspended") and r.run_at_ms <= now) or lapsed(r))
+    ]
+    rows.sort(key=lambda r: (-r.priority, r.run_at_ms, r.created_at_ms, r.seq))
+    taken: list[str] = []
+    buried = [r.id for r in rows if lapsed(r) and r.attempts >= r.max_attempts]
+    for r in rows:
+        per_queue = sum(driver.rows[t].queue == r.queue for t in taken)
+        if r.id not in buried and len(taken) < limit and per_queue < (caps or {}).get(r.queue, limit):
+            taken.append(r.id)
+    return taken, buried
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_claims_match_a_sort_of_every_row_through_every_change(seed: int) -> None:
+    """Random enqueues, settles, lease lapses, pauses and operator moves: each claim takes and buries
+    exactly what sorting every row would."""
+    rng, clock = random.Random(seed), FrozenClock()
+    driver, refs, ids = MemoryDriver(clock=clock), dict[str, ClaimRef](), list[str]()
+    for step in range(600):
+        op, now = rng.randrange(9), clock.now_ms()
+        if op == 0:
+            batch = [
+                request(
+                    queue=rng.choice("abc"),
+                    key=f"k{rng.randrange(40)}",
+                    priority=rng.randrange(3),
+                    max_attempts=rng.randint(1, 3),
+                    run_at_ms=rng.choice([None, now - 20, now + 50, now + 400]),
+                    id=f"j{step}-{i}",
+                )
+                for i in range(rng.randint(1, 6))
+            ]
+            ids += [e.id for e in driver.enqueue_many(batch)]
+        elif op in (1, 2):
+            queues, limit = rng.sample(["a", "b", "c"], rng.randint(1, 3)), rng.randint(0, 5)
+            caps = rng.choice([None, {"a": 1}, {"b": 0, "c": 2}])
+            expected = _oracle(driver, queues, limit, caps)
+            buried: list[ExhaustedJob] = []
+            got = driver.claim(
+                queues=queues,
+                limit=limit,
+                worker_id="w1",
+                visibility_timeout_ms=rng.choice([100, 300]),
+                on_exhausted=buried.extend,
+                queue_limits=caps,
+            )
+            assert ([j.id for j in got], [e.id for e in buried]) == expected
+            refs.update((j.id, j.ref) for j in got)
+        elif op == 3 and refs:
+            job_id = rng.choice(sorted(refs))
+            choice = rng.randrange(3)
+            if choice == 0:
+                driver.ack(job_id, refs[job_id])
+            elif choice == 1:
+                retry_at = rng.choice([None, now + 80])
+                driver.nack(job_id, refs[job_id], NackOptions(error="e", run_at_ms=retry_at))
+            else:
+                driver.heartbeat([Heartbeat(job_id, refs[job_id])], visibility_timeout_ms=rng.choice([50, 400]))
+        elif op == 4:
+            clock.advance(rng.choice([10, 60, 120, 350]))
+        elif op == 5:
+            queue = rng.choice("abc")
+            pause = driver.introspect.pause_queue if rng.random() < 0.5 else driver.introspect.resume_queue
+            pause(queue)
+        elif ids:
+            job_id, move = rng.choice(ids), rng.randrange(4)
+            try:
+                if move == 0:
+                    driver.introspect.cancel(job_id)
+                elif move == 1:
+                    driver.introspect.requeue(job_id)
+                elif move == 2:
+                    driver.introspect.promote(job_id)
+                else:
+                    driver.introspect.remove(job_id)
+            except UltimateError:
+                pass  # not in a state that move applies to

@@ -1,7 +1,8 @@
 """The in-memory driver: the whole driver contract in process maps, for tests and ``jobs_dev``.
 
 It passes the same conformance suite as Postgres: the live-key index, the claim fence, the
-final-attempt burial and every introspection member behave the same, error codes included.
+final-attempt burial and every introspection member behave the same, error codes included. A claim
+reads per-queue heaps (:mod:`.memory_index`), never a sort of every row.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .base import (
     nack_counter,
     nack_state,
 )
+from .memory_index import ClaimEntry, ClaimIndex, claim_order
 from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
 
 WakeListener = Callable[[str], None]
@@ -62,6 +64,7 @@ class MemoryRow:
     state: JobState
     attempts: int = 0
     seq: int = 0
+    stamp: int = 0  # the claim index's version of this row: entries under another stamp are stale
     worker_id: str | None = None
     claim: str | None = None
     lease_until_ms: int | None = None
@@ -128,6 +131,7 @@ class MemoryDriver:
         self.rows: dict[str, MemoryRow] = {}
         self._seq = itertools.count(1)  # insertion order: the tie-break between rows due at one instant
         self.live: dict[tuple[str, str, str], str] = {}
+        self._index = ClaimIndex(self.rows)
         self._listeners: list[WakeListener] = []
         self._introspect = MemoryIntrospection(self)
         self._leases = MemoryLeaseStore(self.clock)
@@ -162,7 +166,8 @@ class MemoryDriver:
     # -- the live index ------------------------------------------------------------------------
 
     def set_state(self, row: MemoryRow, state: JobState) -> None:
-        """Move ``row`` to ``state``, keeping the live-key index in step (callers hold the lock)."""
+        """Move ``row`` to ``state``, keeping the live-key and claim indexes in step (callers hold the
+        lock, and set a new run time, or a running row's lease, before the call)."""
         was_live, is_live = row.state in LIVE_STATES, state in LIVE_STATES
         row.state = state
         row.updated_at_ms = self.clock.now_ms()
@@ -170,16 +175,17 @@ class MemoryDriver:
             del self.live[row.live_key]
         elif is_live and not was_live:
             self.live[row.live_key] = row.id
-        if state == "running":
-            return
-        row.worker_id = row.claim = row.lease_until_ms = None
-        row.finished_at_ms = None if is_live else row.updated_at_ms
+        if state != "running":
+            row.worker_id = row.claim = row.lease_until_ms = None
+            row.finished_at_ms = None if is_live else row.updated_at_ms
+        self._index.file(row)
 
     def delete(self, row: MemoryRow) -> None:
         """Remove ``row`` and its steps (callers hold the lock)."""
         if self.live.get(row.live_key) == row.id:
             del self.live[row.live_key]
         del self.rows[row.id]
+        self._index.drop(row)
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -216,6 +222,7 @@ class MemoryDriver:
                 row.seq = next(self._seq)
                 self.rows[row.id] = row
                 self.live[row.live_key] = row.id
+                self._index.file(row)
         for queue in sorted({row.queue for row in fresh.values() if row.run_at_ms <= now}):
             self.announce(queue)
         return answers
@@ -258,35 +265,22 @@ class MemoryDriver:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         claimed: list[ClaimedJob] = []
-        exhausted: list[ExhaustedJob] = []
-        taken: dict[str, int] = {}
         with self.lock:
             now = self.clock.now_ms()
-            wanted = set(queues) - self._introspect.paused_queue_set
-            candidates = [
-                row
-                for row in self.rows.values()
-                if row.queue in wanted
-                and (
-                    (row.state in ("ready", "delayed", "suspended") and row.run_at_ms <= now)
-                    or (row.state == "running" and row.lease_until_ms is not None and row.lease_until_ms <= now)
-                )
-            ]
-            candidates.sort(key=lambda r: (-r.priority, r.run_at_ms, r.created_at_ms, r.seq))
-            for row in candidates:
-                if row.state == "running" and row.attempts >= row.max_attempts:
-                    exhausted.append(self._bury(row, drop_exhausted))
-                    continue
-                if len(claimed) >= limit:
-                    continue
-                if queue_limits is not None:
-                    if taken.get(row.queue, 0) >= queue_limits.get(row.queue, limit):
-                        continue
-                    taken[row.queue] = taken.get(row.queue, 0) + 1
+            lapsed: list[MemoryRow] = []
+            offered: list[ClaimEntry] = []  # each queue's first rows in claim order, up to its cap
+            for queue in sorted(set(queues) - self._introspect.paused_queue_set):
+                lapsed += self._index.fall_due(queue, now)
+                cap = limit if queue_limits is None else min(limit, queue_limits.get(queue, limit))
+                offered += self._index.pop(queue, now, cap)
+            exhausted = [self._bury(row, drop_exhausted) for row in sorted(lapsed, key=claim_order)]
+            offered.sort()  # the first ``limit`` of every queue's first ``cap`` are what one sorted pass takes
+            self._index.restore(offered[max(limit, 0) :])
+            for *_, row in offered[: max(limit, 0)]:
                 row.attempts += 1
-                self.set_state(row, "running")
                 row.worker_id, row.claim = worker_id, uuid.uuid4().hex
                 row.lease_until_ms = now + visibility_timeout_ms
+                self.set_state(row, "running")
                 claimed.append(self._claimed(row))
         if exhausted and on_exhausted is not None:
             on_exhausted(exhausted)
@@ -387,6 +381,7 @@ class MemoryDriver:
                 row = self.owned_row(beat.job_id, beat.ref, "heartbeat")
                 if row is not None:
                     row.lease_until_ms = until
+                    self._index.file(row)
                     renewed.add(row.id)
         return frozenset(renewed)
 
