@@ -79,6 +79,20 @@ class Acker(Protocol):
         """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
 
 
+class DeferredAcker(Acker, Protocol):
+    """An acker that can also settle later: the worker's settle buffer."""
+
+    def ack_later(
+        self,
+        job_id: str,
+        ref: ClaimRef,
+        *,
+        duration_ms: int | None,
+        then: Callable[[bool, BaseException | None], None],
+    ) -> None:
+        """Queue the row to settle ``done``; ``then(landed, error)`` runs once the settle came back."""
+
+
 class ExecutionHooks(Protocol):
     """What the worker hears from inside an attempt."""
 
@@ -128,6 +142,8 @@ class JobExecution:
     abandoned: bool = False
     on_settled_error: UltimateError | None = None
     slot_key: str | None = field(default=None, repr=False)
+    deferred: bool = False
+    """The completion was handed to a settle buffer: ``landed`` is known only once ``settled_later`` ran."""
 
 
 def job_lease_key(name: str, key: str | None = None) -> str:
@@ -156,6 +172,7 @@ class _Attempt:
         self.rng = rng
         self.hooks: ExecutionHooks | None = None
         self.acker: Acker | None = None
+        self.settled_later: Callable[[JobExecution], None] | None = None
         self.lease_key: str | None = None  # the fleet slot this run asked for (held or busy)
         self.started = clock.now_ms()
         self.final = is_final_attempt(handle.retry, claimed.attempt)
@@ -220,10 +237,27 @@ class _Attempt:
     def complete(self, result: Any) -> None:
         ex = self.execution
         ex.duration_ms = self.clock.now_ms() - self.started
-        acker = self.acker or self.driver
-        ex.landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
         ex.outcome, ex.result = "completed", result
+        acker = self.acker or self.driver
+        later = self.settled_later
+        ack_later = getattr(acker, "ack_later", None)
+        if later is not None and ack_later is not None and self.handle.on_settled is None:
+            # nobody waits on this settle inside the attempt: the slot moves on, the buffer settles it
+            ex.deferred = True
+            ack_later(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms, then=self._completed_later)
+            return
+        ex.landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
         log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=ex.landed, **self._fields())
+
+    def _completed_later(self, landed: bool, error: BaseException | None) -> None:
+        ex = self.execution
+        ex.landed = landed
+        if error is not None:  # the lease lapses and the queue redelivers the row (at-least-once)
+            log_event(logging.ERROR, "jobs.settle.failed", error=repr(error), **self._fields())
+        else:
+            log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=landed, **self._fields())
+        assert self.settled_later is not None
+        self.settled_later(ex)
 
     def suspend(self, suspension: StepSuspension) -> None:
         ex = self.execution
@@ -409,6 +443,7 @@ def execute_job(
     rng: random.Random | None = None,
     hooks: ExecutionHooks | None = None,
     acker: Acker | None = None,
+    settled_later: Callable[[JobExecution], None] | None = None,
 ) -> JobExecution:
     """Run one attempt of ``claimed`` and settle it through ``driver``: one :class:`JobExecution`.
 
@@ -418,6 +453,10 @@ def execute_job(
     completed attempt (the worker's batcher; by default the driver). ``hooks`` tell the worker when
     the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a renewal
     already on the wire that comes back unowned is not reported as a lost lease).
+
+    With ``settled_later`` and an ``acker`` that has ``ack_later`` (the worker's settle buffer), a
+    completion of a job without ``on_settled`` is not waited for: the execution comes back with
+    ``deferred=True`` and ``settled_later(execution)`` runs once the settle landed (or failed).
     """
     clock = clock or job_clock()
     found = handle or registry.lookup(claimed.name)
@@ -427,6 +466,7 @@ def execute_job(
     attempt = _Attempt(claimed, found, driver, clock, ctx, rng)
     attempt.hooks = hooks
     attempt.acker = acker
+    attempt.settled_later = settled_later
     run_signal = signal.child() if signal is not None else CancelSignal()
     with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
         try:

@@ -146,6 +146,7 @@ def make_worker(jobs: AnyJobsEnv, probe: Probe) -> Iterator[Callable[..., JobWor
         options.setdefault("clock", jobs.clock)
         options.setdefault("queues", [QUEUE])
         options.setdefault("concurrency", 2)
+        options.setdefault("claim_ahead", 0)  # slot arithmetic stays exact; the claim-ahead tests set their own
         worker = job_worker(**options)
         built.append(worker)
         if start:

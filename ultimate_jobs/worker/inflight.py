@@ -26,6 +26,8 @@ class InFlight:
     slot: tuple[str, str] | None = None
     settling: bool = False
     lost: bool = False
+    body_done: bool = False  # the slot let go before the deferred settle landed
+    landed: bool = False  # the deferred settle came back
 
     def fields(self) -> dict[str, Any]:
         j = self.job

@@ -12,53 +12,80 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from ..logs import log_event
 from .connections import close_thread_connections
 
-_Work = Callable[[], None]
+T = TypeVar("T")
 
 
-class SlotPool:
-    """Run submitted callables on at most ``size`` daemon threads, started as work arrives."""
+class SlotPool(Generic[T]):
+    """Run ``run(item)`` for each submitted item on at most ``size`` daemon threads, started as work
+    arrives. Items beyond the free threads wait in order (the worker's claim-ahead buffer);
+    :meth:`take_queued` takes back the ones no thread has started."""
 
-    def __init__(self, size: int, *, name: str) -> None:
+    def __init__(self, size: int, *, name: str, run: Callable[[T], None]) -> None:
         if size < 1:
             raise ValueError("a slot pool needs at least one thread")
         self._size = size
         self._name = name
-        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._run = run
+        self._work: queue.SimpleQueue[T | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = 0
+        self._idle = 0  # threads blocked waiting for an item
+        self._queued = 0  # items submitted that no thread has taken yet
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, fn: _Work) -> None:
-        """Queue ``fn``; a thread is started for it unless one is idle or the pool is full."""
+    def submit(self, item: T) -> None:
+        """Queue ``item``; a thread is started for it when every started thread is busy and the pool is
+        not full."""
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"slot pool {self._name} is shut down")
-            self._work.put(fn)
-            if self._idle > 0:
-                self._idle -= 1
-                return
-            if len(self._threads) < self._size:
+            self._work.put(item)
+            self._queued += 1
+            if self._queued > self._idle and len(self._threads) < self._size:
                 thread = threading.Thread(target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True)
                 self._threads.append(thread)
                 thread.start()
 
+    def take_queued(self) -> list[T]:
+        """Take back every queued item no thread has started (a drain hands them back unrun)."""
+        taken: list[T] = []
+        stops = 0
+        with self._lock:
+            while True:
+                try:
+                    item = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stops += 1
+                else:
+                    taken.append(item)
+            self._queued -= len(taken)
+            for _ in range(stops):
+                self._work.put(None)
+        return taken
+
     def _serve(self) -> None:
         while True:
-            fn = self._work.get()
-            if fn is None:
+            with self._lock:
+                self._idle += 1
+            item = self._work.get()
+            with self._lock:
+                self._idle -= 1
+                if item is not None:
+                    self._queued -= 1
+            if item is None:
                 close_thread_connections()  # the slot thread's one database connection goes with it
                 return
             try:
-                fn()
+                self._run(item)
             except Exception as exc:  # the worker's own _execute catches; this is the last line
                 log_event(logging.ERROR, "jobs.worker.slot-failed", pool=self._name, error=repr(exc))
-            with self._lock:
-                self._idle += 1
 
     def shutdown(self, *, wait: bool) -> None:
         """Refuse new work; let queued work run, then stop each thread. ``wait`` joins them."""

@@ -32,12 +32,14 @@ from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
 from ..signals import CancelSignal
-from .acks import AckBatcher
+from .acks import SettleBuffer
 from .connections import close_thread_connections, release_stale_connections
 from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 
 JOBS_CONCURRENCY_DEFAULT = 8
+CLAIM_AHEAD_MAX = 32  # claimed jobs a queue's buffer may hold beyond its slots (default: one per slot, up to this)
+SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
 POLL_INTERVAL_MS = 250
 IDLE_POLL_CEILING_MS = 2_000
@@ -87,6 +89,7 @@ class JobWorker:
         context: Callable[[], Any],
         queues: Sequence[str],
         slots: Mapping[str, int],
+        claim_ahead: Mapping[str, int],
         clock: Clock,
         visibility_timeout_ms: int,
         heartbeat_interval_ms: int,
@@ -100,6 +103,7 @@ class JobWorker:
         self.context = context
         self.queues = tuple(queues)
         self.slots = dict(slots)
+        self.claim_ahead = dict(claim_ahead)
         self.clock = clock
         self.visibility_timeout_ms = visibility_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -112,12 +116,13 @@ class JobWorker:
         self.stats = WorkerStats()
         # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
         self.executions: deque[JobExecution] = deque(maxlen=RECENT_EXECUTIONS)
-        self._acks = AckBatcher(driver)
+        self._acks = SettleBuffer(driver)
         self._limiter = Limiter(limits, clock)
         self._lock = threading.Condition()
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
-        self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)
-        self._pools: dict[str, SlotPool] = {}
+        self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
+        self._settling = 0  # completions whose slot moved on before their settle landed
+        self._pools: dict[str, SlotPool[InFlight]] = {}
         self._wake = threading.Event()
         self._accepting = False
         self._started_ms = 0
@@ -129,6 +134,10 @@ class JobWorker:
         self._stopped = threading.Event()
         self._drop = frozenset[str]()
         self._beat_running = threading.Lock()
+        self._beat_due = threading.Event()
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+        self._hand_back_on_close = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -152,11 +161,14 @@ class JobWorker:
                 log_event(logging.INFO, "jobs.worker.queue-unregistered", queue=queue, worker_id=self.worker_id)
         self._drop = drop_exhausted_names()
         prime_counters(self.queues)
-        self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}") for q in self.queues}
+        self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}", run=self._execute) for q in self.queues}
         self._accepting = True
         self.state = "running"
         self._started_ms = self.clock.now_ms()
         self._record_worker()
+        if isinstance(self.clock, SystemClock):
+            self._beat_thread = threading.Thread(target=self._beat_loop, name="jobs-heartbeat", daemon=True)
+            self._beat_thread.start()
         self._timers.append(self.clock.every(self.heartbeat_interval_ms, self._heartbeat))
         subscribe = getattr(self.driver, "subscribe", None)
         if callable(subscribe):
@@ -189,6 +201,7 @@ class JobWorker:
                 return
             self._accepting = False
             self.state = "draining"
+            self._hand_back_on_close = True
             flights = list(self._flights.values())
         self._wake.set()
         log_event(logging.INFO, "jobs.worker.draining", worker_id=self.worker_id, signal=reason, in_flight=len(flights))
@@ -209,6 +222,10 @@ class JobWorker:
                 return True
             if self.state != "draining":
                 self.state = "draining"
+            hand_back = self._hand_back_on_close
+        if hand_back:
+            self._hand_back_buffered()
+        with self._lock:
             budget = None if deadline_ms is None else deadline_ms / 1000
             finished = self._lock.wait_for(lambda: not self._flights, budget)
             abandoned = [f.job.id for f in self._flights.values()]
@@ -227,6 +244,12 @@ class JobWorker:
             self._loop_thread.join(timeout=5)
         for pool in self._pools.values():
             pool.shutdown(wait=finished)
+        if not self._acks.close():
+            log_event(logging.ERROR, "jobs.worker.settle-flush-timeout", worker_id=self.worker_id)
+        self._beat_stop.set()
+        self._beat_due.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=5)
         introspect = self.driver.introspect
         if introspect is not None:
             introspect.remove_worker(self.worker_id)
@@ -288,12 +311,14 @@ class JobWorker:
             close_thread_connections()  # the loop thread's one database connection goes with it
 
     def run_once(self) -> int:
-        """One pass: ONE claim over every queue with a free slot, each capped at its free slots.
-        Answers how many jobs it dispatched."""
+        """One pass: ONE claim over every queue with room, each capped at its free slots plus its
+        claim-ahead buffer. Answers how many jobs it dispatched."""
         with self._lock:
             if not self._accepting:
                 return 0
-            free = {q: self.slots[q] - self._busy[q] for q in self.queues if self._busy[q] < self.slots[q]}
+            if self._settling > SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
+                return 0  # the settle buffer is behind: claim again once it caught up (it kicks)
+            free = {q: room for q in self.queues if (room := self.slots[q] + self.claim_ahead[q] - self._busy[q]) > 0}
         if not free:
             return 0
         claimed = self.driver.claim(
@@ -311,6 +336,9 @@ class JobWorker:
         announce_exhausted(rows, context=self.context)
 
     def _dispatch(self, job: ClaimedJob) -> int:
+        """Hand a claimed job to its queue's slots: a free slot starts it, or it waits in the claim-ahead
+        buffer (its lease renewed with the others') until one frees. A job over a process-local limit is
+        shed: back to the queue uncounted, due after one poll. Answers 1 when dispatched."""
         self.stats.claimed += 1
         if not self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
             self.stats.shed += 1
@@ -326,7 +354,7 @@ class JobWorker:
                 )
             self._flights[job.claim] = flight
             self._busy[job.queue] += 1
-        self._pools[job.queue].submit(partial(self._execute, flight))
+        self._pools[job.queue].submit(flight)
         return 1
 
     def _execute(self, flight: InFlight) -> None:
@@ -343,21 +371,69 @@ class JobWorker:
                 visibility_timeout_ms=self.visibility_timeout_ms,
                 hooks=hooks_for(flight),
                 acker=self._acks,
+                settled_later=partial(self._settled_later, flight),
             )
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-            with self._lock:
-                self._flights.pop(job.claim, None)
-                self._busy[job.queue] -= 1
-                if execution is not None:
-                    self.executions.append(execution)
-                self._lock.notify_all()
+        # the slot is free now, whether or not the settle has landed
+        with self._lock:
+            self._busy[job.queue] -= 1
+            if execution is not None and execution.deferred and not flight.landed:
+                flight.body_done = True
+                self._settling += 1
+                finished = False
+            else:
+                finished = True
+        if finished:
+            self._finish(flight, execution)
+        self.kick()  # a slot came free: refill it at once
+
+    def _settled_later(self, flight: InFlight, execution: JobExecution) -> None:
+        """The settle buffer's answer for a completion the slot did not wait for (the flusher's thread)."""
+        with self._lock:
+            flight.landed = True
+            if not flight.body_done:
+                return  # the slot thread has not let go yet: it finishes the flight
+            self._settling -= 1
+            backlog = self._settling
+        self._finish(flight, execution)
+        if backlog == SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
+            self.kick()  # the claim loop may have paused for the backlog
+
+    def _finish(self, flight: InFlight, execution: JobExecution | None) -> None:
+        with self._lock:
+            self._flights.pop(flight.job.claim, None)
+            if execution is not None:
+                self.executions.append(execution)
+            self._lock.notify_all()
         if execution is not None:
             self._account(execution)
-        self.kick()  # a slot came free: refill it at once
+
+    def _hand_back_buffered(self) -> None:
+        """A drain's hand-back: claimed jobs still waiting in the claim-ahead buffer go back to ready at
+        once, the attempt uncounted (like an interrupted one); they never started."""
+        for pool in self._pools.values():
+            for flight in pool.take_queued():
+                job = flight.job
+                reason = flight.signal.reason
+                options = NackOptions(
+                    error=None if reason is None else reason.message,
+                    code=None if reason is None else reason.code,
+                    count_attempt=False,
+                    run_at_ms=self.clock.now_ms(),
+                )
+                try:
+                    self.driver.nack(job.id, job.ref, options)
+                except Exception as exc:  # the lease lapses and the queue redelivers
+                    log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=job.id)
+                self.stats.interrupted += 1
+                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+                with self._lock:
+                    self._busy[job.queue] -= 1
+                self._finish(flight, None)
 
     def _account(self, execution: JobExecution) -> None:
         stat = _STAT_BY_OUTCOME.get(execution.outcome or "")
@@ -399,25 +475,34 @@ class JobWorker:
             return list(self._flights.values())
 
     def _heartbeat(self) -> None:
-        if not isinstance(self.clock, SystemClock):
+        if self._beat_thread is None:  # a test clock: beat on the caller's thread
             self._beat()
             return
-        if self._beat_running.acquire(blocking=False):
-            self._beat_running.release()
-            threading.Thread(target=self._beat_on_own_thread, name="jobs-heartbeat", daemon=True).start()
-        else:
-            renew_round_check_windows(self)
+        if self._beat_running.locked():
+            renew_round_check_windows(self)  # the last beat still hangs
+            return
+        self._beat_due.set()
 
     def _beat(self) -> None:
         with self._beat_running:
             renew_round(self)
             self._record_worker()
 
-    def _beat_on_own_thread(self) -> None:
+    def _beat_loop(self) -> None:
+        """The heartbeat's own long-lived thread (with one database connection): beats when due."""
         try:
-            self._beat()
+            while True:
+                self._beat_due.wait()
+                self._beat_due.clear()
+                if self._beat_stop.is_set():
+                    return
+                try:
+                    self._beat()
+                except Exception as exc:
+                    log_event(logging.ERROR, "jobs.heartbeat.failed", worker_id=self.worker_id, error=repr(exc))
+                release_stale_connections()
         finally:
-            close_thread_connections()  # a thread per beat: its connection must not wait for the GC
+            close_thread_connections()
 
     def _record_worker(self) -> None:
         introspect = self.driver.introspect
@@ -477,6 +562,19 @@ def _slots_for(queues: Sequence[str], concurrency: int | Mapping[str, int] | Non
     return {q: check(concurrency.get(q, JOBS_CONCURRENCY_DEFAULT), f"concurrency[{q!r}]") for q in queues}
 
 
+def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, int] | None) -> dict[str, int]:
+    def check(value: object, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvariantError(f"job_worker: {where} must be a whole number >= 0, got {value!r}", {})
+        return value
+
+    if claim_ahead is None:
+        return {q: min(n, CLAIM_AHEAD_MAX) for q, n in slots.items()}
+    if isinstance(claim_ahead, int):
+        return dict.fromkeys(slots, check(claim_ahead, "claim_ahead"))
+    return {q: check(claim_ahead.get(q, min(n, CLAIM_AHEAD_MAX)), f"claim_ahead[{q!r}]") for q, n in slots.items()}
+
+
 def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
     """Every queue a registered job names, every queue the concurrency table names, and ``default``."""
     names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)} | {"default"}
@@ -499,11 +597,17 @@ def job_worker(
     limits: LimitConfig | None = None,
     drain_deadline: Duration = DEFAULT_DRAIN_DEADLINE_MS,
     worker_id: str | None = None,
+    claim_ahead: int | Mapping[str, int] | None = None,
 ) -> JobWorker:
     """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
     under) are required; everything else defaults: every registered queue, 8 slots per queue, a 30 s
     visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
     the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
+
+    ``claim_ahead`` is how many claimed jobs a queue may hold beyond its slots, so a slot that frees
+    takes its next job without waiting for a claim round trip (default: one per slot, at most 32; 0
+    claims only for free slots). Their leases are renewed with the running ones; a drain hands them
+    back to ready at once, uncounted.
 
     >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
     >>> worker.run()          # blocks; SIGTERM drains
@@ -527,11 +631,13 @@ def job_worker(
             f"({visibility_ms} ms)",
             {},
         )
+    slots = _slots_for(names, concurrency)
     return JobWorker(
         driver=driver,
         context=context,
         queues=names,
-        slots=_slots_for(names, concurrency),
+        slots=slots,
+        claim_ahead=_claim_ahead_for(slots, claim_ahead),
         clock=clock or job_clock(),
         visibility_timeout_ms=visibility_ms,
         heartbeat_interval_ms=heartbeat_ms,

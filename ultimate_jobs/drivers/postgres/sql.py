@@ -160,8 +160,7 @@ buried AS (
         last_error = 'LEASE_LAPSED_FINAL_ATTEMPT', last_code = NULL,
         finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
         worker_id = NULL, claim = NULL, lease_until = NULL
-    FROM exhausted x
-    WHERE j.id = x.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM exhausted))
     RETURNING j.*
 ),
 buried_counted AS (
@@ -177,8 +176,7 @@ claimed AS (
     SET state = 'running', attempts = j.attempts + 1, worker_id = %(worker)s, claim = gen_random_uuid(),
         lease_until = to_timestamp((%(now)s + %(vt)s) / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
         finished_at = NULL
-    FROM take t
-    WHERE j.id = t.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM take))  -- an array of ids: the primary key, never a scan of x_jobs
     RETURNING j.*
 )
 SELECT 'claimed', {JOB_COLUMNS},
