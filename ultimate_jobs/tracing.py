@@ -49,13 +49,20 @@ def current_traceparent() -> str | None:
 def job_span(claimed: ClaimedJob, execution: JobExecution | None = None) -> AbstractContextManager[Any]:
     """The job's span around one attempt: ``job <name>``, a CONSUMER span whose parent is the row's
     ``traceparent`` (a new trace when the row has none or it does not parse), current for the block so
-    an enqueue from the body joins the trace. On exit it carries ``execution``'s outcome; a failing
+    an enqueue from the body joins the trace. Nothing is opened for a row without ``traceparent`` while
+    the app has installed no tracer provider. On exit it carries ``execution``'s outcome; a failing
     outcome (retried, dead-lettered, dropped, refused) sets status ERROR with the attempt's error, read
     off the execution — the verdict — not off whatever the body raised. A no-op without OpenTelemetry.
     """
-    if not OTEL_AVAILABLE:
-        return nullcontext()
+    if not OTEL_AVAILABLE or (claimed.traceparent is None and not tracing_configured()):
+        return nullcontext()  # no trace to continue and no provider to record one: nothing to do per job
     return _otel_job_span(claimed, execution)
+
+
+def tracing_configured() -> bool:
+    """Whether the app installed a tracer provider: until it does, OpenTelemetry's global is a proxy
+    whose spans record nothing, so the executor opens none (no work per job for a span nobody reads)."""
+    return OTEL_AVAILABLE and not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
 
 
 @contextmanager

@@ -38,7 +38,11 @@ from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 
 JOBS_CONCURRENCY_DEFAULT = 8
-CLAIM_AHEAD_MAX = 32  # claimed jobs a queue's buffer may hold beyond its slots (default: one per slot, up to this)
+CLAIM_AHEAD_PER_SLOT = 4  # the default claim-ahead buffer: this many claimed jobs per slot, at most CLAIM_AHEAD_MAX
+CLAIM_AHEAD_MAX = 64
+# Claim ahead only for short jobs: a buffered job waits for a slot, and behind long bodies another worker
+# could have started it at once. Past this average duration a queue claims for its free slots only.
+CLAIM_AHEAD_SHORT_JOB_MS = 50
 SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
 POLL_INTERVAL_MS = 250
@@ -122,6 +126,7 @@ class JobWorker:
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
         self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
         self._settling = 0  # completions whose slot moved on before their settle landed
+        self._avg_ms: dict[str, float] = dict.fromkeys(self.queues, 0.0)  # recent attempt duration, per queue
         self._pools: dict[str, SlotPool[InFlight]] = {}
         self._wake = threading.Event()
         self._accepting = False
@@ -318,7 +323,7 @@ class JobWorker:
                 return 0
             if self._settling > SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
                 return 0  # the settle buffer is behind: claim again once it caught up (it kicks)
-            free = {q: room for q in self.queues if (room := self.slots[q] + self.claim_ahead[q] - self._busy[q]) > 0}
+            free = {q: room for q in self.queues if (room := self._room(q)) > 0}
         if not free:
             return 0
         claimed = self.driver.claim(
@@ -331,6 +336,11 @@ class JobWorker:
             queue_limits=free,
         )
         return sum(self._dispatch(job) for job in claimed)
+
+    def _room(self, queue: str) -> int:
+        """Free slots, plus the claim-ahead buffer while the queue's jobs are short (caller holds the lock)."""
+        ahead = self.claim_ahead[queue] if self._avg_ms[queue] < CLAIM_AHEAD_SHORT_JOB_MS else 0
+        return self.slots[queue] + ahead - self._busy[queue]
 
     def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
         announce_exhausted(rows, context=self.context)
@@ -442,6 +452,8 @@ class JobWorker:
         if execution.abandoned:
             self.stats.abandoned += 1
         count_outcome(execution.queue, execution.outcome)
+        if execution.queue in self._avg_ms:  # a moving average over roughly the last 20 attempts
+            self._avg_ms[execution.queue] += (execution.duration_ms - self._avg_ms[execution.queue]) / 20
         resume = execution.resume_at_ms
         if resume is not None and resume - self.clock.now_ms() <= HANDBACK_TIMER_WINDOW_MS:
             self._arm_handback(resume)
@@ -569,10 +581,13 @@ def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, i
         return value
 
     if claim_ahead is None:
-        return {q: min(n, CLAIM_AHEAD_MAX) for q, n in slots.items()}
+        return {q: min(CLAIM_AHEAD_PER_SLOT * n, CLAIM_AHEAD_MAX) for q, n in slots.items()}
     if isinstance(claim_ahead, int):
         return dict.fromkeys(slots, check(claim_ahead, "claim_ahead"))
-    return {q: check(claim_ahead.get(q, min(n, CLAIM_AHEAD_MAX)), f"claim_ahead[{q!r}]") for q, n in slots.items()}
+    return {
+        q: check(claim_ahead.get(q, min(CLAIM_AHEAD_PER_SLOT * n, CLAIM_AHEAD_MAX)), f"claim_ahead[{q!r}]")
+        for q, n in slots.items()
+    }
 
 
 def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
@@ -605,9 +620,10 @@ def job_worker(
     the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
 
     ``claim_ahead`` is how many claimed jobs a queue may hold beyond its slots, so a slot that frees
-    takes its next job without waiting for a claim round trip (default: one per slot, at most 32; 0
-    claims only for free slots). Their leases are renewed with the running ones; a drain hands them
-    back to ready at once, uncounted.
+    takes its next job without waiting for a claim round trip (default: four per slot, at most 64; 0
+    claims only for free slots). It applies while the queue's recent attempts average under 50 ms —
+    behind longer bodies a buffered job would wait for a slot another worker has free. Buffered jobs'
+    leases are renewed with the running ones; a drain hands them back to ready at once, uncounted.
 
     >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
     >>> worker.run()          # blocks; SIGTERM drains

@@ -123,6 +123,8 @@ class PostgresDriver:
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         if not requests:
             return []
+        if len(requests) == 1:
+            return [self._enqueue_one(requests[0])]
         rows = enqueue_rows(requests)
         # One statement is atomic on its own; a batch that may refuse a member needs a transaction so a
         # refused request inserts no row of its batch (all or nothing).
@@ -132,19 +134,45 @@ class PostgresDriver:
             else nullcontext()
         )
         with guard:
-            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()})
+            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, prepared=True)
             answers: list[Enqueued] = []
             for (_, job_id, run_id, deduped), row, request in zip(answered, rows, requests, strict=True):
                 if job_id is None:  # a concurrent enqueue committed the key after this statement's snapshot
                     job_id, run_id = self._lookup(row, request)
                 if deduped and request.on_conflict == "error" and str(job_id) != row["id"]:
-                    raise JobDuplicateError(
-                        f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {job_id}; "
-                        "enqueue with on_conflict='dedupe' to answer that job instead",
-                        {"job": request.name, "key": request.idempotency_key, "holder": str(job_id)},
-                    )
+                    raise self._duplicate(request, job_id)
                 answers.append(Enqueued(str(job_id), str(run_id), bool(deduped)))
         return answers
+
+    def _enqueue_one(self, request: EnqueueRequest) -> Enqueued:
+        """One request through SQL_ENQUEUE_ONE; the holder is looked up only when it inserted nothing."""
+        (row,) = enqueue_rows([request])
+        now = self._now()
+        run_at = row.pop("run_at_ms")
+        run_at = now if run_at is None else run_at
+        del row["ord"]
+        params = {
+            **row,
+            "input": jsonb(row["input"]),
+            "run_at": run_at,
+            "state": "delayed" if run_at > now else "ready",
+            "now": now,
+        }
+        inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, prepared=True)
+        if inserted:
+            return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
+        job_id, run_id = self._lookup(row, request)
+        if request.on_conflict == "error" and str(job_id) != row["id"]:
+            raise self._duplicate(request, job_id)
+        return Enqueued(str(job_id), str(run_id), True)
+
+    @staticmethod
+    def _duplicate(request: EnqueueRequest, holder: Any) -> JobDuplicateError:
+        return JobDuplicateError(
+            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {holder}; "
+            "enqueue with on_conflict='dedupe' to answer that job instead",
+            {"job": request.name, "key": request.idempotency_key, "holder": str(holder)},
+        )
 
     def _lookup(self, row: Mapping[str, Any], request: EnqueueRequest) -> tuple[Any, Any]:
         found = self.executor.query(
@@ -188,6 +216,7 @@ class PostgresDriver:
                 "worker": worker_id,
                 "drop": sorted(drop_exhausted),
             },
+            prepared=True,
         )
         claimed: list[ClaimedJob] = []
         exhausted: list[ExhaustedJob] = []
@@ -235,7 +264,11 @@ class PostgresDriver:
             "durations": [a.duration_ms for a in valid],
             "now": self._now(),
         }
-        landed = frozenset(str(r[0]) for r in self.executor.query(sql.SQL_ACK, params)) if valid else frozenset()
+        landed = (
+            frozenset(str(r[0]) for r in self.executor.query(sql.SQL_ACK, params, prepared=True))
+            if valid
+            else frozenset()
+        )
         for a in acks:
             if a.job_id not in landed:
                 self._unowned(a.job_id, a.ref, "ack")
@@ -260,6 +293,7 @@ class PostgresDriver:
                 "duration": options.duration_ms,
                 "now": self._now(),
             },
+            prepared=True,
         )
         if not landed:
             self._unowned(job_id, ref, "nack")
@@ -274,7 +308,7 @@ class PostgresDriver:
             "vt": visibility_timeout_ms,
             "now": self._now(),
         }
-        rows = self.executor.query(sql.SQL_HEARTBEAT, params) if valid else []
+        rows = self.executor.query(sql.SQL_HEARTBEAT, params, prepared=True) if valid else []
         renewed = frozenset(str(r[0]) for r in rows)
         for beat in beats:
             if beat.job_id not in renewed:
@@ -300,6 +334,7 @@ class PostgresDriver:
                 "wake": step.wake_at_ms,
                 "meta": jsonb(dict(step.meta)),
             },
+            prepared=True,
         )
         if not landed:
             self._unowned(job_id, ref, "save_step")

@@ -72,18 +72,56 @@ SELECT r.ord,
        i.id IS NULL AS deduped
 FROM req r
 LEFT JOIN ins i ON i.id = r.id
-LEFT JOIN x_jobs e ON e.id = r.id
 LEFT JOIN ins b ON b.id <> r.id AND b.name = r.name AND b.idempotency_key = r.idempotency_key
                 AND coalesce(b.tenant_id, '') = coalesce(r.tenant_id, '')
+-- the holder of a request that inserted nothing: one primary-key probe and one probe of the live-key
+-- index, each skipped (a one-time filter) for a request that inserted its row, whatever the statistics say
 LEFT JOIN LATERAL (
-    -- one probe of the live-key index per request, whatever the table's statistics say
+    SELECT x.id, x.run_id FROM x_jobs x WHERE i.id IS NULL AND x.id = r.id
+    LIMIT 1  -- keeps the probe a subquery: pulled up into a join, it would hash a scan of x_jobs
+) e ON true
+LEFT JOIN LATERAL (
     SELECT x.id, x.run_id FROM x_jobs x
-    WHERE x.name = r.name AND coalesce(x.tenant_id, '') = coalesce(r.tenant_id, '')
+    WHERE i.id IS NULL AND x.name = r.name AND coalesce(x.tenant_id, '') = coalesce(r.tenant_id, '')
       AND x.idempotency_key = r.idempotency_key AND x.state IN {LIVE_STATES_SQL}
     LIMIT 1
 ) l ON true
 CROSS JOIN (SELECT count(*) FROM wake) announced
 ORDER BY r.ord
+"""
+
+# SQL_ENQUEUE_ONE — insert ONE job: the common path of a single enqueue (SQL_ENQUEUE's guarantees for one
+# row, as a plain INSERT … VALUES that Postgres plans once per prepared statement). Inserts nothing under
+# an id or a live key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
+# SQL_ENQUEUE_LOOKUP for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
+# when run_at is ahead of %(now)s). Announces the queue like SQL_ENQUEUE: a row due within
+# WAKE_DUE_WITHIN_MS, unless another live row of the queue was created in the same WAKE_SLOT_MS slot
+# (x_jobs_state_queue_idx).
+SQL_ENQUEUE_ONE = f"""
+WITH ins AS (
+    INSERT INTO x_jobs (
+        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
+        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+    )
+    VALUES (
+        %(id)s, %(run_id)s, %(name)s, %(queue)s, %(tenant_id)s, %(idempotency_key)s, %(input)s::jsonb, %(state)s, 0,
+        %(max_attempts)s, %(priority)s, to_timestamp(%(run_at)s / 1000.0), to_timestamp(%(now)s / 1000.0),
+        to_timestamp(%(now)s / 1000.0), %(enqueued_by)s, %(traceparent)s, %(concurrency_key)s
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING id, run_id, queue, run_at
+),
+wake AS (
+    SELECT pg_notify('{WAKE_CHANNEL}', i.queue)
+    FROM ins i
+    WHERE i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
+      AND NOT EXISTS (
+          SELECT 1 FROM x_jobs o
+          WHERE o.state IN {LIVE_STATES_SQL} AND o.queue = i.queue
+            AND o.created_at >= to_timestamp((%(now)s - %(now)s %% {WAKE_SLOT_MS}) / 1000.0)
+      )
+)
+SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
 
 # SQL_ENQUEUE_LOOKUP — the row that holds an id or a live key, for a request SQL_ENQUEUE answered
