@@ -426,9 +426,12 @@ class JobDriver(Protocol):
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
     ) -> list[ClaimedJob]:
         """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
-        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way."""
+        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way.
+        With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
+        in the same round trip, so an idle worker's registry costs no statement of its own."""
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""

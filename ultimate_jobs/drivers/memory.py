@@ -36,6 +36,7 @@ from .base import (
     Progress,
     QueueStats,
     StepRecord,
+    WorkerInfo,
     nack_counter,
     nack_state,
 )
@@ -261,9 +262,12 @@ class MemoryDriver:
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
     ) -> list[ClaimedJob]:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
+        if record is not None:
+            self._introspect.record_worker(record)
         claimed: list[ClaimedJob] = []
         with self.lock:
             now = self.clock.now_ms()

@@ -143,6 +143,7 @@ class JobWorker:
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
         self._hand_back_on_close = False
+        self._recorded_ms = 0  # when this worker's registry row was last written
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -326,6 +327,7 @@ class JobWorker:
             free = {q: room for q in self.queues if (room := self._room(q)) > 0}
         if not free:
             return 0
+        record = self._registry_row_due(after_ms=self.heartbeat_interval_ms)
         claimed = self.driver.claim(
             queues=list(free),
             limit=sum(free.values()),
@@ -334,7 +336,10 @@ class JobWorker:
             on_exhausted=self._on_exhausted,
             drop_exhausted=self._drop,
             queue_limits=free,
+            record=record,
         )
+        if record is not None:
+            self._recorded_ms = record.heartbeat_at_ms
         return sum(self._dispatch(job) for job in claimed)
 
     def _room(self, queue: str) -> int:
@@ -498,7 +503,9 @@ class JobWorker:
     def _beat(self) -> None:
         with self._beat_running:
             renew_round(self)
-            self._record_worker()
+            # the claim loop carries the registry row every heartbeat interval; write it here only when
+            # the loop has not (every slot busy: no claim runs)
+            self._record_worker(unless_within_ms=self.heartbeat_interval_ms * 3 // 2)
 
     def _beat_loop(self) -> None:
         """The heartbeat's own long-lived thread (with one database connection): beats when due."""
@@ -516,23 +523,33 @@ class JobWorker:
         finally:
             close_thread_connections()
 
-    def _record_worker(self) -> None:
+    def _worker_info(self) -> WorkerInfo:
+        return WorkerInfo(
+            id=self.worker_id,
+            host=self.host,
+            pid=os.getpid(),
+            started_at_ms=self._started_ms,
+            queues=self.queues,
+            slots=sum(self.slots.values()),
+            in_flight=tuple(f.job.id for f in self.in_flight()),
+            heartbeat_at_ms=self.clock.now_ms(),
+        )
+
+    def _registry_row_due(self, *, after_ms: int) -> WorkerInfo | None:
+        """This worker's registry row when the last one written is ``after_ms`` old, else ``None``."""
+        if self.driver.introspect is None or self.clock.now_ms() - self._recorded_ms < after_ms:
+            return None
+        return self._worker_info()
+
+    def _record_worker(self, *, unless_within_ms: int = 0) -> None:
+        """Write the registry row — unless the claim loop carried one within ``unless_within_ms``."""
+        info = self._registry_row_due(after_ms=unless_within_ms)
         introspect = self.driver.introspect
-        if introspect is None:
+        if info is None or introspect is None:
             return
         try:
-            introspect.record_worker(
-                WorkerInfo(
-                    id=self.worker_id,
-                    host=self.host,
-                    pid=os.getpid(),
-                    started_at_ms=self._started_ms,
-                    queues=self.queues,
-                    slots=sum(self.slots.values()),
-                    in_flight=tuple(f.job.id for f in self.in_flight()),
-                    heartbeat_at_ms=self.clock.now_ms(),
-                )
-            )
+            introspect.record_worker(info)
+            self._recorded_ms = info.heartbeat_at_ms
         except Exception as exc:
             log_event(logging.WARNING, "jobs.worker.registry-failed", worker_id=self.worker_id, error=repr(exc))
 

@@ -28,13 +28,17 @@ from ..base import (
     NackOptions,
     QueueStats,
     StepRecord,
+    WorkerInfo,
     nack_counter,
     nack_state,
 )
 from . import sql
 from .executor import Executor, django_executor, from_jsonb, jsonb
-from .rows import claimed_job, job_record, step_record
+from .rows import claimed_job, job_record, step_record, worker_row
 from .wake import QueueWake, conninfo_for, pool_probe, start_queue_wake
+
+# SQL_CLAIM's registry parameters when the claim carries no registry row (the upsert writes nothing).
+NO_WORKER_ROW = dict.fromkeys(("id", "host", "pid", "started", "queues", "slots", "in_flight", "heartbeat"))
 
 # Rows a claim may lock beyond its caps, per queue, to bury lapsed final attempts on the way.
 CLAIM_BURY_SCAN = 16
@@ -198,6 +202,7 @@ class PostgresDriver:
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
     ) -> list[ClaimedJob]:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
@@ -215,6 +220,8 @@ class PostgresDriver:
                 "vt": visibility_timeout_ms,
                 "worker": worker_id,
                 "drop": sorted(drop_exhausted),
+                "record": record is not None,
+                **{f"w_{k}": v for k, v in (worker_row(record) if record is not None else NO_WORKER_ROW).items()},
             },
             prepared=True,
         )
@@ -225,17 +232,17 @@ class PostgresDriver:
                 steps = tuple(step_record(s) for s in from_jsonb(row[-1]))
                 claimed.append(claimed_job(row[1:-1], steps))
             else:
-                record = job_record(row[1:-1])
+                buried = job_record(row[1:-1])
                 exhausted.append(
                     ExhaustedJob(
-                        id=record.id,
-                        run_id=record.run_id,
-                        name=record.name,
-                        queue=record.queue,
-                        tenant_id=record.tenant_id,
-                        input=record.input,
-                        attempt=record.attempts,
-                        state="failed" if record.state == "failed" else "dead",
+                        id=buried.id,
+                        run_id=buried.run_id,
+                        name=buried.name,
+                        queue=buried.queue,
+                        tenant_id=buried.tenant_id,
+                        input=buried.input,
+                        attempt=buried.attempts,
+                        state="failed" if buried.state == "failed" else "dead",
                     )
                 )
         claimed.sort(key=lambda job: (-job.priority, job.run_at_ms, job.id))

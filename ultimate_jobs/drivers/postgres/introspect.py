@@ -31,7 +31,6 @@ from ..base import (
     LIVE_STATES,
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
-    MAX_WORKER_IN_FLIGHT,
     PROMOTABLE_STATES,
     REQUEUEABLE_STATES,
     BulkFilter,
@@ -51,7 +50,7 @@ from ..base import (
 )
 from . import sql_operator as sql
 from .executor import from_jsonb, jsonb
-from .rows import job_record, step_record
+from .rows import job_record, step_record, worker_row
 
 if TYPE_CHECKING:
     from .driver import PostgresDriver
@@ -258,19 +257,7 @@ class PostgresIntrospection:
     # -- workers -------------------------------------------------------------------------------
 
     def record_worker(self, info: WorkerInfo) -> None:
-        self._query(
-            sql.SQL_RECORD_WORKER,
-            {
-                "id": info.id,
-                "host": info.host,
-                "pid": info.pid,
-                "started": info.started_at_ms,
-                "queues": jsonb(list(info.queues)),
-                "slots": info.slots,
-                "in_flight": jsonb(list(info.in_flight[:MAX_WORKER_IN_FLIGHT])),
-                "heartbeat": info.heartbeat_at_ms,
-            },
-        )
+        self._query(sql.SQL_RECORD_WORKER, worker_row(info))
 
     def remove_worker(self, worker_id: str) -> None:
         self._query(sql.SQL_REMOVE_WORKER, {"id": worker_id})

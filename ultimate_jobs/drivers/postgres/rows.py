@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import ClaimedJob, JobRecord, Progress, StepRecord
-from .executor import from_jsonb
+from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, JobRecord, Progress, StepRecord, WorkerInfo
+from .executor import from_jsonb, jsonb
 
 # Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms).
 JOB_COLUMNS = """
@@ -95,3 +95,17 @@ def step_record(row: Sequence[Any]) -> StepRecord:
         wake_at_ms=row[6],
         meta=from_jsonb(row[7]) or {},
     )
+
+
+def worker_row(info: WorkerInfo) -> dict[str, Any]:
+    """The parameters of RECORD_WORKER_UPSERT for ``info`` (in_flight truncated to MAX_WORKER_IN_FLIGHT ids)."""
+    return {
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "started": info.started_at_ms,
+        "queues": jsonb(list(info.queues)),
+        "slots": info.slots,
+        "in_flight": jsonb(list(info.in_flight[:MAX_WORKER_IN_FLIGHT])),
+        "heartbeat": info.heartbeat_at_ms,
+    }

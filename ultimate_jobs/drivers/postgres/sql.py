@@ -15,6 +15,20 @@ WAKE_CHANNEL = "x_jobs_wake"
 WAKE_SLOT_MS = 250
 WAKE_DUE_WITHIN_MS = 1_000
 
+# The upsert of a worker's registry row (x_workers, primary key): the whole row is replaced, the heartbeat
+# included. Shared by SQL_RECORD_WORKER and SQL_CLAIM (which carries an idle worker's registry row).
+RECORD_WORKER_UPSERT = """INSERT INTO x_workers AS w (id, host, pid, started_at, queues, slots, in_flight, heartbeat_at)
+    SELECT %(id)s, %(host)s, %(pid)s, to_timestamp(%(started)s / 1000.0), %(queues)s::jsonb, %(slots)s,
+           %(in_flight)s::jsonb, to_timestamp(%(heartbeat)s / 1000.0)
+    ON CONFLICT (id) DO UPDATE
+    SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, queues = excluded.queues,
+        slots = excluded.slots, in_flight = excluded.in_flight, heartbeat_at = excluded.heartbeat_at"""
+
+# RECORD_WORKER_UPSERT as SQL_CLAIM runs it: parameters prefixed w_, written only when %(record)s is true.
+CLAIM_RECORD_WORKER = RECORD_WORKER_UPSERT.replace("%(", "%(w_").replace(
+    "    ON CONFLICT", "    WHERE %(record)s::boolean\n    ON CONFLICT"
+)
+
 # The request rows of an enqueue, one per job, as every statement that inserts jobs reads them
 # (%(rows)s is the JSON array driver.enqueue_rows() builds).
 ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
@@ -146,9 +160,13 @@ LIMIT 1
 # last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out. A queue with a row in
 # x_job_paused_queues is read by no claim. Claimed rows get attempts + 1, this worker, a fresh claim
 # token and a lease to now + %(vt)s; their completed steps ride back with them. Answers 'claimed' and
-# 'buried' rows.
+# 'buried' rows. When %(record)s is true the same statement upserts the claiming worker's registry row
+# (x_workers; the w_* parameters), so an idle worker's registry costs no statement of its own.
 SQL_CLAIM = f"""
-WITH wanted AS (
+WITH registry AS (
+    {CLAIM_RECORD_WORKER}
+),
+wanted AS (
     SELECT c.queue, c.cap
     FROM unnest(%(queues)s::text[], %(caps)s::int[]) AS c(queue, cap)
     WHERE NOT EXISTS (SELECT 1 FROM x_job_paused_queues p WHERE p.queue = c.queue)

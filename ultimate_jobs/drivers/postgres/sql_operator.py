@@ -10,7 +10,7 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 from __future__ import annotations
 
 from .rows import JOB_COLUMNS, STEP_COLUMNS
-from .sql import LIVE_STATES_SQL, WAKE_CHANNEL
+from .sql import LIVE_STATES_SQL, RECORD_WORKER_UPSERT, WAKE_CHANNEL
 
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
 
@@ -311,14 +311,7 @@ SQL_PAUSED_TASKS = 'SELECT task FROM x_job_paused_tasks ORDER BY task COLLATE "C
 
 # SQL_RECORD_WORKER — upsert a worker's registry row (primary key): the whole row is replaced, the
 # heartbeat included. The caller truncates in_flight to MAX_WORKER_IN_FLIGHT ids.
-SQL_RECORD_WORKER = """
-INSERT INTO x_workers AS w (id, host, pid, started_at, queues, slots, in_flight, heartbeat_at)
-VALUES (%(id)s, %(host)s, %(pid)s, to_timestamp(%(started)s / 1000.0), %(queues)s::jsonb, %(slots)s,
-        %(in_flight)s::jsonb, to_timestamp(%(heartbeat)s / 1000.0))
-ON CONFLICT (id) DO UPDATE
-SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, queues = excluded.queues,
-    slots = excluded.slots, in_flight = excluded.in_flight, heartbeat_at = excluded.heartbeat_at
-"""
+SQL_RECORD_WORKER = RECORD_WORKER_UPSERT
 
 # SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
 SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = %(id)s"
