@@ -12,6 +12,7 @@ the column is named for it, and a worker in another process must be able to read
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ else:
     _PROPAGATOR = TraceContextTextMapPropagator()
     # a proxy until the app installs its provider, then that provider's tracer: safe to take at import
     _TRACER = otel_trace.get_tracer("ultimate_jobs")
+    # a provider named by the environment is loaded by the first get_tracer_provider() call
+    _PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 if TYPE_CHECKING:
     from .drivers.base import ClaimedJob
@@ -61,8 +64,16 @@ def job_span(claimed: ClaimedJob, execution: JobExecution | None = None) -> Abst
 
 def tracing_configured() -> bool:
     """Whether the app installed a tracer provider: until it does, OpenTelemetry's global is a proxy
-    whose spans record nothing, so the executor opens none (no work per job for a span nobody reads)."""
-    return OTEL_AVAILABLE and not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
+    whose spans record nothing, so the executor opens none (no work per job for a span nobody reads).
+    Reads the API's global directly when it can: ``get_tracer_provider()`` reads the environment on
+    every call until a provider is set."""
+    if not OTEL_AVAILABLE:
+        return False
+    if getattr(otel_trace, "_TRACER_PROVIDER", None) is not None:
+        return True
+    if hasattr(otel_trace, "_TRACER_PROVIDER") and not _PROVIDER_FROM_ENV:
+        return False
+    return not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
 
 
 @contextmanager
