@@ -170,8 +170,8 @@ def spawn(effects_table: None) -> Iterator[Spawn]:
         "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"],
     }
 
-    def start(name: str, *args: str, vt: str = "30s") -> Child:
-        child = Child(name, [sys.executable, *args], {**base_env, "UJ_VT": vt})
+    def start(name: str, *args: str, vt: str = "30s", **env: str) -> Child:
+        child = Child(name, [sys.executable, *args], {**base_env, "UJ_VT": vt, **env})
         children.append(child)
         return child
 

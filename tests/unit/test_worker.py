@@ -1023,3 +1023,188 @@ def test_a_drained_worker_leaves_no_session_behind(jobs: AnyJobsEnv, probe: Prob
         return int(count)
 
     eventually(lambda: others() == 0, timeout=1.0)  # a closed session's backend exits a moment later
+
+
+# -- claim ahead and the settle buffer ---------------------------------------------------------
+
+
+class HeldAcks(Delegating):
+    """``ack_many`` (every settle the worker's buffer sends) records its batch, then waits — bounded —
+    until the test sets ``open``: a settle that is surely still on the wire."""
+
+    def __init__(self, inner: JobDriver) -> None:
+        super().__init__(inner)
+        self.open = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.batches: list[list[str]] = []
+
+    def ack_many(self, acks: Sequence[Any]) -> frozenset[str]:
+        self.batches.append([a.job_id for a in acks])
+        self.entered.release()
+        assert self.open.wait(WAIT), "the test never let the settle go"
+        landed: frozenset[str] = self.inner.ack_many(acks)
+        return landed
+
+
+def test_claim_ahead_buffers_claimed_jobs_beyond_the_free_slot_and_renews_their_leases(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    blocked = declare("ahead_buffered", probe.hold)
+    ids = in_order(jobs, blocked, [{"k": n} for n in range(5)])
+    running, *buffered = ids[:3]
+    worker = make_worker(concurrency=1, claim_ahead=2)
+    assert worker.claim_ahead == {QUEUE: 2}
+
+    assert worker.run_once() == 3  # one for the free slot, two for the buffer
+    probe.started(running)
+    assert [row(jobs, i).state for i in ids] == ["running"] * 3 + ["ready"] * 2
+    assert [row(jobs, i).attempts for i in ids[:3]] == [1, 1, 1]
+    assert sorted(f.job.id for f in worker.in_flight()) == sorted(ids[:3])
+    assert not any(i in probe.runs for i in buffered)  # waiting for the slot, not running
+    assert worker.run_once() == 0  # slot and buffer full: no claim at all
+    assert worker.stats.claimed == 3
+
+    jobs.clock.advance(HEARTBEAT_MS)  # one renewal round covers the buffered leases too
+    assert [row(jobs, i).lease_until_ms for i in ids[:3]] == [jobs.clock.now_ms() + 30_000] * 3
+    assert not any(i in probe.runs for i in buffered)
+
+    probe.release(running)
+    probe.started(buffered[0])  # the freed slot takes the next buffered job...
+    assert worker.stats.claimed == 3  # ...with no claim between
+    probe.release_all()
+
+    def all_done() -> bool:
+        worker.run_once()
+        return all(row(jobs, i).state == "done" for i in ids)
+
+    eventually(all_done, timeout=WAIT)
+    assert [row(jobs, i).attempts for i in ids] == [1] * 5
+
+
+def test_drain_hands_the_claim_ahead_buffer_back_uncounted(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    blocked = declare("ahead_drained", probe.hold)
+    running, *buffered = in_order(jobs, blocked, [{"k": n} for n in range(3)])
+    worker = make_worker(concurrency=1, claim_ahead=2)
+    assert worker.run_once() == 3
+    (run,) = probe.started(running)
+
+    answers: list[bool] = []
+    drainer = threading.Thread(
+        target=closing_connections(lambda: answers.append(worker.drain(deadline_ms=int(WAIT * 1000)))),
+        name="test-drain",
+    )
+    drainer.start()
+    try:  # the running body keeps its slot (it ignores its signal), so the buffered two cannot start
+        eventually(lambda: [row(jobs, i).state for i in buffered] == ["ready", "ready"], timeout=WAIT)
+        assert code(run) == "X_DRAINING"
+        assert row(jobs, running).state == "running"
+    finally:
+        probe.release(running)
+        drainer.join(WAIT)
+    assert not drainer.is_alive() and answers == [True]
+
+    for job_id in buffered:
+        record = row(jobs, job_id)
+        assert (record.state, record.attempts, record.last_code) == ("ready", 0, "X_DRAINING")
+        assert record.run_at_ms is not None and record.run_at_ms <= jobs.clock.now_ms()  # claimable at once
+        assert job_id not in probe.runs  # never started
+    assert row(jobs, running).state == "done"  # it returned normally after the abort: completed
+    assert worker.state == "stopped"
+    assert (worker.stats.claimed, worker.stats.interrupted, worker.stats.completed) == (3, 2, 1)
+    assert worker.stats.retried == 0 and worker.stats.abandoned == 0
+
+
+@pytest.mark.parametrize(("body_ms", "claimed"), [(999, 3), (1_000, 1)])
+def test_a_queue_whose_attempts_average_50ms_claims_only_its_free_slots(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], body_ms: int, claimed: int
+) -> None:
+    """The average moves by a twentieth of each attempt: one of 1 000 ms brings it to 50 ms exactly
+    (claim ahead stops), one of 999 ms to 49.95 ms (it goes on)."""
+
+    def slow(run: JobRun[Any]) -> None:
+        jobs.clock.advance(body_ms)
+
+    slow_job = declare("ahead_slow", slow)
+    held = declare("ahead_after_slow", probe.hold)
+    worker = make_worker(concurrency=1, claim_ahead=2)
+    slow_id = slow_job.enqueue({"k": 1}).id
+    assert worker.run_once() == 1
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, slow_id).state == "done"
+    eventually(lambda: worker.stats.completed == 1, timeout=WAIT)
+    # the average moves just after the completion is counted, on the thread that finished the flight
+    eventually(lambda: worker._avg_ms[QUEUE] == body_ms / 20, timeout=WAIT)
+    assert worker.executions[0].duration_ms == body_ms
+
+    ids = in_order(jobs, held, [{"k": n} for n in range(4)])
+    assert worker.run_once() == claimed
+    probe.started(ids[0])
+    assert sum(row(jobs, i).state == "running" for i in ids) == claimed
+    assert worker.run_once() == 0
+
+
+def test_a_slot_takes_its_next_job_while_its_settle_is_buffered_and_wait_idle_waits_for_the_settle(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    quick = declare("settle_deferred", probe.enter)
+    first, second = in_order(jobs, quick, [{"k": 1}, {"k": 2}])
+    driver = HeldAcks(jobs.driver)
+    worker = make_worker(driver=driver, concurrency=1)
+    try:
+        assert worker.run_once() == 1
+        probe.started(first)
+        assert driver.entered.acquire(timeout=WAIT)  # first's settle is on the wire, held
+        eventually(lambda: worker.run_once() == 1, timeout=WAIT)  # ...and its slot is free already
+        probe.started(second)
+        assert driver.batches == [[first]]
+        assert [row(jobs, i).state for i in (first, second)] == ["running", "running"]
+        assert sorted(f.job.id for f in worker.in_flight()) == sorted([first, second])
+        assert worker.wait_idle(0.05) is False  # a flight is released only once its settle landed
+        assert worker.stats.completed == 0 and not worker.executions
+    finally:
+        driver.open.set()
+
+    assert worker.wait_idle(WAIT)
+    assert [row(jobs, i).state for i in (first, second)] == ["done", "done"]  # landed before wait_idle returned
+    assert driver.batches == [[first], [second]]
+    executions = sorted(worker.executions, key=lambda e: e.job_id == second)
+    assert [(e.job_id, e.outcome, e.deferred, e.landed) for e in executions] == [
+        (first, "completed", True, True),
+        (second, "completed", True, True),
+    ]
+    eventually(lambda: worker.stats.completed == 2, timeout=WAIT)
+
+
+def test_a_job_with_on_settled_waits_for_its_settle_and_hears_it_once_after_the_row_is_done(
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
+) -> None:
+    told: list[tuple[str, str, str]] = []
+
+    def hear(settled: Settled) -> None:
+        told.append((settled.job_id, settled.outcome, row(jobs, settled.job_id).state))
+
+    handle = declare("settle_waited", lambda run: "ok", on_settled=hear)
+    first, second = in_order(jobs, handle, [{"k": 1}, {"k": 2}])
+    driver = HeldAcks(jobs.driver)
+    worker = make_worker(driver=driver, concurrency=1)
+    try:
+        assert worker.run_once() == 1
+        assert driver.entered.acquire(timeout=WAIT)  # the settle is on the wire, held
+        assert worker.run_once() == 0  # the slot waits for it: on_settled must hear a landed settle
+        assert worker.wait_idle(0.05) is False
+        assert told == [] and row(jobs, first).state == "running"
+    finally:
+        driver.open.set()
+
+    assert worker.wait_idle(WAIT)
+    assert told == [(first, "completed", "done")]
+    assert worker.run_once() == 1
+    assert worker.wait_idle(WAIT)
+    assert told == [(first, "completed", "done"), (second, "completed", "done")]
+    assert [(e.deferred, e.landed) for e in worker.executions] == [(False, True), (False, True)]
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert worker.run_once() == 0
+    assert worker.drain() is True
+    assert len(told) == 2  # once each, never again
