@@ -253,6 +253,7 @@ class _Attempt:
         ex = self.execution
         ex.landed = landed
         if error is not None:  # the lease lapses and the queue redelivers the row (at-least-once)
+            ex.outcome, ex.result, ex.error = None, None, error  # counted by nothing: the redelivery counts
             log_event(logging.ERROR, "jobs.settle.failed", error=repr(error), **self._fields())
         else:
             log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=landed, **self._fields())

@@ -823,9 +823,17 @@ def test_workers_lists_this_worker_while_it_runs(
     worker.run_once()
     probe.started(job_id)
     jobs.clock.advance(HEARTBEAT_MS)
+    worker.run_once()  # a claim pass a heartbeat interval after the last write carries the registry row
     (info,) = jobs.driver.introspect.workers()
     assert info.in_flight == (job_id,)
     assert info.heartbeat_at_ms == jobs.clock.now_ms()
+
+    # with no claim pass (every slot busy) the heartbeat writes it, once 1.5 intervals have passed
+    written = info.heartbeat_at_ms
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert jobs.driver.introspect.workers()[0].heartbeat_at_ms == written
+    jobs.clock.advance(HEARTBEAT_MS)
+    assert jobs.driver.introspect.workers()[0].heartbeat_at_ms == jobs.clock.now_ms()
 
     probe.release(job_id)
     worker.stop()
@@ -1175,6 +1183,29 @@ def test_a_slot_takes_its_next_job_while_its_settle_is_buffered_and_wait_idle_wa
         (second, "completed", True, True),
     ]
     eventually(lambda: worker.stats.completed == 2, timeout=WAIT)
+
+
+class FailingAcks(Delegating):
+    """Every ``ack_many`` raises, as a connection lost mid-flush does."""
+
+    def ack_many(self, acks: Sequence[Any]) -> frozenset[str]:
+        raise ConnectionError("the database went away")
+
+
+def test_a_settle_whose_flush_failed_is_counted_by_nothing_and_its_row_waits_for_its_lease(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    quick = declare("settle_flush_failed", probe.enter)
+    (job_id,) = in_order(jobs, quick, [{"k": 1}])
+    worker = make_worker(driver=FailingAcks(jobs.driver), concurrency=1)
+
+    assert worker.run_once() == 1
+    assert worker.wait_idle(WAIT)
+    (execution,) = worker.executions
+    assert (execution.outcome, execution.landed, execution.deferred) == (None, False, True)
+    assert isinstance(execution.error, ConnectionError)
+    assert worker.stats.completed == 0  # counted once, by the attempt that lands after the redelivery
+    assert row(jobs, job_id).state == "running"  # the lease lapses and the queue delivers it again
 
 
 def test_a_job_with_on_settled_waits_for_its_settle_and_hears_it_once_after_the_row_is_done(

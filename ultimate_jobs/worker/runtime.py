@@ -419,13 +419,15 @@ class JobWorker:
             self.kick()  # the claim loop may have paused for the backlog
 
     def _finish(self, flight: InFlight, execution: JobExecution | None) -> None:
+        """Count the attempt, then let the flight go: whoever waits on the flights (``wait_idle``, a
+        drain) sees the stats, the metrics and the hand-back timer already moved."""
+        if execution is not None:
+            self._account(execution)
         with self._lock:
             self._flights.pop(flight.job.claim, None)
             if execution is not None:
                 self.executions.append(execution)
             self._lock.notify_all()
-        if execution is not None:
-            self._account(execution)
 
     def _hand_back_buffered(self) -> None:
         """A drain's hand-back: claimed jobs still waiting in the claim-ahead buffer go back to ready at

@@ -138,7 +138,7 @@ class PostgresDriver:
             else nullcontext()
         )
         with guard:
-            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, prepared=True)
+            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, binding="server")
             answers: list[Enqueued] = []
             for (_, job_id, run_id, deduped), row, request in zip(answered, rows, requests, strict=True):
                 if job_id is None:  # a concurrent enqueue committed the key after this statement's snapshot
@@ -162,7 +162,7 @@ class PostgresDriver:
             "state": "delayed" if run_at > now else "ready",
             "now": now,
         }
-        inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, prepared=True)
+        inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, binding="server")
         if inserted:
             return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
         job_id, run_id = self._lookup(row, request)
@@ -223,7 +223,7 @@ class PostgresDriver:
                 "record": record is not None,
                 **{f"w_{k}": v for k, v in (worker_row(record) if record is not None else NO_WORKER_ROW).items()},
             },
-            prepared=True,
+            binding="prepared",
         )
         claimed: list[ClaimedJob] = []
         exhausted: list[ExhaustedJob] = []
@@ -272,7 +272,7 @@ class PostgresDriver:
             "now": self._now(),
         }
         landed = (
-            frozenset(str(r[0]) for r in self.executor.query(sql.SQL_ACK, params, prepared=True))
+            frozenset(str(r[0]) for r in self.executor.query(sql.SQL_ACK, params, binding="prepared"))
             if valid
             else frozenset()
         )
@@ -300,7 +300,7 @@ class PostgresDriver:
                 "duration": options.duration_ms,
                 "now": self._now(),
             },
-            prepared=True,
+            binding="prepared",
         )
         if not landed:
             self._unowned(job_id, ref, "nack")
@@ -315,7 +315,7 @@ class PostgresDriver:
             "vt": visibility_timeout_ms,
             "now": self._now(),
         }
-        rows = self.executor.query(sql.SQL_HEARTBEAT, params, prepared=True) if valid else []
+        rows = self.executor.query(sql.SQL_HEARTBEAT, params, binding="prepared") if valid else []
         renewed = frozenset(str(r[0]) for r in rows)
         for beat in beats:
             if beat.job_id not in renewed:
@@ -341,7 +341,7 @@ class PostgresDriver:
                 "wake": step.wake_at_ms,
                 "meta": jsonb(dict(step.meta)),
             },
-            prepared=True,
+            binding="prepared",
         )
         if not landed:
             self._unowned(job_id, ref, "save_step")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import psycopg
 from django.conf import settings
@@ -18,6 +18,11 @@ from django.db import connections
 from ...errors import DriverUnavailableError
 
 Params = Mapping[str, Any] | Sequence[Any] | None
+Binding = Literal["django", "server", "prepared"]
+
+# psycopg prepares a statement after this many runs, or at once when asked (prepare=True): so high that
+# on a connection Django left at None only the statements the driver asks for are ever prepared
+ONLY_WHEN_ASKED = 2**31 - 1
 
 
 class Executor(Protocol):
@@ -25,21 +30,25 @@ class Executor(Protocol):
 
     alias: str
 
-    def query(self, sql: str, params: Params = None, *, prepared: bool = False) -> list[tuple[Any, ...]]:
-        """Run ``sql`` with ``params``; psycopg and Django errors surface as they are. ``prepared`` marks a
-        hot statement the executor may bind server-side and prepare."""
+    def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
+        """Run ``sql`` with ``params``; psycopg and Django errors surface as they are. ``binding`` marks a
+        hot-path statement the executor may bind server-side (``"server"``: enqueue) and prepare on its
+        connection (``"prepared"``: the worker's claim, ack, nack, heartbeat, step)."""
 
 
 class DjangoExecutor:
     """Statements on ``connections[alias]`` — the ambient transaction's connection when there is one.
 
-    A ``prepared`` statement (the driver's hot path: claim, ack, nack, heartbeat, step, enqueue) is
-    sent with server-side binding on the same psycopg connection, so psycopg prepares it once the
-    connection's ``prepare_threshold`` is reached (5 by default; set ``"OPTIONS": {"prepare_threshold":
-    None}`` in ``DATABASES`` behind a transaction-pooling PgBouncer older than 1.21, which cannot keep
-    prepared statements). Django's default client-side binding plans every statement anew, which for
-    ``SQL_CLAIM`` costs more than running it. Under ``DEBUG`` (or a test that captures queries) every
-    statement goes through Django's cursor instead, so ``connection.queries`` shows it.
+    A ``"server"`` statement (an enqueue) is sent with server-side binding on the same psycopg
+    connection. A ``"prepared"`` one (the worker's hot path: claim, ack, nack, heartbeat, step) is also
+    prepared there once, so Postgres plans it
+    once per connection instead of on every call (planning ``SQL_CLAIM`` costs more than running it).
+    Django turns psycopg's automatic preparing off by default (``prepare_threshold`` None, for
+    transaction-pooling proxies); these statements are prepared anyway — the worker role needs a
+    direct or session-pooled connection already, for its LISTEN session — unless ``DATABASES[alias]
+    ["OPTIONS"]`` names ``prepare_threshold`` itself: then psycopg's rule applies (``None``: never).
+    Under ``DEBUG`` (or a test that captures queries) every statement goes through Django's cursor, so
+    ``connection.queries`` shows it.
     """
 
     def __init__(self, alias: str = "default") -> None:
@@ -55,22 +64,31 @@ class DjangoExecutor:
             )
         self.alias = alias
 
-    def query(self, sql: str, params: Params = None, *, prepared: bool = False) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         conn = connections[self.alias]
-        if prepared and not (settings.DEBUG or conn.force_debug_cursor or conn.execute_wrappers):
-            return self._query_bound(conn, sql, params)
+        if binding != "django" and not (settings.DEBUG or conn.force_debug_cursor or conn.execute_wrappers):
+            return self._query_bound(conn, sql, params, prepare=binding == "prepared")
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
     @staticmethod
-    def _query_bound(conn: Any, sql: str, params: Params) -> list[tuple[Any, ...]]:
+    def _query_bound(conn: Any, sql: str, params: Params, *, prepare: bool) -> list[tuple[Any, ...]]:
         """What Django's cursor wrapper does around a statement, on a server-side binding cursor."""
         conn.close_if_health_check_failed()
         conn.ensure_connection()
         conn.validate_no_broken_transaction()
-        with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
-            cursor.execute(sql, params)
+        raw = conn.connection
+        if "prepare_threshold" in conn.settings_dict.get("OPTIONS", {}):
+            prepare_it: bool | None = None  # the project chose: psycopg's threshold rule (None never prepares)
+        elif prepare:
+            prepare_it = True
+            if raw.prepare_threshold is None:  # Django's default: prepare what is asked for, nothing else
+                raw.prepare_threshold = ONLY_WHEN_ASKED
+        else:
+            prepare_it = False
+        with conn.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            cursor.execute(sql, params, prepare=prepare_it)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
 
