@@ -72,6 +72,7 @@ class PostgresDriver:
         self._wake_lock = threading.Lock()
         self._listeners: list[Callable[[str], None]] = []
         self._wake: QueueWake | None = None
+        self._announced: dict[str, int] = {}  # queue -> the WAKE_SLOT_MS slot this process last announced it in
 
     @property
     def introspect(self) -> Any:
@@ -138,14 +139,27 @@ class PostgresDriver:
             else nullcontext()
         )
         with guard:
-            answered = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, binding="server")
+            found = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, binding="server")
+            inserted = {str(r[0]) for r in found}
+            # ids minted here are canonical already; a caller's may be spelled otherwise
+            ids = [
+                row["id"] if request.id is None else canonical_id(row["id"])
+                for row, request in zip(rows, requests, strict=True)
+            ]
+            missing = [row for row, job_id in zip(rows, ids, strict=True) if job_id not in inserted]
+            holders = self._holders(missing) if missing else {}
             answers: list[Enqueued] = []
-            for (_, job_id, run_id, deduped), row, request in zip(answered, rows, requests, strict=True):
-                if job_id is None:  # a concurrent enqueue committed the key after this statement's snapshot
-                    job_id, run_id = self._lookup(row, request)
-                if deduped and request.on_conflict == "error" and str(job_id) != row["id"]:
+            for row, own_id, request in zip(rows, ids, requests, strict=True):
+                if own_id in inserted:
+                    run_id = row["run_id"] if request.run_id is None else canonical_id(row["run_id"])
+                    answers.append(Enqueued(own_id, run_id, False))
+                    continue
+                job_id, run_id = holders[row["ord"]]
+                if job_id is None:
+                    raise self._gone(request)
+                if request.on_conflict == "error" and str(job_id) != own_id:
                     raise self._duplicate(request, job_id)
-                answers.append(Enqueued(str(job_id), str(run_id), bool(deduped)))
+                answers.append(Enqueued(str(job_id), str(run_id), True))
         return answers
 
     def _enqueue_one(self, request: EnqueueRequest) -> Enqueued:
@@ -161,14 +175,27 @@ class PostgresDriver:
             "run_at": run_at,
             "state": "delayed" if run_at > now else "ready",
             "now": now,
+            "wake": self._announce_now(request.queue, now),
         }
         inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, binding="server")
         if inserted:
             return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
         job_id, run_id = self._lookup(row, request)
-        if request.on_conflict == "error" and str(job_id) != row["id"]:
+        if request.on_conflict == "error" and str(job_id) != canonical_id(row["id"]):
             raise self._duplicate(request, job_id)
         return Enqueued(str(job_id), str(run_id), True)
+
+    def _announce_now(self, queue: str, now_ms: int) -> bool:
+        """Whether a single enqueue should announce its queue: once per queue per WAKE_SLOT_MS from this
+        process (a worker woken by the first picks the rest up on the pass after it). Inside
+        ``atomic()`` always — that transaction may roll back, and Postgres folds repeats within one."""
+        if connections[self.alias].in_atomic_block:
+            return True
+        slot = now_ms // sql.WAKE_SLOT_MS
+        if self._announced.get(queue) == slot:
+            return False
+        self._announced[queue] = slot
+        return True
 
     @staticmethod
     def _duplicate(request: EnqueueRequest, holder: Any) -> JobDuplicateError:
@@ -178,16 +205,25 @@ class PostgresDriver:
             {"job": request.name, "key": request.idempotency_key, "holder": str(holder)},
         )
 
+    def _holders(self, rows: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+        """The holder (id, run_id) of each request row SQL_ENQUEUE inserted nothing for, by ``ord``."""
+        found = self.executor.query(sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}, binding="server")
+        return {ord_: (job_id, run_id) for ord_, job_id, run_id in found}
+
+    @staticmethod
+    def _gone(request: EnqueueRequest) -> JobDuplicateError:
+        return JobDuplicateError(
+            f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
+            {"job": request.name, "key": request.idempotency_key},
+        )
+
     def _lookup(self, row: Mapping[str, Any], request: EnqueueRequest) -> tuple[Any, Any]:
         found = self.executor.query(
             sql.SQL_ENQUEUE_LOOKUP,
             {"id": row["id"], "name": request.name, "key": request.idempotency_key, "tenant": request.tenant_id or ""},
         )
         if not found:
-            raise JobDuplicateError(
-                f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
-                {"job": request.name, "key": request.idempotency_key},
-            )
+            raise self._gone(request)
         return found[0][0], found[0][1]
 
     # -- claim ---------------------------------------------------------------------------------
@@ -387,6 +423,14 @@ def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
         }
         for i, r in enumerate(requests)
     ]
+
+
+def canonical_id(value: str) -> str:
+    """A row id as Postgres prints a uuid (lower case, hyphenated); a value that is no uuid as it is."""
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        return value
 
 
 def is_uuid(value: str) -> bool:

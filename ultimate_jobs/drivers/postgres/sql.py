@@ -57,50 +57,42 @@ INSERT_JOBS_FROM_REQ = """INSERT INTO x_jobs (
 # SQL_ENQUEUE — insert a batch of jobs in ONE statement, in request order.
 # Guarantees: inserts nothing under an id that already names a row (live or finished), and nothing
 # under a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx)
-# — ON CONFLICT DO NOTHING covers both. Answers one row per request: the inserted ids, or the row
-# that already held the id or the live key (deduped). Announces each queue that got a row due within
-# WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue) — unless another live row of that queue was
-# created in the same WAKE_SLOT_MS slot (the throttle; x_jobs_state_queue_idx) or nothing was inserted.
+# — ON CONFLICT DO NOTHING covers both. Answers the ids it inserted (the caller minted them); for the
+# requests that inserted nothing the driver asks SQL_ENQUEUE_HOLDERS. Announces each queue that got a
+# row due within WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue), once per queue per batch.
+# Kept this small on purpose: Django leaves it unprepared, so Postgres plans it on every call.
 SQL_ENQUEUE = f"""
 WITH req AS (
     SELECT * FROM {ENQUEUE_RECORDSET}
 ),
 ins AS (
     {INSERT_JOBS_FROM_REQ}
-    RETURNING id, run_id, name, tenant_id, idempotency_key, queue, run_at
+    RETURNING id, queue, run_at
 ),
 wake AS (
     SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
     FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
-    LEFT JOIN LATERAL (
-        SELECT 1 AS found FROM x_jobs o
-        WHERE o.state IN {LIVE_STATES_SQL} AND o.queue = q.queue
-          AND o.created_at >= to_timestamp((%(now)s - %(now)s %% {WAKE_SLOT_MS}) / 1000.0)
-        LIMIT 1
-    ) recent ON true
-    WHERE recent.found IS NULL
 )
-SELECT r.ord,
-       coalesce(i.id, e.id, b.id, l.id),
-       coalesce(i.run_id, e.run_id, b.run_id, l.run_id),
-       i.id IS NULL AS deduped
-FROM req r
-LEFT JOIN ins i ON i.id = r.id
-LEFT JOIN ins b ON b.id <> r.id AND b.name = r.name AND b.idempotency_key = r.idempotency_key
-                AND coalesce(b.tenant_id, '') = coalesce(r.tenant_id, '')
--- the holder of a request that inserted nothing: one primary-key probe and one probe of the live-key
--- index, each skipped (a one-time filter) for a request that inserted its row, whatever the statistics say
+SELECT id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
+"""
+
+# SQL_ENQUEUE_HOLDERS — for request rows (ENQUEUE_RECORDSET) that SQL_ENQUEUE inserted nothing for: the
+# row holding each one's id (primary key), else its live key (x_jobs_name_tenant_idempotency_live_idx) —
+# a row of the same batch, or one a concurrent enqueue committed after SQL_ENQUEUE's snapshot (its ON
+# CONFLICT waited for that commit; this new statement sees it). NULL when the holder is gone already.
+SQL_ENQUEUE_HOLDERS = f"""
+SELECT r.ord, coalesce(e.id, l.id), coalesce(e.run_id, l.run_id)
+FROM {ENQUEUE_RECORDSET}
 LEFT JOIN LATERAL (
-    SELECT x.id, x.run_id FROM x_jobs x WHERE i.id IS NULL AND x.id = r.id
+    SELECT x.id, x.run_id FROM x_jobs x WHERE x.id = r.id
     LIMIT 1  -- keeps the probe a subquery: pulled up into a join, it would hash a scan of x_jobs
 ) e ON true
 LEFT JOIN LATERAL (
     SELECT x.id, x.run_id FROM x_jobs x
-    WHERE i.id IS NULL AND x.name = r.name AND coalesce(x.tenant_id, '') = coalesce(r.tenant_id, '')
+    WHERE x.name = r.name AND coalesce(x.tenant_id, '') = coalesce(r.tenant_id, '')
       AND x.idempotency_key = r.idempotency_key AND x.state IN {LIVE_STATES_SQL}
     LIMIT 1
 ) l ON true
-CROSS JOIN (SELECT count(*) FROM wake) announced
 ORDER BY r.ord
 """
 
@@ -108,9 +100,9 @@ ORDER BY r.ord
 # row, as a plain INSERT … VALUES that Postgres plans once per prepared statement). Inserts nothing under
 # an id or a live key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
 # SQL_ENQUEUE_LOOKUP for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
-# when run_at is ahead of %(now)s). Announces the queue like SQL_ENQUEUE: a row due within
-# WAKE_DUE_WITHIN_MS, unless another live row of the queue was created in the same WAKE_SLOT_MS slot
-# (x_jobs_state_queue_idx).
+# when run_at is ahead of %(now)s). Announces the queue when %(wake)s and the row is due within
+# WAKE_DUE_WITHIN_MS; the driver throttles %(wake)s to once per queue per WAKE_SLOT_MS per process
+# (Postgres serialises NOTIFYing commits; a probe of x_jobs for the throttle cost more than the insert).
 SQL_ENQUEUE_ONE = f"""
 WITH ins AS (
     INSERT INTO x_jobs (
@@ -128,12 +120,7 @@ WITH ins AS (
 wake AS (
     SELECT pg_notify('{WAKE_CHANNEL}', i.queue)
     FROM ins i
-    WHERE i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
-      AND NOT EXISTS (
-          SELECT 1 FROM x_jobs o
-          WHERE o.state IN {LIVE_STATES_SQL} AND o.queue = i.queue
-            AND o.created_at >= to_timestamp((%(now)s - %(now)s %% {WAKE_SLOT_MS}) / 1000.0)
-      )
+    WHERE %(wake)s::boolean AND i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
 )
 SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
