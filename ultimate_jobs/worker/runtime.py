@@ -343,9 +343,16 @@ class JobWorker:
         return sum(self._dispatch(job) for job in claimed)
 
     def _room(self, queue: str) -> int:
-        """Free slots, plus the claim-ahead buffer while the queue's jobs are short (caller holds the lock)."""
+        """How many jobs a claim takes for ``queue`` now (caller holds the lock): free slots, plus the
+        claim-ahead buffer while the queue's jobs are short. While every slot is busy the buffer is
+        refilled only once half of it has drained, so a claim takes many rows, not one per finished job
+        (its round trip costs the same either way)."""
+        busy, slots = self._busy[queue], self.slots[queue]
         ahead = self.claim_ahead[queue] if self._avg_ms[queue] < CLAIM_AHEAD_SHORT_JOB_MS else 0
-        return self.slots[queue] + ahead - self._busy[queue]
+        room = slots + ahead - busy
+        if busy >= slots and room * 2 < ahead:
+            return 0
+        return room
 
     def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
         announce_exhausted(rows, context=self.context)
