@@ -18,6 +18,7 @@ counted: an autoscaler must not add workers for a three-day sleep.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -41,13 +42,18 @@ _OUTCOME_SERIES = {
     "dead-lettered": "dead",
 }
 JOBS_TOTAL_OUTCOMES = ("ok", "failed", "dead")
+_JOBS_TOTAL_CHILDREN: dict[tuple[str, str], Any] = {}
 
 
 def count_outcome(queue: str, outcome: str | None) -> None:
     """Move ``jobs_total`` for an attempt's outcome; suspensions and drains add nothing."""
     series = _OUTCOME_SERIES.get(outcome or "")
-    if series is not None:
-        JOBS_TOTAL.labels(queue=queue, outcome=series).inc()
+    if series is None:
+        return
+    child = _JOBS_TOTAL_CHILDREN.get((queue, series))
+    if child is None:  # labels() costs a lock and a lookup; once per series is enough
+        child = _JOBS_TOTAL_CHILDREN[(queue, series)] = JOBS_TOTAL.labels(queue=queue, outcome=series)
+    child.inc()
 
 
 def prime_counters(queues: Iterable[str]) -> None:

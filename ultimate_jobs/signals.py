@@ -31,15 +31,17 @@ class CancelSignal:
     """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # Two signals per attempt: the Event a waiter sleeps on is made only when someone waits.
         self._lock = threading.Lock()
+        self._aborted = False
+        self._event: threading.Event | None = None
         self._reason: UltimateError | None = None
         self._callbacks: list[Callable[[UltimateError], None]] = []
 
     @property
     def aborted(self) -> bool:
         """True once :meth:`abort` ran."""
-        return self._event.is_set()
+        return self._aborted
 
     @property
     def reason(self) -> UltimateError | None:
@@ -49,11 +51,14 @@ class CancelSignal:
     def abort(self, reason: UltimateError | None = None) -> bool:
         """Abort with ``reason`` (default ``X_ABORTED``). The first abort wins; answers whether this one did."""
         with self._lock:
-            if self._event.is_set():
+            if self._aborted:
                 return False
             self._reason = reason or JobAbortedError("the run was cancelled")
             callbacks, self._callbacks = self._callbacks, []
-            self._event.set()
+            self._aborted = True
+            event = self._event
+        if event is not None:
+            event.set()
         for callback in callbacks:
             try:
                 callback(self._reason)
@@ -71,12 +76,18 @@ class CancelSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on abort. Answers :attr:`aborted`."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._aborted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[UltimateError], None]) -> None:
         """Call ``fn(reason)`` on abort — at once when already aborted."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._aborted:
                 self._callbacks.append(fn)
                 return
         assert self._reason is not None

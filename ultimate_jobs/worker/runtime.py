@@ -382,8 +382,7 @@ class JobWorker:
     def _execute(self, flight: InFlight) -> None:
         job = flight.job
         execution: JobExecution | None = None
-        release_stale_connections()
-        try:
+        try:  # the connection was checked after this thread's last job (and a new thread has none)
             execution = execute_job(
                 job,
                 driver=self.driver,

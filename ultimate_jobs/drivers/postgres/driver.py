@@ -265,7 +265,7 @@ class PostgresDriver:
         exhausted: list[ExhaustedJob] = []
         for row in rows:
             if row[0] == "claimed":
-                steps = tuple(step_record(s) for s in from_jsonb(row[-1]))
+                steps = () if row[-1] == "[]" else tuple(step_record(s) for s in from_jsonb(row[-1]))
                 claimed.append(claimed_job(row[1:-1], steps))
             else:
                 buried = job_record(row[1:-1])

@@ -8,12 +8,13 @@ from typing import Any
 from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, JobRecord, Progress, StepRecord, WorkerInfo
 from .executor import from_jsonb, jsonb
 
-# Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms).
+# Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms;
+# uuids as text, which is what the records hold).
 JOB_COLUMNS = """
-    j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts, j.max_attempts,
+    j.id::text, j.run_id::text, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts, j.max_attempts,
     j.priority, (extract(epoch from j.run_at) * 1000)::bigint, (extract(epoch from j.created_at) * 1000)::bigint,
     (extract(epoch from j.updated_at) * 1000)::bigint, j.input, j.last_error, j.last_code,
-    (extract(epoch from j.finished_at) * 1000)::bigint, j.worker_id, j.claim,
+    (extract(epoch from j.finished_at) * 1000)::bigint, j.worker_id, j.claim::text,
     (extract(epoch from j.lease_until) * 1000)::bigint, j.progress, j.enqueued_by, j.traceparent, j.concurrency_key
 """
 

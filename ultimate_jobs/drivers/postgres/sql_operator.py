@@ -124,7 +124,7 @@ moved AS (
     RETURNING {JOB_COLUMNS}
 ),
 dropped AS (
-    DELETE FROM x_job_steps s USING moved m, cut c WHERE s.job_id = m.id AND s.seq >= c.seq
+    DELETE FROM x_job_steps s USING moved m, cut c WHERE s.job_id = m.id::uuid AND s.seq >= c.seq
 ),
 woke AS (
     SELECT pg_notify('{WAKE_CHANNEL}', m.queue) FROM moved m
