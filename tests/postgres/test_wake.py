@@ -225,3 +225,40 @@ def test_stopping_a_proven_wake_is_not_reported_unverified(
     clock.advance(60_000)  # long past the proof window: stop() clears the live flag, nothing awaits proof
     assert wake.stop(timeout=WAIT) is True
     assert not events(logs, "jobs.wake.unverified")
+
+
+def _heard(conn: psycopg.Connection[Any], want: int, timeout: float = 5.0) -> list[str]:
+    """The queue names announced on ``conn`` (LISTENing), read until ``want`` arrived or ``timeout``."""
+    heard: list[str] = []
+    for note in conn.notifies(timeout=timeout, stop_after=want):
+        heard.append(note.payload)
+    return heard
+
+
+def test_every_single_enqueue_announces_its_queue_and_a_batch_announces_once_per_queue(
+    admin: psycopg.Connection[Any],
+) -> None:
+    """Back to back into one queue, each single enqueue wakes the workers: a throttle that skipped the
+    second would leave an idle worker asleep until its next poll (up to 5 s)."""
+    from tests.conftest import installed
+    from ultimate_jobs import JobRun, job
+    from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+
+    admin.execute(f"LISTEN {WAKE_CHANNEL}")
+    clock = FrozenClock()
+    with installed(clock, PostgresDriver(clock=clock)) as env:
+
+        @job(name="wake_announce", idempotency_key=lambda i: str(i["k"]), tenant="none", queue="wake-q")
+        def announced(run: JobRun[Any]) -> None:
+            return None
+
+        announced.enqueue({"k": 1})
+        announced.enqueue({"k": 2})
+        assert _heard(admin, 2) == ["wake-q", "wake-q"]
+
+        announced.enqueue({"k": 3}, delay="1h")  # due an hour out: nothing to wake for
+        announced.enqueue({"k": 1})  # deduped: nothing inserted, nothing announced
+        env.driver.enqueue_many([announced.build_request({"k": n}) for n in range(10, 20)])
+        env.driver.enqueue_many([announced.build_request({"k": n}, queue="wake-r") for n in range(20, 25)])
+        # asks for one more than expected: the delayed and the deduped enqueue must not have announced
+        assert sorted(_heard(admin, 3, timeout=1.0)) == ["wake-q", "wake-r"]

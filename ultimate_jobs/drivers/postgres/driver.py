@@ -72,7 +72,6 @@ class PostgresDriver:
         self._wake_lock = threading.Lock()
         self._listeners: list[Callable[[str], None]] = []
         self._wake: QueueWake | None = None
-        self._announced: dict[str, int] = {}  # queue -> the WAKE_SLOT_MS slot this process last announced it in
 
     @property
     def introspect(self) -> Any:
@@ -175,7 +174,6 @@ class PostgresDriver:
             "run_at": run_at,
             "state": "delayed" if run_at > now else "ready",
             "now": now,
-            "wake": self._announce_now(request.queue, now),
         }
         inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, binding="server")
         if inserted:
@@ -184,18 +182,6 @@ class PostgresDriver:
         if request.on_conflict == "error" and str(job_id) != canonical_id(row["id"]):
             raise self._duplicate(request, job_id)
         return Enqueued(str(job_id), str(run_id), True)
-
-    def _announce_now(self, queue: str, now_ms: int) -> bool:
-        """Whether a single enqueue should announce its queue: once per queue per WAKE_SLOT_MS from this
-        process (a worker woken by the first picks the rest up on the pass after it). Inside
-        ``atomic()`` always — that transaction may roll back, and Postgres folds repeats within one."""
-        if connections[self.alias].in_atomic_block:
-            return True
-        slot = now_ms // sql.WAKE_SLOT_MS
-        if self._announced.get(queue) == slot:
-            return False
-        self._announced[queue] = slot
-        return True
 
     @staticmethod
     def _duplicate(request: EnqueueRequest, holder: Any) -> JobDuplicateError:

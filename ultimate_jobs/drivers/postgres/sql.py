@@ -12,7 +12,6 @@ from .rows import JOB_COLUMNS, STEP_COLUMNS
 
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 WAKE_CHANNEL = "x_jobs_wake"
-WAKE_SLOT_MS = 250
 WAKE_DUE_WITHIN_MS = 1_000
 
 # The upsert of a worker's registry row (x_workers, primary key): the whole row is replaced, the heartbeat
@@ -100,9 +99,9 @@ ORDER BY r.ord
 # row, as a plain INSERT … VALUES that Postgres plans once per prepared statement). Inserts nothing under
 # an id or a live key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
 # SQL_ENQUEUE_LOOKUP for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
-# when run_at is ahead of %(now)s). Announces the queue when %(wake)s and the row is due within
-# WAKE_DUE_WITHIN_MS; the driver throttles %(wake)s to once per queue per WAKE_SLOT_MS per process
-# (Postgres serialises NOTIFYing commits; a probe of x_jobs for the throttle cost more than the insert).
+# when run_at is ahead of %(now)s). Announces the queue when the row is due within WAKE_DUE_WITHIN_MS —
+# every time: a throttle that skips the announcement can leave an idle worker asleep until its next
+# poll, and probing x_jobs for whether another announcement covers it cost more than the insert.
 SQL_ENQUEUE_ONE = f"""
 WITH ins AS (
     INSERT INTO x_jobs (
@@ -120,7 +119,7 @@ WITH ins AS (
 wake AS (
     SELECT pg_notify('{WAKE_CHANNEL}', i.queue)
     FROM ins i
-    WHERE %(wake)s::boolean AND i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
+    WHERE i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
 )
 SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
