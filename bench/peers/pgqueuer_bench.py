@@ -7,10 +7,11 @@ runs); enqueue one per call with ``SyncQueries(SyncPsycopgDriver(psycopg.connect
 the list form ``enqueue([names], [payloads], [priorities])``; the worker is
 ``QueueManager(Queries(AsyncpgDriver(await asyncpg.connect(dsn))))`` with async ``@qm.entrypoint``
 handlers. ``S`` slots run as ``qm.run(batch_size=S)`` — for S = 10 exactly ``qm.run()`` at its defaults,
-pgqueuer's fastest documented configuration (BENCH.md). ``max_concurrent_tasks`` stays at its default
-(no cap): capping it at S forces a batch of S // 2 (pgqueuer refuses a cap below twice the batch size)
-and measured pgqueuer at a third of its default speed, which would flatter ours. A finished job leaves the ``pgqueuer`` table and gets a ``successful`` row in
-``pgqueuer_log`` whose ``created`` is when the worker flushed that completion.
+pgqueuer's fastest documented configuration. ``max_concurrent_tasks`` stays at its default (no cap):
+capping it at S forces a batch of S // 2 (pgqueuer refuses a cap below twice the batch size) and
+measured pgqueuer at a third of its default speed, which would flatter ours. A finished job leaves the
+``pgqueuer`` table and gets a ``successful`` row in ``pgqueuer_log`` whose ``created`` is when the
+worker flushed that completion.
 """
 
 from __future__ import annotations
