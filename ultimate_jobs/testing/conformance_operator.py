@@ -670,6 +670,20 @@ class OperatorContract:
         [worker] = introspect.workers()
         assert worker.in_flight == in_flight[:MAX_WORKER_IN_FLIGHT]
 
+    def test_a_claim_carrying_a_registry_row_writes_it_whether_or_not_it_takes_a_job(
+        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+    ) -> None:
+        idle = _worker("w1", clock.now_ms())
+        assert driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=idle) == []
+        assert introspect.workers() == [idle]
+        driver.enqueue(request())
+        clock.advance(1_000)
+        busy = replace(idle, heartbeat_at_ms=clock.now_ms(), in_flight=(new_id(),))
+        assert len(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=busy)) == 1
+        assert introspect.workers() == [busy]
+        driver.claim(queues=[QUEUE], limit=1, worker_id="w1")  # no row carried: the registry is left alone
+        assert introspect.workers() == [busy]
+
     def test_remove_worker(self, introspect: JobIntrospection, clock: FrozenClock) -> None:
         introspect.record_worker(_worker("w1", clock.now_ms()))
         introspect.record_worker(_worker("w2", clock.now_ms()))
