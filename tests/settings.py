@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",  # the admin's CSS, served by the browser tests' live server
     "ultimate_jobs",
     "demo_project.shop",
+    "tests.secapp",
 ]
 
 # pytest-django creates test_<NAME>; set ULTIMATE_JOBS_TEST_DB per checkout/CI job so

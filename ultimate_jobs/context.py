@@ -84,8 +84,20 @@ def check_org(org_id: object, *, model: str) -> None:
             f"{model}: a tenant-scoped read ran with no org (tenant='none'); wrap it in cross_tenant(reason, fn)",
             {"model": model},
         )
-    if str(org_id) != scope.actor.org_id:
+    if org_id is None or str(org_id) != scope.actor.org_id:
+        # never name the other org: the refusal must not tell a run which orgs exist
         raise TenancyActorMismatchError(
-            f"{model}: the row belongs to org {org_id}, the run acts under {scope.actor.org_id}",
-            {"model": model, "row_org": str(org_id), "actor_org": scope.actor.org_id},
+            f"{model}: the row belongs to another org than the one this run acts under ({scope.actor.org_id})",
+            {"model": model, "actor_org": scope.actor.org_id},
         )
+
+
+def guarded_org() -> str | None:
+    """The org a guarded scope acts under, or ``None`` when the guard is off (outside any scope, or inside
+    ``cross_tenant``). A guarded scope with no org raises ``X_TENANCY_ACTOR_ORG_REQUIRED``."""
+    scope = _scope.get()
+    if scope is None or scope.cross_tenant_reason is not None:
+        return None
+    if scope.actor.org_id is None:
+        check_org(None, model="a tenant-scoped model")
+    return scope.actor.org_id

@@ -8,12 +8,24 @@ tenant-scoped read in a ``tenant="none"`` job outside :func:`cross_tenant` is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from functools import reduce
+from operator import or_
 from typing import Any, ClassVar
 
 from django.db import models
+from django.db.models.signals import class_prepared
 
-from .context import Actor, _scope, acting_as, check_org, cross_tenant, current_actor, current_tenant
+from .context import (
+    Actor,
+    _scope,
+    acting_as,
+    check_org,
+    cross_tenant,
+    current_actor,
+    current_tenant,
+    guarded_org,
+)
 
 __all__ = [
     "Actor",
@@ -95,14 +107,53 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
 
     def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
         objs = list(objs)
-        field = self._tenant_field()
+        field, name = self._tenant_field(), self.model.__name__
         for obj in objs:
-            check_org(getattr(obj, field), model=self.model.__name__)
+            check_org(getattr(obj, field), model=name)
+        if kwargs.get("update_conflicts") and objs:
+            self._refuse_conflicts_elsewhere(objs, kwargs.get("unique_fields"))
         return super().bulk_create(objs, *args, **kwargs)
+
+    def _refuse_conflicts_elsewhere(self, objs: Sequence[Any], unique_fields: Sequence[str] | None) -> None:
+        """``bulk_create(update_conflicts=True)`` updates the STORED row a new one conflicts with: refuse
+        when any such row belongs to another org (its ``ON CONFLICT DO UPDATE`` would move it)."""
+        org = guarded_org()
+        if org is None:
+            return
+        fields = list(unique_fields or ()) or [self.model._meta.pk.attname]
+        fields = [self.model._meta.pk.attname if f == "pk" else f for f in fields]
+        keys = [{f: getattr(obj, _attname(self.model, f)) for f in fields} for obj in objs]
+        match = reduce(or_, (models.Q(**key) for key in keys))
+        if _unguarded(self.model, self.db).filter(match).exclude(**{self._tenant_field(): org}).exists():
+            check_org(None, model=self.model.__name__)
+
+
+def _attname(model: type[models.Model], name: str) -> str:
+    """The attribute a field's value lives in on an instance (``org_id`` for a ``ForeignKey`` ``org``)."""
+    return str(getattr(model._meta.get_field(name), "attname", name))
+
+
+def _unguarded(model: type[models.Model], using: str | None) -> models.QuerySet[Any]:
+    """A plain queryset over ``model`` — for the guard's own probes of stored rows, never handed out."""
+    return models.QuerySet(model, using=using)
 
 
 class TenantScopedModel(models.Model):
-    """An abstract base for tenant-owned models: the manager guards reads, ``save()``/``delete()`` guard writes."""
+    """An abstract base for tenant-owned models, guarded in three places:
+
+    - every row loaded from the database, whatever loaded it (the manager, the base manager, a related
+      descriptor, ``select_related``, ``prefetch_related``, ``refresh_from_db``, ``raw()``, async
+      iteration), is checked as it is built (``from_db``);
+    - the manager's reads that build no rows (``values()``, ``count()``, ``aggregate()`` …) and bulk
+      writes ask first whether the selection reaches another org's rows — the base manager is the
+      guarded one too;
+    - ``save()`` of an existing row updates only where the STORED org is the acting org, ``delete()``
+      deletes only such a row, and ``bulk_create(update_conflicts=True)`` refuses a conflict with
+      another org's row — each a refusal (``X_TENANCY_ACTOR_MISMATCH``), never a silent insert or no-op.
+
+    >>> class Order(TenantScopedModel):
+    ...     org_id = models.CharField(max_length=64)
+    """
 
     TENANT_FIELD: ClassVar[str] = "org_id"
 
@@ -111,10 +162,46 @@ class TenantScopedModel(models.Model):
     class Meta:
         abstract = True
 
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Any:
+        instance = super().from_db(db, field_names, values)
+        if guarded_org() is not None:
+            attname = _attname(cls, cls.TENANT_FIELD)
+            # a row loaded without its org (only()/defer()/raw() without the column) cannot be checked
+            org = instance.__dict__.get(attname)
+            check_org(org, model=cls.__name__)
+        return instance
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         check_org(getattr(self, self.TENANT_FIELD), model=type(self).__name__)
         super().save(*args, **kwargs)
 
+    def _do_update(self, base_qs: Any, *args: Any, **kwargs: Any) -> bool:
+        org = guarded_org()
+        if org is None:
+            return bool(super()._do_update(base_qs, *args, **kwargs))
+        # the UPDATE carries the org in its WHERE: a pk of another org's row updates nothing ...
+        updated = bool(super()._do_update(base_qs.filter(**{self.TENANT_FIELD: org}), *args, **kwargs))
+        if not updated and _unguarded(type(self), base_qs.db).filter(pk=self.pk).exists():
+            check_org(None, model=type(self).__name__)  # ... and is refused, never turned into an insert
+        return updated
+
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        check_org(getattr(self, self.TENANT_FIELD), model=type(self).__name__)
+        name = type(self).__name__
+        check_org(getattr(self, self.TENANT_FIELD), model=name)
+        org = guarded_org()
+        if org is not None and self.pk is not None:
+            stored = _unguarded(type(self), self._state.db).filter(pk=self.pk).values_list(self.TENANT_FIELD, flat=True)
+            for stored_org in stored:
+                check_org(stored_org, model=name)
         return super().delete(*args, **kwargs)
+
+
+def _use_the_guarded_base_manager(sender: type[models.Model], **_: Any) -> None:
+    """Every concrete tenant-scoped model's base manager (related descriptors, ``refresh_from_db``, the
+    deletion collector) is its guarded ``objects``, unless the model names one itself."""
+    if issubclass(sender, TenantScopedModel) and not sender._meta.abstract and sender._meta.base_manager_name is None:
+        sender._meta.base_manager_name = "objects"
+
+
+class_prepared.connect(_use_the_guarded_base_manager)

@@ -158,6 +158,8 @@ def test_a_rolled_back_enqueue_never_runs_and_a_committed_one_runs_once(children
     assert len(effects("committed")) == 1
     assert effects("rolled-back") == []
     assert query("SELECT id::text FROM x_outbox") == [(kept,)]  # the rolled-back row never existed
+    # the body's effect commits before its settle lands (the worker acks in batches): wait for the settle
+    eventually(lambda: query("SELECT state FROM x_jobs WHERE id = %s", [kept]) == [("done",)], timeout=START_S)
     assert query("SELECT id::text, idempotency_key, state FROM x_jobs") == [(kept, "committed", "done")]
     assert lost != kept
     for child in (relay, worker):
@@ -186,6 +188,7 @@ def test_a_relay_sigkilled_before_publishing_is_replaced_and_the_job_runs_once(
     assert row["claimed_at"] >= held["claimed_at"] + timedelta(seconds=2)  # B waited out A's lease
     assert published >= row["claimed_at"]
     assert len(effects("killed-before-publish")) == 1
+    eventually(lambda: query("SELECT state FROM x_jobs WHERE id = %s", [job_id]) == [("done",)], timeout=START_S)
     assert query("SELECT id::text, state, attempts FROM x_jobs") == [(job_id, "done", 1)]
     assert "ERROR" not in b.stderr, b.describe()
 
