@@ -12,12 +12,13 @@ from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth import get_permission_codename
 from django.db import models
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from ..drivers.base import MAX_FILTER_CHARS
 from ..errors import UltimateError
 from ._format import now_ms
 
@@ -28,6 +29,20 @@ if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
 else:  # ModelAdmin is generic for the type checker only
     _ModelAdmin = admin.ModelAdmin
+
+
+def bad_query(request: HttpRequest) -> HttpResponseBadRequest | None:
+    """A 400 for a query string no filter can use — a NUL byte (Postgres text cannot hold one) or a value
+    longer than MAX_FILTER_CHARS — instead of the database error a filter on it would raise."""
+    for key, values in request.GET.lists():
+        for text in (key, *values):
+            if "\x00" in text or len(text) > MAX_FILTER_CHARS:
+                what = "a NUL byte" if "\x00" in text else f"more than {MAX_FILTER_CHARS} characters"
+                return HttpResponseBadRequest(
+                    f"X_JOB_PAGE_INVALID: the filter {key[:40]!r} has {what}; no job matches it".encode(),
+                    content_type="text/plain; charset=utf-8",
+                )
+    return None
 
 
 class ReadOnlyAdmin(_ModelAdmin):

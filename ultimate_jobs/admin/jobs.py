@@ -38,7 +38,7 @@ from ._format import (
     pretty_json,
     time_html,
 )
-from ._support import Outcome, ReadOnlyAdmin, per_row, report
+from ._support import Outcome, ReadOnlyAdmin, bad_query, per_row, report
 from .filters import CappedPaginator, JobNameFilter, QueueFilter, TenantFilter
 
 FINISHED_STATES = ("done", "failed", "dead", "cancelled")
@@ -74,6 +74,9 @@ class JobPagesAdmin(ReadOnlyAdmin):
     # -- the list ------------------------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        refusal = bad_query(request)
+        if refusal is not None:
+            return refusal
         title = str(self.opts.verbose_name_plural).capitalize()
         return super().changelist_view(
             request, {"title": title, "uj_tabs": self.tabs(request), **(extra_context or {})}

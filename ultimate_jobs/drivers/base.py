@@ -265,6 +265,9 @@ class JobFilter:
     after: str | None = None
     before: str | None = None
 
+    def __post_init__(self) -> None:
+        check_filter_text(self, ("queue", "name", "tenant_id", "id_prefix", "after", "before"))
+
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
@@ -287,6 +290,37 @@ class BulkFilter:
     queue: str | None = None
     name: str | None = None
     tenant_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_filter_text(self, ("queue", "name", "tenant_id"))
+
+
+# The longest text a list or bulk filter takes: longer names no row, and an attacker's megabyte of
+# filter text should not reach the database.
+MAX_FILTER_CHARS = 500
+
+
+def check_filter_text(flt: object, fields: Sequence[str]) -> None:
+    """Refuse a filter whose text no row can hold — a NUL byte (Postgres text cannot store one, and the
+    driver would answer a DataError) or more than MAX_FILTER_CHARS — with ``X_JOB_PAGE_INVALID``, before
+    any statement runs."""
+    from ..errors import JobPageInvalidError
+
+    for name in fields:
+        value = getattr(flt, name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise JobPageInvalidError(f"{name} must be text, got {type(value).__name__}", {"field": name})
+        if "\x00" in value:
+            raise JobPageInvalidError(
+                f"{name} contains a NUL byte; no job has one — check how the value was built", {"field": name}
+            )
+        if len(value) > MAX_FILTER_CHARS:
+            raise JobPageInvalidError(
+                f"{name} is {len(value)} characters; a filter takes at most {MAX_FILTER_CHARS}",
+                {"field": name, "max": MAX_FILTER_CHARS},
+            )
 
 
 @dataclass(frozen=True, slots=True)
