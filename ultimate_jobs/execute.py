@@ -25,6 +25,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
@@ -201,6 +202,8 @@ class _Attempt:
 
     def progress(self, done: float, total: float | None, note: str | None) -> None:
         now = self.clock.now_ms()
+        if note is not None:
+            note = self.scrub(note)  # stored and shown on every operator surface: never a secret in clear
         self._progress_pending = Progress(done=done, total=total, note=note, at_ms=now)
         if now - self._progress_last >= PROGRESS_INTERVAL_MS:
             self._flush_progress()
@@ -364,12 +367,19 @@ class _Attempt:
             ctx=self.context,
             tenant_id=self.tenant_id,
         )
-        ex.on_settled_error = run_on_settled(self.handle, settled, self.tenant_id)
+        ex.on_settled_error = run_on_settled(self.handle, settled, self.tenant_id, scrub_text=self.scrub)
 
 
-def run_on_settled(handle: JobHandle[Any, Any], settled: Settled, tenant_id: str | None) -> UltimateError | None:
+def run_on_settled(
+    handle: JobHandle[Any, Any],
+    settled: Settled,
+    tenant_id: str | None,
+    *,
+    scrub_text: Callable[[str], str] = lambda text: text,
+) -> UltimateError | None:
     """Tell ``handle.on_settled`` how the run ended: up to 3 tries back to back, under the job's tenant.
-    A hook that keeps throwing is logged ``jobs.on-settled.failed`` and answered, never raised."""
+    A hook that keeps throwing is logged ``jobs.on-settled.failed`` and answered, never raised; its
+    error text passes ``scrub_text`` first (the job's secrets masked — a hook may quote its input)."""
     hook = handle.on_settled
     if hook is None:
         return None
@@ -382,7 +392,7 @@ def run_on_settled(handle: JobHandle[Any, Any], settled: Settled, tenant_id: str
         except Exception as exc:
             last = exc
     error = JobOnSettledFailedError(
-        f"{handle.name}: on_settled threw on all {ON_SETTLED_ATTEMPTS} tries: {last!r}",
+        scrub_text(f"{handle.name}: on_settled threw on all {ON_SETTLED_ATTEMPTS} tries: {last!r}"),
         {"job": handle.name, "job_id": settled.job_id, "outcome": settled.outcome},
     )
     log_event(
@@ -392,9 +402,13 @@ def run_on_settled(handle: JobHandle[Any, Any], settled: Settled, tenant_id: str
         name=handle.name,
         outcome=settled.outcome,
         code=error.code,
-        error=repr(last),
+        error=scrub_text(repr(last)),
     )
     return error
+
+
+def _scrub_text(secrets: set[str], text: str) -> str:
+    return str(scrub(text, secrets))
 
 
 def _describe(error: BaseException) -> str:
@@ -658,7 +672,13 @@ def announce_exhausted(rows: list[ExhaustedJob], *, context: Callable[[], Any] |
             ctx=context() if context is not None else None,
             tenant_id=row.tenant_id,
         )
-        run_on_settled(handle, settled, row.tenant_id if handle.tenant != "none" else None)
+        secrets = secret_values(secret_mask(handle.input_model), row.input)
+        run_on_settled(
+            handle,
+            settled,
+            row.tenant_id if handle.tenant != "none" else None,
+            scrub_text=partial(_scrub_text, secrets),
+        )
 
 
 def drop_exhausted_names() -> frozenset[str]:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
+from urllib.parse import quote, quote_plus
 
 import pydantic
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr
@@ -234,9 +236,22 @@ def _texts(value: Any) -> Iterator[str]:
 
 def scrub(value: Any, secrets: Iterable[str]) -> Any:
     """``value`` (a string or a JSON value) with every occurrence of each secret of at least
-    :data:`MIN_SCRUB_LENGTH` characters replaced by :data:`MASK`, at any depth. Keys are kept."""
-    needles = sorted((s for s in secrets if len(s) >= MIN_SCRUB_LENGTH), key=len, reverse=True)
+    :data:`MIN_SCRUB_LENGTH` characters replaced by :data:`MASK`, at any depth. Keys are kept.
+
+    Each secret is looked for in every way a message commonly quotes it (:func:`renderings`): as it is,
+    as ``repr()`` and JSON escape it (a ``KeyError`` message, a quote or backslash in the secret), and
+    URL-encoded — and each of those escaped once more (a repr of a message that quoted it)."""
+    forms = {form for secret in secrets for form in renderings(secret)}
+    needles = sorted(forms, key=len, reverse=True)
     return _scrub(value, needles) if needles else value
+
+
+def renderings(secret: str) -> set[str]:
+    """The texts :func:`scrub` removes for ``secret``: the secret, its ``repr()`` and JSON escapes, its
+    URL encodings, and the repr/JSON escape of each of those — every one at least MIN_SCRUB_LENGTH long."""
+    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret)}
+    forms |= {repr(form)[1:-1] for form in list(forms)} | {json.dumps(form)[1:-1] for form in list(forms)}
+    return {form for form in forms if len(form) >= MIN_SCRUB_LENGTH}
 
 
 def _scrub(value: Any, needles: list[str]) -> Any:

@@ -3,8 +3,10 @@ on_settled, the final-attempt burial and progress."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -681,3 +683,58 @@ def test_a_secret_the_body_quotes_in_its_error_stays_out_of_the_row_the_log_and_
     assert "hunter2-secret" not in (told[0].error or "")
     assert all("hunter2-secret" not in str(getattr(r, "jobs", "")) for r in caplog.records)
     assert "the site refused" in (record.last_error or "")
+
+
+# A secret with a quote, a backslash and a character URLs encode: each rendering differs from the text.
+AWKWARD_SECRET = "hunter2'\"\\ pass/word"
+
+
+@pytest.mark.parametrize(
+    "quote",
+    [
+        pytest.param(lambda s: s, id="as-is"),
+        pytest.param(repr, id="repr"),
+        pytest.param(lambda s: json.dumps(s), id="json"),
+        pytest.param(lambda s: repr(repr(s)), id="repr-of-repr"),
+        pytest.param(lambda s: urllib.parse.quote(s, safe=""), id="url"),
+        pytest.param(lambda s: urllib.parse.quote_plus(s), id="url-plus"),
+        pytest.param(lambda s: repr({"password": s}), id="a-dict-in-a-message"),
+    ],
+)
+def test_a_secret_quoted_in_any_rendering_is_scrubbed_from_the_row_the_logs_on_settled_and_progress(
+    jobs: JobsEnv, caplog: pytest.LogCaptureFixture, quote: Callable[[str], str]
+) -> None:
+    from pydantic import BaseModel, SecretStr
+
+    class Login(BaseModel):
+        user: str
+        password: SecretStr
+
+    told: list[Settled] = []
+
+    def tell(settled: Settled) -> None:
+        told.append(settled)
+        raise KeyError(AWKWARD_SECRET)  # the hook's own error quotes the secret through repr()
+
+    @job(input=Login, idempotency_key=lambda i: i.user, tenant="none", retry={"attempts": 1}, on_settled=tell)
+    def log_in(run: JobRun[Login]) -> None:
+        secret = run.input.password.get_secret_value()
+        run.progress(1, 2, f"trying {quote(secret)}")
+        raise RuntimeError(f"the site refused {quote(secret)}")
+
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    job_id = log_in.enqueue({"user": "ada", "password": AWKWARD_SECRET}).id
+    run_jobs(clock=jobs.clock)
+    record = jobs.driver.introspect.get(job_id)
+    assert record is not None and record.state == "dead"
+    texts = [
+        record.last_error or "",
+        record.progress.note if record.progress else "",
+        told[0].error or "",
+        *(str(getattr(r, "jobs", "")) for r in caplog.records),
+        *(r.getMessage() for r in caplog.records),
+    ]
+    needles = {quote(AWKWARD_SECRET), AWKWARD_SECRET, "hunter2"}
+    leaks = [(needle, text) for text in texts for needle in needles if needle in text]
+    assert leaks == []
+    assert "the site refused" in (record.last_error or "") and "trying" in (record.progress.note or "")
