@@ -56,9 +56,18 @@ class SecretMask:
     items: SecretMask | None = None
     values: SecretMask | None = None
     models: tuple[type, ...] = ()
+    leaves: bool = False
+    """Every scalar at any depth (text, numbers) is a secret; the structure (keys, lengths) is not."""
 
     def __bool__(self) -> bool:
-        return self.whole or bool(self.fields) or self.items is not None or self.values is not None or bool(self.models)
+        return (
+            self.whole
+            or self.leaves
+            or bool(self.fields)
+            or self.items is not None
+            or self.values is not None
+            or bool(self.models)
+        )
 
     def field(self, key: str) -> SecretMask | None:
         """The mask of one key of a mapping: its field's, else every value's."""
@@ -69,6 +78,23 @@ class SecretMask:
 def secret_mask(model: type[BaseModel] | None) -> SecretMask | None:
     """The secret positions of ``model``'s JSON payload, or ``None`` when it declares none."""
     return None if model is None else _mask_of(model)
+
+
+UNDECLARED = SecretMask(leaves=True)
+"""The mask of a job this process does not declare: with no model to say where its secrets are, every
+scalar of its input is treated as one (fail closed) — a web process that never imports the job module,
+or a job renamed while its dead letters remain, shows the input's shape and none of its values."""
+
+
+def job_secret_mask(name: str) -> SecretMask | None:
+    """The secret mask of the job registered as ``name`` (its input model's), or :data:`UNDECLARED` when
+    no job of that name is registered in this process."""
+    from . import registry  # lazily: the job declarations import this module
+
+    handle = registry.lookup(name)
+    if handle is None or not hasattr(handle, "input_model"):
+        return UNDECLARED
+    return secret_mask(handle.input_model)
 
 
 def _is_secret(tp: Any) -> bool:
@@ -191,6 +217,8 @@ def redact(mask: SecretMask | None, value: Any) -> Any:
     stays ``None`` (an unset secret reveals nothing). ``value`` is not modified."""
     if not mask or value is None:
         return value
+    if mask.leaves:
+        return _mask_leaves(value)
     mask = _expand(mask)
     if mask.whole:
         return MASK
@@ -209,8 +237,19 @@ def secret_values(mask: SecretMask | None, value: Any) -> set[str]:
     return found
 
 
+def _mask_leaves(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _mask_leaves(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask_leaves(item) for item in value]
+    return value if value is None or isinstance(value, bool) else MASK
+
+
 def _walk_secrets(mask: SecretMask | None, value: Any) -> Iterator[Any]:
     if not mask or value is None:
+        return
+    if mask.leaves:
+        yield value  # _texts() finds every scalar in it
         return
     mask = _expand(mask)
     if mask.whole:

@@ -122,9 +122,15 @@ def test_inspect_job_masks_secrets_and_scrubs_them_from_errors_steps_and_progres
     assert not leaks(page.as_dict())
 
 
-def test_a_job_this_process_does_not_declare_shows_its_input_as_stored(jobs: JobsEnv) -> None:
-    queued = jobs.driver.enqueue(request("elsewhere.job", input={"token": "not-known-as-secret"}))
-    assert operator.inspect_job(queued.id).job.input == {"token": "not-known-as-secret"}
+def test_a_job_this_process_does_not_declare_shows_the_shape_of_its_input_and_no_value(jobs: JobsEnv) -> None:
+    """No model says where its secrets are (a web process that never imports the job module, or a job
+    renamed while its dead letters remain): every value is treated as one — fail closed."""
+    payload = {"token": "sk-live-unknown", "nested": {"cards": ["4242-4242", 7]}, "flag": True, "none": None}
+    queued = jobs.driver.enqueue(request("elsewhere.job", input=payload))
+    shown = operator.inspect_job(queued.id).job.input
+    assert shown == {"token": MASK, "nested": {"cards": [MASK, MASK]}, "flag": True, "none": None}
+    page = operator.list_jobs(name="elsewhere.job")
+    assert "sk-live-unknown" not in str(page.as_dict()) and "4242-4242" not in str(page.as_dict())
 
 
 def test_secret_mask_covers_nesting_unions_collections_and_recursion() -> None:

@@ -22,13 +22,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from .. import operator, registry
-from ..definition import JobHandle
+from .. import operator
 from ..drivers.base import LIVE_STATES
 from ..errors import UltimateError
 from ..models import DeadLetter, Job
 from ..operator import JobActionResult, JobDetail
-from ..redaction import scrub, secret_mask, secret_values
+from ..redaction import job_secret_mask, scrub, secret_values
 from ._format import (
     EMPTY,
     badge_html,
@@ -369,9 +368,9 @@ class DeadLetterAdmin(JobPagesAdmin):
 
 
 def scrubbed(obj: Job, text: str) -> str:
-    """``text`` without the clear values of ``obj``'s secret input fields (by its declared model)."""
-    handle = registry.lookup(obj.name)
-    mask = secret_mask(handle.input_model if isinstance(handle, JobHandle) else None)
+    """``text`` without the clear values of ``obj``'s secret input fields (by its declared model; every
+    input value when this process does not declare the job)."""
+    mask = job_secret_mask(obj.name)
     if mask is None or not text:
         return text
     return str(scrub(text, secret_values(mask, obj.input)))

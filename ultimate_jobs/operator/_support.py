@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .. import registry
 from ..conf import job_driver
-from ..definition import JobHandle
 from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
-from ..redaction import SecretMask, redact, scrub, secret_mask, secret_values
+from ..redaction import SecretMask, job_secret_mask, redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow
 
 
@@ -41,7 +39,9 @@ def not_found(job_id: str) -> JobNotFoundError:
 class Redactor:
     """Redacts rows of any job: the secret mask of each job name is looked up once, in the registry.
 
-    A job this process does not declare has no model to read, so its input is shown as stored.
+    A job this process does not declare has no model to read: every value of its input is masked and
+    scrubbed from its free text (:data:`~ultimate_jobs.redaction.UNDECLARED`), so a web process that
+    does not import the job module shows no secret either.
     """
 
     def __init__(self) -> None:
@@ -49,9 +49,7 @@ class Redactor:
 
     def _mask(self, name: str) -> SecretMask | None:
         if name not in self._masks:
-            handle = registry.lookup(name)
-            model = handle.input_model if isinstance(handle, JobHandle) else None
-            self._masks[name] = secret_mask(model)
+            self._masks[name] = job_secret_mask(name)
         return self._masks[name]
 
     def secrets(self, record: JobRecord) -> set[str]:
