@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..drivers.base import MAX_FILTER_CHARS
+from ..drivers.base import filter_text_problem
 from ..errors import UltimateError
 from ._format import now_ms
 
@@ -32,14 +32,14 @@ else:  # ModelAdmin is generic for the type checker only
 
 
 def bad_query(request: HttpRequest) -> HttpResponseBadRequest | None:
-    """A 400 for a query string no filter can use — a NUL byte (Postgres text cannot hold one) or a value
-    longer than MAX_FILTER_CHARS — instead of the database error a filter on it would raise."""
+    """A 400 for a query string no filter can use (:func:`filter_text_problem`: a NUL byte, or too long)
+    instead of the database error a filter on it would raise."""
     for key, values in request.GET.lists():
         for text in (key, *values):
-            if "\x00" in text or len(text) > MAX_FILTER_CHARS:
-                what = "a NUL byte" if "\x00" in text else f"more than {MAX_FILTER_CHARS} characters"
+            problem = filter_text_problem(text)
+            if problem is not None:
                 return HttpResponseBadRequest(
-                    f"X_JOB_PAGE_INVALID: the filter {key[:40]!r} has {what}; no job matches it".encode(),
+                    f"X_JOB_PAGE_INVALID: the filter {key[:40]!r} {problem}".encode(),
                     content_type="text/plain; charset=utf-8",
                 )
     return None

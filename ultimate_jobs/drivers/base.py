@@ -300,10 +300,19 @@ class BulkFilter:
 MAX_FILTER_CHARS = 500
 
 
+def filter_text_problem(value: str) -> str | None:
+    """Why ``value`` can be no filter — a NUL byte (Postgres text cannot store one, and the driver would
+    answer a DataError) or more than MAX_FILTER_CHARS — or ``None`` when it can."""
+    if "\x00" in value:
+        return "contains a NUL byte; no job has one — check how the value was built"
+    if len(value) > MAX_FILTER_CHARS:
+        return f"is {len(value)} characters; a filter takes at most {MAX_FILTER_CHARS}"
+    return None
+
+
 def check_filter_text(flt: object, fields: Sequence[str]) -> None:
-    """Refuse a filter whose text no row can hold — a NUL byte (Postgres text cannot store one, and the
-    driver would answer a DataError) or more than MAX_FILTER_CHARS — with ``X_JOB_PAGE_INVALID``, before
-    any statement runs."""
+    """Refuse a filter whose text no row can hold (:func:`filter_text_problem`) with
+    ``X_JOB_PAGE_INVALID``, before any statement runs."""
     from ..errors import JobPageInvalidError
 
     for name in fields:
@@ -312,15 +321,9 @@ def check_filter_text(flt: object, fields: Sequence[str]) -> None:
             continue
         if not isinstance(value, str):
             raise JobPageInvalidError(f"{name} must be text, got {type(value).__name__}", {"field": name})
-        if "\x00" in value:
-            raise JobPageInvalidError(
-                f"{name} contains a NUL byte; no job has one — check how the value was built", {"field": name}
-            )
-        if len(value) > MAX_FILTER_CHARS:
-            raise JobPageInvalidError(
-                f"{name} is {len(value)} characters; a filter takes at most {MAX_FILTER_CHARS}",
-                {"field": name, "max": MAX_FILTER_CHARS},
-            )
+        problem = filter_text_problem(value)
+        if problem is not None:
+            raise JobPageInvalidError(f"{name} {problem}", {"field": name, "max": MAX_FILTER_CHARS})
 
 
 @dataclass(frozen=True, slots=True)

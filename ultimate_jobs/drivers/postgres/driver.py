@@ -153,64 +153,44 @@ class PostgresDriver:
                     run_id = row["run_id"] if request.run_id is None else canonical_id(row["run_id"])
                     answers.append(Enqueued(own_id, run_id, False))
                     continue
-                job_id, run_id = holders[row["ord"]]
-                if job_id is None:
-                    raise self._gone(request)
-                if request.on_conflict == "error" and str(job_id) != own_id:
-                    raise self._duplicate(request, job_id)
-                answers.append(Enqueued(str(job_id), str(run_id), True))
+                answers.append(self._held(request, own_id, holders[row["ord"]]))
         return answers
 
     def _enqueue_one(self, request: EnqueueRequest) -> Enqueued:
         """One request through SQL_ENQUEUE_ONE; the holder is looked up only when it inserted nothing."""
-        (row,) = enqueue_rows([request])
+        rows = enqueue_rows([request])
         now = self._now()
-        run_at = row.pop("run_at_ms")
-        run_at = now if run_at is None else run_at
-        del row["ord"]
-        params = {
-            **row,
-            "input": jsonb(row["input"]),
-            "run_at": run_at,
-            "state": "delayed" if run_at > now else "ready",
-            "now": now,
-        }
+        params = {key: value for key, value in rows[0].items() if key not in ("ord", "run_at_ms")}
+        run_at = now if rows[0]["run_at_ms"] is None else rows[0]["run_at_ms"]
+        params.update(
+            input=jsonb(params["input"]), run_at=run_at, state="delayed" if run_at > now else "ready", now=now
+        )
         inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, binding="server")
         if inserted:
             return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
-        job_id, run_id = self._lookup(row, request)
-        if request.on_conflict == "error" and str(job_id) != canonical_id(row["id"]):
-            raise self._duplicate(request, job_id)
+        return self._held(request, canonical_id(rows[0]["id"]), self._holders(rows)[0])
+
+    def _held(self, request: EnqueueRequest, own_id: str, holder: tuple[Any, Any]) -> Enqueued:
+        """The answer to a request that inserted nothing: the row holding its id or live key (deduped),
+        ``X_JOB_DUPLICATE`` when the caller asked for an error, or when the holder is gone already."""
+        job_id, run_id = holder
+        if job_id is None:
+            raise JobDuplicateError(
+                f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
+                {"job": request.name, "key": request.idempotency_key},
+            )
+        if request.on_conflict == "error" and str(job_id) != own_id:
+            raise JobDuplicateError(
+                f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {job_id}; "
+                "enqueue with on_conflict='dedupe' to answer that job instead",
+                {"job": request.name, "key": request.idempotency_key, "holder": str(job_id)},
+            )
         return Enqueued(str(job_id), str(run_id), True)
 
-    @staticmethod
-    def _duplicate(request: EnqueueRequest, holder: Any) -> JobDuplicateError:
-        return JobDuplicateError(
-            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {holder}; "
-            "enqueue with on_conflict='dedupe' to answer that job instead",
-            {"job": request.name, "key": request.idempotency_key, "holder": str(holder)},
-        )
-
     def _holders(self, rows: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
-        """The holder (id, run_id) of each request row SQL_ENQUEUE inserted nothing for, by ``ord``."""
+        """The holder (id, run_id) of each request row that inserted nothing, by ``ord``."""
         found = self.executor.query(sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}, binding="server")
         return {ord_: (job_id, run_id) for ord_, job_id, run_id in found}
-
-    @staticmethod
-    def _gone(request: EnqueueRequest) -> JobDuplicateError:
-        return JobDuplicateError(
-            f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
-            {"job": request.name, "key": request.idempotency_key},
-        )
-
-    def _lookup(self, row: Mapping[str, Any], request: EnqueueRequest) -> tuple[Any, Any]:
-        found = self.executor.query(
-            sql.SQL_ENQUEUE_LOOKUP,
-            {"id": row["id"], "name": request.name, "key": request.idempotency_key, "tenant": request.tenant_id or ""},
-        )
-        if not found:
-            raise self._gone(request)
-        return found[0][0], found[0][1]
 
     # -- claim ---------------------------------------------------------------------------------
 

@@ -36,14 +36,17 @@ ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
         traceparent text, concurrency_key text
     )"""
 
+# The head every statement that inserts jobs starts with: the columns an enqueue sets, in this order.
+INSERT_JOBS_INTO = """INSERT INTO x_jobs (
+        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
+        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+    )"""
+
 # Insert the rows of a CTE named ``req`` (ENQUEUE_RECORDSET's columns) in request order: ready, or
 # delayed when run_at is ahead of %(now)s; nothing under an id or a live key that exists (ON CONFLICT
 # DO NOTHING over the primary key and x_jobs_name_tenant_idempotency_live_idx). Shared by SQL_ENQUEUE
 # and the scheduler's SQL_SCHEDULER_FIRE; the caller appends its own RETURNING.
-INSERT_JOBS_FROM_REQ = """INSERT INTO x_jobs (
-        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
-        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
-    )
+INSERT_JOBS_FROM_REQ = f"""{INSERT_JOBS_INTO}
     SELECT id, run_id, name, queue, tenant_id, idempotency_key, input,
            CASE WHEN coalesce(run_at_ms, %(now)s) > %(now)s THEN 'delayed' ELSE 'ready' END,
            0, max_attempts, priority, to_timestamp(coalesce(run_at_ms, %(now)s) / 1000.0),
@@ -96,18 +99,15 @@ ORDER BY r.ord
 """
 
 # SQL_ENQUEUE_ONE — insert ONE job: the common path of a single enqueue (SQL_ENQUEUE's guarantees for one
-# row, as a plain INSERT … VALUES that Postgres plans once per prepared statement). Inserts nothing under
-# an id or a live key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
-# SQL_ENQUEUE_LOOKUP for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
+# row, as a plain INSERT … VALUES, cheap to plan on every call). Inserts nothing under an id or a live
+# key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
+# SQL_ENQUEUE_HOLDERS for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
 # when run_at is ahead of %(now)s). Announces the queue when the row is due within WAKE_DUE_WITHIN_MS —
 # every time: a throttle that skips the announcement can leave an idle worker asleep until its next
 # poll, and probing x_jobs for whether another announcement covers it cost more than the insert.
 SQL_ENQUEUE_ONE = f"""
 WITH ins AS (
-    INSERT INTO x_jobs (
-        id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
-        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
-    )
+    {INSERT_JOBS_INTO}
     VALUES (
         %(id)s, %(run_id)s, %(name)s, %(queue)s, %(tenant_id)s, %(idempotency_key)s, %(input)s::jsonb, %(state)s, 0,
         %(max_attempts)s, %(priority)s, to_timestamp(%(run_at)s / 1000.0), to_timestamp(%(now)s / 1000.0),
@@ -122,18 +122,6 @@ wake AS (
     WHERE i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
 )
 SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
-"""
-
-# SQL_ENQUEUE_LOOKUP — the row that holds an id or a live key, for a request SQL_ENQUEUE answered
-# with nothing: a concurrent enqueue of the same key committed after SQL_ENQUEUE's snapshot was taken
-# (its ON CONFLICT waited for that commit). A new statement sees it.
-SQL_ENQUEUE_LOOKUP = f"""
-SELECT id, run_id FROM x_jobs
-WHERE id = %(id)s
-   OR (name = %(name)s AND idempotency_key = %(key)s AND coalesce(tenant_id, '') = %(tenant)s
-       AND state IN {LIVE_STATES_SQL})
-ORDER BY (id = %(id)s) DESC
-LIMIT 1
 """
 
 # SQL_CLAIM — take up to %(caps)s[i] due rows of each queue %(queues)s[i] in ONE statement.
