@@ -30,6 +30,9 @@ class UltimateJobsConfig(AppConfig):
         for module in modules:
             importlib.import_module(module)
         checks.register(check_settings, "ultimate_jobs")
+        from . import row_security
+
+        row_security.install()
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

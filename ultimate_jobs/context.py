@@ -35,6 +35,35 @@ class _Scope:
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("ultimate_jobs_tenancy", default=None)
 
+_followers: list[Callable[..., None]] = []
+
+UNGUARDED = object()
+"""What :func:`guarded_scope_org` answers where the guard is off."""
+
+
+def follow_scope(follower: Callable[..., None]) -> None:
+    """Call ``follower(leaving=…)`` after every scope change (row-level security mirrors the scope into
+    the database session). Entering, a follower that raises stops the scope before its block runs."""
+    if follower not in _followers:
+        _followers.append(follower)
+
+
+def _enter(scope: _Scope) -> contextvars.Token[_Scope | None]:
+    token = _scope.set(scope)
+    try:
+        for follower in _followers:
+            follower(leaving=False)
+    except BaseException:
+        _leave(token)
+        raise
+    return token
+
+
+def _leave(token: contextvars.Token[_Scope | None]) -> None:
+    _scope.reset(token)
+    for follower in _followers:
+        follower(leaving=True)
+
 
 def current_actor() -> Actor | None:
     """The ambient actor, or ``None`` outside any scope."""
@@ -51,11 +80,11 @@ def current_tenant() -> str | None:
 @contextmanager
 def acting_as(actor: Actor) -> Iterator[Actor]:
     """Install ``actor`` as the ambient actor for the block (the executor does this around a body)."""
-    token = _scope.set(_Scope(actor))
+    token = _enter(_Scope(actor))
     try:
         yield actor
     finally:
-        _scope.reset(token)
+        _leave(token)
 
 
 def cross_tenant(reason: str, fn: Callable[[], T]) -> T:
@@ -67,11 +96,11 @@ def cross_tenant(reason: str, fn: Callable[[], T]) -> T:
         raise InvariantError("cross_tenant(reason, fn): give a non-empty reason", {})
     scope = _scope.get()
     actor = scope.actor if scope else Actor()
-    token = _scope.set(_Scope(actor, reason))
+    token = _enter(_Scope(actor, reason))
     try:
         return fn()
     finally:
-        _scope.reset(token)
+        _leave(token)
 
 
 def check_org(org_id: object, *, model: str) -> None:
@@ -100,4 +129,13 @@ def guarded_org() -> str | None:
         return None
     if scope.actor.org_id is None:
         check_org(None, model="a tenant-scoped model")
+    return scope.actor.org_id
+
+
+def guarded_scope_org() -> object:
+    """The org a guarded scope acts under (``None`` for a run with no org), or :data:`UNGUARDED` outside
+    any scope and inside ``cross_tenant`` — never raises."""
+    scope = _scope.get()
+    if scope is None or scope.cross_tenant_reason is not None:
+        return UNGUARDED
     return scope.actor.org_id

@@ -8,10 +8,10 @@ tenant-scoped read in a ``tenant="none"`` job outside :func:`cross_tenant` is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import reduce
 from operator import or_
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from django.db import models
 from django.db.models.signals import class_prepared
@@ -26,6 +26,8 @@ from .context import (
     current_tenant,
     guarded_org,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "Actor",
@@ -114,6 +116,18 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
             self._refuse_conflicts_elsewhere(objs, kwargs.get("unique_fields"))
         return super().bulk_create(objs, *args, **kwargs)
 
+    def bulk_update(self, objs: Iterable[Any], fields: Iterable[str], batch_size: int | None = None) -> int:
+        objs = list(objs)
+        field, name = self._tenant_field(), self.model.__name__
+        for obj in objs:
+            check_org(getattr(obj, field), model=name)
+        org = guarded_org()
+        if org is not None and objs:
+            elsewhere = _unguarded(self.model, self.db).filter(pk__in=[obj.pk for obj in objs]).exclude(**{field: org})
+            if _stored(elsewhere.exists):  # the UPDATE acts on the stored rows: refuse, never a silent no-op
+                check_org(None, model=name)
+        return super().bulk_update(objs, fields, batch_size=batch_size)
+
     def _refuse_conflicts_elsewhere(self, objs: Sequence[Any], unique_fields: Sequence[str] | None) -> None:
         """``bulk_create(update_conflicts=True)`` updates the STORED row a new one conflicts with: refuse
         when any such row belongs to another org (its ``ON CONFLICT DO UPDATE`` would move it)."""
@@ -124,7 +138,8 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
         fields = [self.model._meta.pk.attname if f == "pk" else f for f in fields]
         keys = [{f: getattr(obj, _attname(self.model, f)) for f in fields} for obj in objs]
         match = reduce(or_, (models.Q(**key) for key in keys))
-        if _unguarded(self.model, self.db).filter(match).exclude(**{self._tenant_field(): org}).exists():
+        elsewhere = _unguarded(self.model, self.db).filter(match).exclude(**{self._tenant_field(): org})
+        if _stored(elsewhere.exists):
             check_org(None, model=self.model.__name__)
 
 
@@ -136,6 +151,12 @@ def _attname(model: type[models.Model], name: str) -> str:
 def _unguarded(model: type[models.Model], using: str | None) -> models.QuerySet[Any]:
     """A plain queryset over ``model`` — for the guard's own probes of stored rows, never handed out."""
     return models.QuerySet(model, using=using)
+
+
+def _stored(probe: Callable[[], T]) -> T:
+    """Run the guard's own probe of a stored row where row-level security does not hide other orgs'
+    rows: a write that misses must be told apart from a row of another org."""
+    return cross_tenant("the tenant guard's probe of the stored row", probe)
 
 
 class TenantScopedModel(models.Model):
@@ -182,7 +203,7 @@ class TenantScopedModel(models.Model):
             return bool(super()._do_update(base_qs, *args, **kwargs))
         # the UPDATE carries the org in its WHERE: a pk of another org's row updates nothing ...
         updated = bool(super()._do_update(base_qs.filter(**{self.TENANT_FIELD: org}), *args, **kwargs))
-        if not updated and _unguarded(type(self), base_qs.db).filter(pk=self.pk).exists():
+        if not updated and _stored(_unguarded(type(self), base_qs.db).filter(pk=self.pk).exists):
             check_org(None, model=type(self).__name__)  # ... and is refused, never turned into an insert
         return updated
 
@@ -192,7 +213,7 @@ class TenantScopedModel(models.Model):
         org = guarded_org()
         if org is not None and self.pk is not None:
             stored = _unguarded(type(self), self._state.db).filter(pk=self.pk).values_list(self.TENANT_FIELD, flat=True)
-            for stored_org in stored:
+            for stored_org in _stored(lambda: list(stored)):
                 check_org(stored_org, model=name)
         return super().delete(*args, **kwargs)
 

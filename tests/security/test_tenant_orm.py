@@ -2,11 +2,16 @@
 
 Every test builds the rows outside any scope (as a migration or the admin would), then tries to reach
 org B's row from inside ``acting_as(Actor(org_id="org-A"))`` — the scope the executor installs for a
-job of org A — and asserts the refusal (``X_TENANCY_ACTOR_MISMATCH``), that the stored rows did not
-change, and that the refusal does not name org B. The same paths on org A's own rows still work.
+job of org A — and asserts that nothing of org B's comes back and nothing of it changes.
 
-Paths the Python guard cannot see (a subquery, ``Exists``, an aggregate over a relation, raw SQL) are
-not here: they need the database's own row-level security.
+Each test runs twice: once with the Python guard alone (what every driver has; the connection's role is
+a superuser, which Postgres exempts from row-level security), where every attack must be REFUSED with
+``X_TENANCY_ACTOR_MISMATCH`` naming no other org; and once as the application's non-superuser role
+with row-level security on, where a read may instead come back without org B's rows — an answer that
+must not change when org B's rows do — and a write by primary key is still refused.
+
+Paths only the database can close (a subquery, ``Exists``, joins from an unscoped model, raw SQL) are in
+test_row_security.py.
 """
 
 from __future__ import annotations
@@ -19,39 +24,24 @@ from asgiref.sync import async_to_sync
 from django.db.models import Sum
 
 from tests.secapp.models import Bucket, Item, Note
+from tests.security.attacks import A, B, denied, refused, stored, two_orgs
 from ultimate_jobs.context import Actor, acting_as, cross_tenant
-from ultimate_jobs.errors import UltimateError
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-A, B = "org-A", "org-B"
+
+@pytest.fixture(params=["python guard", "row-level security"])
+def guard(request: pytest.FixtureRequest) -> str:
+    """Which layers hold: the Python guard alone, or it and Postgres's row-level security together."""
+    if request.param == "row-level security":
+        request.getfixturevalue("as_app_role")
+    return str(request.param)
 
 
 @pytest.fixture
-def rows() -> dict[str, Any]:
+def rows(guard: str) -> dict[str, Any]:
     """One bucket, item and note per org, stored outside any scope."""
-    made: dict[str, Any] = {}
-    for org in (A, B):
-        bucket = Bucket.objects.create(org_id=org, name=f"bucket of {org}")
-        item = Item.objects.create(org_id=org, bucket=bucket, secret=f"secret of {org}", total=10)
-        made[org] = {"bucket": bucket, "item": item, "note": Note.objects.create(item=item, text=f"note of {org}")}
-    return made
-
-
-def refused(attack: Callable[[], Any]) -> UltimateError:
-    """Run ``attack`` as org A; it must be refused with a code that does not name org B."""
-    with acting_as(Actor(org_id=A)), pytest.raises(UltimateError) as caught:
-        attack()
-    error = caught.value
-    assert error.code == "X_TENANCY_ACTOR_MISMATCH", error
-    assert B not in error.message and B not in repr(error.meta)
-    return error
-
-
-def stored(item: Item) -> tuple[str, str, int]:
-    """What the database holds for ``item``'s row now (read outside any scope)."""
-    row = Item.objects.get(pk=item.pk)
-    return row.org_id, row.secret, row.total
+    return two_orgs()
 
 
 # -- writes by primary key: the SQL acts on the stored row, so the check does too ---------------
@@ -105,7 +95,7 @@ def test_bulk_update_of_another_orgs_row_is_refused(rows: dict[str, Any]) -> Non
         "async iteration",
     ],
 )
-def test_reads_that_skip_the_manager_are_refused(rows: dict[str, Any], why: str) -> None:
+def test_reads_that_skip_the_manager_are_denied(rows: dict[str, Any], guard: str, why: str) -> None:
     theirs, note = rows[B]["item"], rows[B]["note"]
     bucket_b = rows[B]["bucket"]
 
@@ -124,7 +114,7 @@ def test_reads_that_skip_the_manager_are_refused(rows: dict[str, Any], why: str)
         # async_to_sync: the ORM's thread-sensitive calls come back to this thread and its connection
         "async iteration": lambda: async_to_sync(rows_async)(),
     }
-    refused(attacks[why])
+    denied(attacks[why], guard, rows)
 
 
 def test_a_row_loaded_without_its_org_is_refused(rows: dict[str, Any]) -> None:
@@ -139,7 +129,7 @@ def test_a_row_loaded_without_its_org_is_refused(rows: dict[str, Any]) -> None:
     "why",
     ["get", "filter", "values", "values_list", "in_bulk", "count", "exists", "aggregate", "iterator", "update"],
 )
-def test_the_manager_refuses_another_orgs_rows(rows: dict[str, Any], why: str) -> None:
+def test_the_manager_denies_another_orgs_rows(rows: dict[str, Any], guard: str, why: str) -> None:
     theirs = rows[B]["item"]
     attacks: dict[str, Callable[[], Any]] = {
         "get": lambda: Item.objects.get(pk=theirs.pk),
@@ -153,7 +143,7 @@ def test_the_manager_refuses_another_orgs_rows(rows: dict[str, Any], why: str) -
         "iterator": lambda: list(Item.objects.iterator()),
         "update": lambda: Item.objects.filter(pk=theirs.pk).update(total=0),
     }
-    refused(attacks[why])
+    denied(attacks[why], guard, rows)
     assert stored(theirs) == (B, "secret of org-B", 10)
 
 

@@ -1,0 +1,9 @@
+from django.db import migrations
+
+from ultimate_jobs.row_security import EnableTenantRowSecurity
+
+
+class Migration(migrations.Migration):
+    dependencies = [("secapp", "0001_initial")]
+
+    operations = [EnableTenantRowSecurity("Bucket"), EnableTenantRowSecurity("Item")]

@@ -1,0 +1,54 @@
+"""The attack suite's database roles: a non-superuser application role that owns the scoped tables.
+
+Postgres skips row-level security for a superuser and a ``BYPASSRLS`` role, and for a table's owner
+unless the table FORCEs it. The test database is built by a superuser, so the suite creates the role a
+production app would run as — no SUPERUSER, no BYPASSRLS — hands it the scoped tables (so FORCE is what
+holds), and switches the test's connection to it with ``SET ROLE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+SCOPED_TABLES = ("secapp_bucket", "secapp_item", "shop_order")
+
+
+@pytest.fixture(scope="session")
+def app_role(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """A role like the one an application runs as, owning the scoped tables (roles are cluster-wide:
+    the name carries the test database's, so concurrent runs never share one)."""
+    name = f"uj_app_{connection.settings_dict['NAME']}"[:63]
+    quoted = connection.ops.quote_name(name)
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [name])
+        if cursor.fetchone() is None:
+            cursor.execute(f"CREATE ROLE {quoted} NOLOGIN NOSUPERUSER NOBYPASSRLS")
+        cursor.execute(f"ALTER ROLE {quoted} NOSUPERUSER NOBYPASSRLS")
+        cursor.execute(f"GRANT USAGE ON SCHEMA public TO {quoted}")
+        cursor.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {quoted}")
+        cursor.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {quoted}")
+        for table in SCOPED_TABLES:
+            cursor.execute(f"ALTER TABLE {table} OWNER TO {quoted}")
+    yield name
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+        cursor.execute(f"REASSIGN OWNED BY {quoted} TO CURRENT_USER")
+        cursor.execute(f"DROP OWNED BY {quoted}")
+        cursor.execute(f"DROP ROLE {quoted}")
+
+
+@pytest.fixture
+def as_app_role(app_role: str) -> Iterator[str]:
+    """This test's connection acts as the application role (row-level security applies)."""
+    quoted = connection.ops.quote_name(app_role)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET ROLE {quoted}")
+    try:
+        yield app_role
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
