@@ -16,13 +16,15 @@ import pydantic
 import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.signals import connection_created
 from django.db.models import Count, Exists, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from tests.admin_scenario import postgres_env
 from tests.conftest import JobsEnv
 from tests.secapp.models import Bucket, Item, Note
 from tests.security.attacks import A, B, denied, stored, two_orgs
-from ultimate_jobs import JobRun, job
+from ultimate_jobs import JobRun, job, job_worker
 from ultimate_jobs.context import Actor, acting_as, cross_tenant
 from ultimate_jobs.row_security import EnableTenantRowSecurity, check_row_security
 from ultimate_jobs.testing import run_jobs
@@ -201,6 +203,47 @@ def test_a_job_body_reads_only_its_org_through_raw_sql(rows: dict[str, Any], job
     run_jobs(clock=jobs.clock)
     assert seen == {A: ["secret of org-A"], B: ["secret of org-B"]}
     assert len(secrets_seen()) == 2  # the worker's connection is unscoped again after the runs
+
+
+def test_a_worker_slot_thread_confines_each_run_to_its_org(
+    rows: dict[str, Any], app_role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real worker on the Postgres driver: each slot thread opens its own connection (as the application
+    role here, like a deployment's), and a run there reads only its org through raw SQL."""
+    quoted = connection.ops.quote_name(app_role)
+
+    def as_the_app(sender: Any, connection: Any, **_: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {quoted}")
+
+    seen: list[tuple[str, list[str]]] = []
+    connection_created.connect(as_the_app, dispatch_uid="test-as-the-app-role")
+    try:
+        with postgres_env(monkeypatch) as env:
+
+            @job(input=PeekIn, idempotency_key=lambda i: f"peek:{i.n}", tenant=lambda i: i.org_id)
+            def peek(run: JobRun[PeekIn]) -> None:
+                seen.append((run.input.org_id, secrets_seen()))
+
+            for n, org in enumerate([A, B, A, B]):
+                peek.enqueue({"org_id": org, "n": n})
+            # one slot: the thread's one connection serves every run in turn
+            worker = job_worker(driver=env.driver, context=dict, clock=env.clock, concurrency=1, claim_ahead=0)
+            worker.start(loop=False)
+            try:
+                while len(seen) < 4:
+                    worker.run_once()
+                    assert worker.wait_idle(10.0)
+            finally:
+                worker.drain(deadline_ms=10_000)
+    finally:
+        connection_created.disconnect(dispatch_uid="test-as-the-app-role")
+    assert sorted(seen) == [(A, ["secret of org-A"])] * 2 + [(B, ["secret of org-B"])] * 2
+
+
+class PeekIn(pydantic.BaseModel):
+    org_id: str
+    n: int
 
 
 # -- the system check and the migration operation --------------------------------------------------
