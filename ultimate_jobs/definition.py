@@ -30,9 +30,9 @@ from .errors import (
     JobTenantRequiredError,
     ValidationError,
 )
-from .redaction import dump_model
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
 from .run import JobRun
+from .sealing import clear_model, refuse_reserved, seal_model, unseal
 from .tracing import current_traceparent
 
 InputT = TypeVar("InputT")
@@ -177,7 +177,7 @@ class JobHandle(Generic[InputT, ResultT]):
                 )
             return dict(value)  # type: ignore[return-value]
         if isinstance(value, self.input_model):
-            value = dump_model(value)
+            value = clear_model(value)
         try:
             return self.input_model.model_validate(value if value is not None else {})  # type: ignore[return-value]
         except pydantic.ValidationError as exc:
@@ -186,14 +186,21 @@ class JobHandle(Generic[InputT, ResultT]):
                 {"job": self.name, "errors": json.loads(exc.json(include_url=False))},
             ) from exc
 
+    def parse_stored(self, payload: Any) -> InputT:
+        """The input of a stored row: its sealed secrets opened (``X_JOB_SECRET_UNREADABLE`` when none
+        of this site's keys opens one), then validated as :meth:`parse_input` does."""
+        return self.parse_input(unseal(payload, what=f"{self.name}: the input"))
+
     def dump_input(self, parsed: InputT) -> dict[str, Any]:
         """The JSON payload stored on the row. NaN and Infinity are refused: they are not JSON, and a
         Postgres ``jsonb`` column rejects what the memory driver would have kept. Secret fields
-        (``SecretStr``…) are stored in clear — the body needs them — and masked by every operator
-        surface (:mod:`ultimate_jobs.redaction`)."""
+        (``SecretStr``…) are stored sealed — an envelope only the site's keys open, never in clear
+        (:mod:`ultimate_jobs.sealing`) — and read as a mask on every operator surface."""
         if isinstance(parsed, pydantic.BaseModel):
-            return self._json_payload(dump_model(parsed))
-        return self._json_payload(dict(parsed))  # type: ignore[call-overload]
+            return self._json_payload(seal_model(parsed, what=f"{self.name}: the input"))
+        payload = dict(parsed)  # type: ignore[call-overload]
+        refuse_reserved(payload, f"{self.name}: the input")
+        return self._json_payload(payload)
 
     def _json_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -234,6 +234,12 @@ class JobRowStatusUnknownError(CodedError):
     default_code = "X_JOB_ROW_STATUS_UNKNOWN"
 
 
+class JobSecretUnreadableError(CodedError):
+    """A sealed secret opens with none of the site's keys: add the old key to SECRET_KEY_FALLBACKS."""
+
+    default_code = "X_JOB_SECRET_UNREADABLE"
+
+
 class JobSlotLostError(CodedError):
     """The fleet concurrency slot this run held was taken by another worker."""
 
@@ -368,6 +374,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_JOB_KEY_BUSY": "terminal",
     "X_STEP_DUPLICATE": "terminal",
     "X_JOB_TENANT_MISMATCH": "terminal",
+    "X_JOB_SECRET_UNREADABLE": "terminal",
     "X_VALIDATION": "terminal",
     "X_INVARIANT": "terminal",
     "X_JOB_DECLARATION_INVALID": "terminal",

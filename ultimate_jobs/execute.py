@@ -25,7 +25,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
@@ -58,7 +58,7 @@ from .errors import (
 )
 from .events import event_bus
 from .logs import log_event
-from .redaction import scrub, secret_mask, secret_values
+from .redaction import scrub, secret_values
 from .retry import backoff_ms, is_final_attempt, retry_after_delay_ms
 from .run import JobRun
 from .signals import CancelSignal, signal_scope
@@ -188,11 +188,15 @@ class _Attempt:
         self._progress_last = -PROGRESS_INTERVAL_MS
         self._progress_pending: Progress | None = None
 
+    @cached_property
+    def secrets(self) -> frozenset[str]:
+        """The clear values of the input's sealed secrets (those this site's keys open)."""
+        return frozenset(secret_values(self.claimed.input))
+
     def scrub(self, text: str) -> str:
         """``text`` with every secret of the job's input (``SecretStr`` fields) masked: an error message
         that quotes a secret must not carry it into logs or ``on_settled``."""
-        secrets = secret_values(secret_mask(self.handle.input_model), self.claimed.input)
-        return str(scrub(text, secrets)) if secrets else text
+        return str(scrub(text, self.secrets)) if self.secrets else text
 
     def _fields(self) -> dict[str, Any]:
         c = self.claimed
@@ -496,7 +500,7 @@ def execute_job(
 def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> None:
     claimed, handle, clock = attempt.claimed, attempt.handle, attempt.clock
     try:
-        attempt.parsed = handle.parse_input(claimed.input)
+        attempt.parsed = handle.parse_stored(claimed.input)
         attempt.tenant_id = _run_tenant(handle, attempt.parsed, claimed)
         verdict = _acquire_slot(attempt, visibility_timeout_ms)
     except UltimateError as exc:
@@ -551,6 +555,7 @@ def _run(attempt: _Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
         bus=event_bus,
         step_timeout_ms=handle.step_timeout_ms,
         event_poll_ms=handle.event_poll_ms,
+        secrets=attempt.secrets,
     )
     job_run: JobRun[Any] = JobRun(
         input=attempt.parsed,
@@ -657,7 +662,7 @@ def announce_exhausted(rows: list[ExhaustedJob], *, context: Callable[[], Any] |
         if not isinstance(handle, JobHandle):
             continue
         try:
-            parsed = handle.parse_input(row.input)
+            parsed = handle.parse_stored(row.input)
         except UltimateError:
             parsed = None
         settled = Settled(
@@ -672,7 +677,7 @@ def announce_exhausted(rows: list[ExhaustedJob], *, context: Callable[[], Any] |
             ctx=context() if context is not None else None,
             tenant_id=row.tenant_id,
         )
-        secrets = secret_values(secret_mask(handle.input_model), row.input)
+        secrets = secret_values(row.input)
         run_on_settled(
             handle,
             settled,

@@ -7,7 +7,10 @@ Two kinds, two homes:
 - gauges — ``queue_depth{queue}``, ``queue_oldest_ready_seconds{queue}``, ``queue_dead_jobs{queue}`` —
   are read at scrape time by :class:`QueueStatsCollector` through ONE ``driver.stats()`` call (on
   Postgres one ``SQL_STATS`` statement for every queue), so they are fleet-wide and the same from any
-  process. :func:`metrics_registry` joins both for the ``/metrics`` view.
+  process. :func:`metrics_registry` joins both for the ``/metrics`` view;
+- the outbox gauges — ``outbox_pending``, ``outbox_failed``, ``outbox_oldest_seconds`` — read at scrape
+  time with one ``SQL_OUTBOX_STATS`` statement by :class:`OutboxStatsCollector`, where the jobs database
+  holds an outbox (PostgreSQL, ``ULTIMATE_JOBS['OUTBOX']`` not ``"off"``).
 
 ``queue_depth`` is the rows waiting to be claimed — ``ready`` + ``delayed`` (a retry in its backoff is
 ``ready``, a ``delay=``/``run_at=`` enqueue is ``delayed``). Rows parked by ``step.sleep`` or
@@ -18,7 +21,7 @@ counted: an autoscaler must not add workers for a three-day sleep.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -26,6 +29,9 @@ from prometheus_client.registry import Collector
 
 from .clock import Clock
 from .drivers.base import JobDriver, QueueStats
+
+if TYPE_CHECKING:
+    from .outbox.store import OutboxStore
 
 JOB_LEASES_LOST = Counter(
     "job_leases_lost_total",
@@ -125,6 +131,59 @@ class QueueStatsCollector(Collector):
         )
 
 
+class OutboxStatsCollector(Collector):
+    """The outbox gauges, read at scrape time with one ``store.stats()`` call. ``store`` answers the store
+    to read, or ``None`` where this process has no outbox (then the series are not exported)."""
+
+    def __init__(
+        self,
+        store: Callable[[], OutboxStore | None] | None = None,
+        clock: Callable[[], Clock] | None = None,
+    ) -> None:
+        from .conf import job_clock
+
+        self._store = store or _configured_outbox
+        self._clock = clock or job_clock
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        store = self._store()
+        if store is None:
+            return
+        stats = store.stats()
+        pending, failed, oldest = self._families()
+        pending.add_metric([], stats.pending)
+        failed.add_metric([], stats.failed)
+        age_ms = 0 if stats.oldest_pending_ms is None else max(0, self._clock().now_ms() - stats.oldest_pending_ms)
+        oldest.add_metric([], age_ms / 1000)
+        yield from (pending, failed, oldest)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily("outbox_pending", "Staged enqueues committed and waiting for the relay to publish."),
+            GaugeMetricFamily(
+                "outbox_failed",
+                "Staged enqueues set aside by a permanent publish error; retry or remove them (manage.py jobs outbox).",
+            ),
+            GaugeMetricFamily(
+                "outbox_oldest_seconds", "Age of the oldest staged enqueue waiting to publish; 0 when none waits."
+            ),
+        )
+
+
+def _configured_outbox() -> OutboxStore | None:
+    """The process's outbox store where the jobs database holds one, else ``None``."""
+    from .conf import jobs_settings
+    from .outbox.boot import outbox_store, outbox_supported
+
+    if jobs_settings().outbox == "off" or not outbox_supported():
+        return None
+    return outbox_store()
+
+
 class _ProcessSeries(Collector):
     """Everything on ``prometheus_client``'s default registry: this process's counters (and the client's
     process and platform collectors)."""
@@ -148,6 +207,7 @@ def metrics_registry(collector: QueueStatsCollector | None = None) -> CollectorR
     default registry. Built per scrape, so it never joins the default registry of anyone else."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector or QueueStatsCollector())
+    registry.register(OutboxStatsCollector())
     registry.register(_ProcessSeries())
     return registry
 

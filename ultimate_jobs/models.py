@@ -181,7 +181,9 @@ class OutboxRow(models.Model):
 
     The row id IS the job id the publish uses, and ``run_id`` the job's run id, both allocated at stage
     time. ``request`` is the whole enqueue request. ``claimed_at``/``claimed_by`` are a relay's claim
-    (a lease); ``published_at`` set means published — the row stays as the audit trail.
+    (a lease); ``published_at`` set means published — the row stays as the audit trail. ``failed_at`` set
+    means a publish failed with an error retrying cannot fix: the row is set aside (``last_error`` says
+    why) so the rows behind it publish, until an operator retries or removes it.
     """
 
     id = models.UUIDField(primary_key=True)
@@ -193,15 +195,26 @@ class OutboxRow(models.Model):
     claimed_at = models.DateTimeField(null=True)
     claimed_by = models.TextField(null=True)
     published_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
     last_error = models.TextField(null=True)
 
     class Meta:
         db_table = "x_outbox"
         indexes = [
-            # SQL_OUTBOX_CLAIM walks it in claim order; SQL_OUTBOX_STAGE's throttle and the backlog read it.
-            # Published rows leave it, so the audit trail costs the claim nothing.
+            # SQL_OUTBOX_CLAIM walks it in claim order; SQL_OUTBOX_STAGE's throttle and the stats read it.
+            # Published and set-aside rows leave it, so neither the audit trail nor a failed row costs the claim.
             models.Index(
-                F("staged_at"), F("id"), condition=Q(published_at__isnull=True), name="x_outbox_unpublished_idx"
+                F("staged_at"),
+                F("id"),
+                condition=Q(published_at__isnull=True, failed_at__isnull=True),
+                name="x_outbox_pending_idx",
+            ),
+            # SQL_OUTBOX_FAILED and the operator's retry/remove: the rows a permanent error set aside.
+            models.Index(
+                F("staged_at"),
+                F("id"),
+                condition=Q(published_at__isnull=True, failed_at__isnull=False),
+                name="x_outbox_failed_idx",
             ),
         ]
 

@@ -4,6 +4,11 @@ Step names are the replay key, so they must be deterministic and unique in a run
 ``X_STEP_DUPLICATE``). A completed step's output is persisted before the next step starts, and an
 attempt that replays reads it back without calling the function. Suspension is control flow
 (:class:`StepSuspension`), never a failure: it burns no attempt.
+
+An output that holds a secret is stored sealed (:mod:`ultimate_jobs.sealing`) and opened on replay: a
+``SecretStr``, ``SecretBytes`` or ``Secret`` object where it stands (it comes back as that object), and
+any string or number that quotes a secret of the job's input, in any rendering
+(:func:`~ultimate_jobs.redaction.renderings`) — the whole output when its JSON still quotes one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from .errors import (
     StepDuplicateError,
 )
 from .events.base import EventBus
+from .redaction import renderings
+from .sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
 from .signals import CancelSignal, signal_scope
 
 logger = logging.getLogger("ultimate_jobs")
@@ -62,6 +69,7 @@ class Step:
         bus: Callable[[], EventBus],
         step_timeout_ms: int | None = None,
         event_poll_ms: int = 30_000,
+        secrets: frozenset[str] = frozenset(),
     ) -> None:
         self._job_id = job_id
         self._ref = ref
@@ -74,6 +82,7 @@ class Step:
         self._step_timeout_ms = step_timeout_ms
         self._event_poll_ms = event_poll_ms
         self._seen: set[str] = set()
+        self._quotes = sorted({form for secret in secrets for form in renderings(secret)}, key=len, reverse=True)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -131,11 +140,12 @@ class Step:
 
         ``fn`` reads its cancel signal with :func:`~ultimate_jobs.current_signal` — the step's own
         signal, which the job's ``step_timeout`` aborts. The output must be JSON-serialisable, and
-        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay).
+        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
+        except that a secret object comes back as itself. An output that holds a secret is stored sealed.
         """
         record = self._enter(name)
         if record is not None and record.status == "done":
-            return record.output  # type: ignore[no-any-return]
+            return self._replayed(name, record.output)  # type: ignore[no-any-return]
         started = self._clock.now_ms()
         step_signal = self._signal.child()
         timer = None
@@ -160,12 +170,26 @@ class Step:
                 timer.cancel()
         if step_signal.reason is not None and not self._signal.aborted:
             raise step_signal.reason
-        stored = _json_roundtrip(name, output)
+        stored = self._sealed(name, output)
         # started: when fn began, so the step's duration (finished - started) is the time fn took
         self._persist(
             self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
         )
-        return stored  # type: ignore[no-any-return]
+        return self._replayed(name, stored)  # type: ignore[no-any-return]
+
+    def _sealed(self, name: str, output: Any) -> Any:
+        """``output`` as it is stored: its JSON, with every secret object and every value that quotes a
+        secret of the job's input sealed — the whole output when its JSON still quotes one."""
+        refuse_reserved(output, f"step {name!r}: the output", error=InvariantError, meta={"step": name})
+        stored = _json_roundtrip(name, output)
+        if not self._quotes:
+            return stored
+        stored = _seal_quoting(stored, self._quotes)
+        return seal(stored) if _quotes_any(stored, self._quotes) else stored
+
+    def _replayed(self, name: str, stored: Any) -> Any:
+        """A stored output as the body reads it: every sealed value opened, a secret object rebuilt."""
+        return unseal(stored, restore=True, what=f"step {name!r}: the output")
 
     # -- step.sleep ----------------------------------------------------------------------------
 
@@ -216,7 +240,7 @@ class Step:
             raise InvariantError(f"wait_for_event {name!r}: timeout must be positive", {"step": name})
         record = self._enter(name)
         if record is not None and record.status == "done":
-            return record.output
+            return self._replayed(name, record.output)
         bus = self._bus()
         # Read the bus clock BEFORE asking: an event the ask misses was published after this instant,
         # so a deadline this instant has passed is a timeout only once the bus was asked after it.
@@ -230,10 +254,10 @@ class Step:
         since, deadline = int(record.meta["since_ms"]), int(record.meta["deadline_ms"])
         found = bus.find(event, match, since_ms=since)
         if found is not None:
-            data = _json_roundtrip(name, dict(found.data))
+            data = self._sealed(name, dict(found.data))
             done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
             self._persist(done)
-            return data
+            return self._replayed(name, data)
         if bus_now >= deadline:
             if required:
                 raise JobTimeoutError(
@@ -249,10 +273,30 @@ class Step:
 
 def _json_roundtrip(name: str, value: Any) -> Any:
     try:
-        return json.loads(json.dumps(value, allow_nan=False))  # NaN/Infinity are not JSON; jsonb refuses them
+        # NaN/Infinity are not JSON (jsonb refuses them); a secret object is sealed where it stands
+        return json.loads(json.dumps(value, allow_nan=False, default=seal_object))
     except (TypeError, ValueError) as exc:
         raise InvariantError(
             f"step {name!r} returned a value that is not JSON-serialisable ({exc}); return plain dicts, lists, "
             "strings, numbers, booleans or None — a step's output is persisted and replayed",
             {"step": name},
         ) from exc
+
+
+def _seal_quoting(value: Any, quotes: list[str]) -> Any:
+    """``value`` (JSON) with every string or number that quotes one of ``quotes`` sealed."""
+    if is_envelope(value):
+        return value
+    if isinstance(value, dict):
+        return {key: _seal_quoting(item, quotes) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_seal_quoting(item, quotes) for item in value]
+    if value is None or isinstance(value, bool) or not _quotes_any(value, quotes):
+        return value
+    return seal(value)
+
+
+def _quotes_any(value: Any, quotes: list[str]) -> bool:
+    """Whether ``value`` (JSON) quotes one of ``quotes`` as text or in its JSON, ASCII-escaped or not."""
+    texts = (value if isinstance(value, str) else "", json.dumps(value), json.dumps(value, ensure_ascii=False))
+    return any(quote in text for text in texts for quote in quotes)

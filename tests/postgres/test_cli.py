@@ -30,6 +30,7 @@ from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.drivers.base import MAX_BULK_ROWS, JobFilter, QueueStats, WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.redaction import MASK
+from ultimate_jobs.sealing import is_envelope
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.testing.conformance import request
 
@@ -196,7 +197,7 @@ def test_show_in_both_forms_redacts_and_traces(
 ) -> None:
     queued = jobs_declared["hook"].enqueue({"url": "https://partner.test", "token": TOKEN})
     stored = pg.driver.introspect.get(queued.id)
-    assert stored.input["token"] == TOKEN  # the worker's copy is in clear
+    assert is_envelope(stored.input["token"]) and TOKEN not in json.dumps(stored.input)  # stored sealed
     run_jobs(pg.driver, clock=pg.clock)
 
     human = jobs_cli("show", queued.id)
@@ -208,7 +209,7 @@ def test_show_in_both_forms_redacts_and_traces(
     data = jobs_cli("show", queued.id, "--json").json
     assert TOKEN not in json.dumps(data)
     assert data["input"] == {"url": "https://partner.test", "token": MASK}
-    assert data["steps"][0]["name"] == "sign" and data["steps"][0]["output"] == f"Bearer {MASK}"
+    assert data["steps"][0]["name"] == "sign" and data["steps"][0]["output"] == MASK  # it quoted the secret: sealed
     assert data["error"]["message"] == f"RuntimeError: refused {MASK}" and data["backfill"] is None
     assert TOKEN not in jobs_cli("list", "--json").out
     listed = jobs_cli("list", "--state", "dead").out

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import DatabaseError
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +21,7 @@ from ultimate_jobs.drivers.postgres import sql
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import Executor, Params
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
+from ultimate_jobs.outbox import install_outbox, outbox_relay, outbox_store, set_outbox_store, uninstall_outbox
 from ultimate_jobs.testing import FrozenClock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -215,3 +216,29 @@ def test_a_stats_read_that_fails_is_a_failed_scrape(
     monkeypatch.setattr(pg.driver, "stats", broken)
     response = staff.get(URL)
     assert response.status_code == 503
+
+
+def test_the_outbox_gauges_count_pending_and_set_aside_rows(pg: Env[PostgresDriver], staff: Client) -> None:
+    handle = declare("staged_charge", lambda run: None)
+    store = outbox_store()
+    install_outbox(store=store, driver=pg.driver)
+    try:
+        with transaction.atomic():
+            first = handle.enqueue({"k": "a"})
+            handle.enqueue({"k": "b"})
+        pg.clock.advance(30_000)
+        with connection.cursor() as cursor:  # unpublishable: a run_at no timestamp can hold
+            cursor.execute(
+                "UPDATE x_outbox SET request = jsonb_set(request, '{run_at_ms}', '100000000000000000000') "
+                "WHERE id = %s",
+                [first.id],
+            )
+        relay = outbox_relay(store=store, driver=pg.driver, clock=pg.clock, batch_size=1)
+        relay.run_once()  # "a" is set aside; "b" waits for the next pass
+        samples = scrape(staff)
+        assert value(samples, "outbox_pending") == 1
+        assert value(samples, "outbox_failed") == 1
+        assert value(samples, "outbox_oldest_seconds") == 30.0
+    finally:
+        uninstall_outbox()
+        set_outbox_store(None)

@@ -248,6 +248,64 @@ def test_a_failed_publish_stops_the_batch_and_releases_the_rest_at_once(pg: Pg) 
     assert job_ids() == [e.id for e in staged]
 
 
+def poison(row_id: str) -> None:
+    """Make a committed row unpublishable by other means than its stage: a run_at no timestamp can hold
+    (as an older stager without the enqueue checks, or a hand edit, could have left it)."""
+    query(
+        "UPDATE x_outbox SET request = jsonb_set(request, '{run_at_ms}', '100000000000000000000') "
+        "WHERE id = %s RETURNING id",
+        [row_id],
+    )
+
+
+def test_a_row_the_database_refuses_is_set_aside_and_the_rows_behind_it_publish(pg: Pg) -> None:
+    staged = pg.stage("o-1", "o-2", "o-3")
+    poison(staged[1].id)
+    relay = pg.relay()
+    assert relay.run_once() == 2
+    assert job_ids() == [staged[0].id, staged[2].id]
+    assert relay.stats.set_aside == 1 and relay.stats.publish_failures == 0
+    (failed,) = pg.store.failed(limit=10)
+    assert (failed.id, failed.name, failed.queue) == (staged[1].id, "create_invoice", "outbox")
+    assert failed.error is not None and "out of range" in failed.error
+    stats = pg.store.stats()
+    assert (stats.pending, stats.failed, stats.oldest_pending_ms) == (0, 1, None)
+    assert relay.run_once() == 0  # a set-aside row is never claimed again by itself
+
+    # the rows behind a set-aside row keep flowing
+    (later,) = pg.stage("o-4")
+    assert relay.run_once() == 1 and job_ids()[-1] == later.id
+
+    # retried unchanged, it is set aside again; fixed and retried, it publishes in its place
+    assert pg.store.retry_failed([staged[1].id, "not-a-uuid"]) == {staged[1].id}
+    assert relay.run_once() == 0 and pg.store.stats().failed == 1
+    query("UPDATE x_outbox SET request = request - 'run_at_ms' WHERE id = %s RETURNING id", [staged[1].id])
+    pg.store.retry_failed([staged[1].id])
+    assert pg.store.stats().pending == 1
+    assert relay.run_once() == 1
+    assert staged[1].id in job_ids() and pg.store.failed(limit=10) == []
+
+
+def test_a_set_aside_row_can_be_removed_and_only_a_set_aside_row(pg: Pg) -> None:
+    bad, good = pg.stage("o-1", "o-2")
+    poison(bad.id)
+    (pending,) = pg.stage("o-3")
+    relay = pg.relay(batch_size=2)
+    assert relay.run_once() == 1  # o-1 set aside, o-2 published; o-3 waits for the next pass
+    assert pg.store.remove_failed([bad.id, good.id, pending.id]) == {bad.id}
+    assert [r[0] for r in outbox_rows()] == [good.id, pending.id]
+    assert pg.store.stats().failed == 0 and pg.store.stats().pending == 1
+
+
+def test_a_set_aside_row_does_not_silence_the_wake(pg: Pg, listener: psycopg.Connection[Any]) -> None:
+    (bad,) = pg.stage("o-1")
+    heard_before_marker(listener)
+    poison(bad.id)
+    pg.relay().run_once()
+    pg.stage("o-2")
+    assert heard_before_marker(listener) == [""]  # the set-aside row waits for no relay: wake one
+
+
 def test_claim_stamps_a_lease_that_a_second_relay_cannot_take_until_it_lapses(pg: Pg) -> None:
     staged = pg.stage("o-1", "o-2")
     a = pg.store.claim(claimant="relay-a", limit=10)
@@ -355,6 +413,17 @@ def test_every_outbox_statement_runs_against_the_migrated_schema(pg: Pg) -> None
     assert record.claimed_by is not None
     store.mark_published([record.id], claimed_by=record.claimed_by)
     assert store.backlog() == 0
+    (request,) = [publish_request_for(pg.create_invoice.build_request({"order": "o-2"}))]
+    store.stage([request])
+    (record,) = store.claim(claimant="r", limit=5)
+    assert record.claimed_by is not None
+    assert store.set_aside([record.id], claimed_by=record.claimed_by, error="bad") == {record.id}
+    assert store.stats().failed == 1 and [f.id for f in store.failed(limit=5)] == [record.id]
+    assert store.retry_failed([record.id]) == {record.id}
+    (record,) = store.claim(claimant="r", limit=5)
+    assert record.claimed_by is not None
+    store.set_aside([record.id], claimed_by=record.claimed_by, error="bad")
+    assert store.remove_failed([record.id]) == {record.id}
     Recorder().query(outbox_sql.SQL_OUTBOX_WAKE_PROBE, {"payload": f"{PROBE_PREFIX}test"})
     constants = {getattr(outbox_sql, n) for n in dir(outbox_sql) if n.startswith("SQL_")}
     assert ran == constants

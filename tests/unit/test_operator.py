@@ -14,10 +14,11 @@ from pydantic import SecretBytes, SecretStr
 from typing_extensions import TypedDict
 
 from tests.conftest import JobsEnv
-from ultimate_jobs import JobRun, job, operator, task
+from ultimate_jobs import JobRun, job, operator, registry, task
 from ultimate_jobs.drivers.base import MAX_BULK_ROWS, NackOptions, QueueStats, WorkerInfo
 from ultimate_jobs.operator import BulkOutcome
-from ultimate_jobs.redaction import MASK, dump_model, redact_input, scrub, secret_mask, secret_values
+from ultimate_jobs.redaction import MASK, redact, scrub, secret_values
+from ultimate_jobs.sealing import clear_model, is_envelope, seal_model, unseal
 from ultimate_jobs.testing import run_jobs
 from ultimate_jobs.testing.conformance import raises_code, request
 
@@ -64,7 +65,7 @@ def plain(name: str = "plain", **options: Any) -> Any:
 # -- redaction ---------------------------------------------------------------------------------
 
 
-def test_a_secret_is_stored_in_clear_and_reaches_the_body(jobs: JobsEnv) -> None:
+def test_a_secret_is_stored_sealed_and_reaches_the_body_in_clear(jobs: JobsEnv) -> None:
     seen: list[str] = []
 
     @job(input=Deliver, idempotency_key=lambda i: f"deliver:{i.url}", tenant="none")
@@ -74,7 +75,9 @@ def test_a_secret_is_stored_in_clear_and_reaches_the_body(jobs: JobsEnv) -> None
 
     queued = deliver.enqueue(deliver_input())
     stored = jobs.driver.introspect.get(queued.id)
-    assert stored is not None and stored.input["token"] == TOKEN and stored.input["auth"]["key"] == KEY
+    assert stored is not None and not leaks(dict(stored.input))
+    assert is_envelope(stored.input["token"]) and is_envelope(stored.input["auth"]["key"])
+    assert stored.input["url"] == "https://example.test/hook" and stored.input["auth"]["user"] == "ops"
     run_jobs(jobs.driver, clock=jobs.clock)
     assert seen == [TOKEN, KEY]
 
@@ -85,7 +88,7 @@ def test_an_enqueued_model_instance_keeps_its_secret(jobs: JobsEnv) -> None:
 
     queued = deliver_model.enqueue(Deliver.model_validate(deliver_input()))
     stored = jobs.driver.introspect.get(queued.id)
-    assert stored is not None and stored.input["token"] == TOKEN
+    assert stored is not None and not leaks(dict(stored.input)) and unseal(stored.input)["token"] == TOKEN
 
 
 def test_inspect_job_masks_secrets_and_scrubs_them_from_errors_steps_and_progress(jobs: JobsEnv) -> None:
@@ -110,7 +113,7 @@ def test_inspect_job_masks_secrets_and_scrubs_them_from_errors_steps_and_progres
         "org_id": "org-1",
     }
     assert data["state"] == "dead"
-    assert data["steps"][0]["name"] == "sign" and data["steps"][0]["output"] == {"header": f"Bearer {MASK}", "n": 1}
+    assert data["steps"][0]["name"] == "sign" and data["steps"][0]["output"] == {"header": MASK, "n": 1}  # sealed
     assert data["progress"]["note"] == f"using {MASK}"
     assert data["error"]["message"] == f"RuntimeError: the endpoint refused {MASK}"
     assert "Traceback" in data["error"]["stack"] and "X_JOB_MAX_ATTEMPTS" in data["error"]["stack"]
@@ -122,18 +125,28 @@ def test_inspect_job_masks_secrets_and_scrubs_them_from_errors_steps_and_progres
     assert not leaks(page.as_dict())
 
 
-def test_a_job_this_process_does_not_declare_shows_the_shape_of_its_input_and_no_value(jobs: JobsEnv) -> None:
-    """No model says where its secrets are (a web process that never imports the job module, or a job
-    renamed while its dead letters remain): every value is treated as one — fail closed."""
-    payload = {"token": "sk-live-unknown", "nested": {"cards": ["4242-4242", 7]}, "flag": True, "none": None}
-    queued = jobs.driver.enqueue(request("elsewhere.job", input=payload))
+def test_a_job_this_process_does_not_declare_shows_its_secrets_masked_and_the_rest_as_it_is(jobs: JobsEnv) -> None:
+    """A web process that never imports the job module, or a job renamed while its dead letters remain:
+    the row itself says where its secrets are (its envelopes), so no declaration is needed."""
+
+    @job(input=Deliver, name="elsewhere.job", idempotency_key=lambda i: f"deliver:{i.url}", tenant="none")
+    def elsewhere(run: JobRun[Deliver]) -> None: ...
+
+    queued = elsewhere.enqueue(deliver_input(backups=["backup-secret-1"]))
+    registry.unregister("elsewhere.job")
     shown = operator.inspect_job(queued.id).job.input
-    assert shown == {"token": MASK, "nested": {"cards": [MASK, MASK]}, "flag": True, "none": None}
+    assert shown == {
+        "url": "https://example.test/hook",
+        "token": MASK,
+        "auth": {"user": "ops", "key": MASK},
+        "backups": [MASK],
+        "org_id": "org-1",
+    }
     page = operator.list_jobs(name="elsewhere.job")
-    assert "sk-live-unknown" not in str(page.as_dict()) and "4242-4242" not in str(page.as_dict())
+    assert not leaks(page.as_dict()) and "backup-secret-1" not in str(page.as_dict())
 
 
-def test_secret_mask_covers_nesting_unions_collections_and_recursion() -> None:
+def test_every_secret_position_is_sealed_masked_and_opened_back() -> None:
     class Node(pydantic.BaseModel):
         secret: SecretStr | None = None
         children: list[Node] = []
@@ -168,7 +181,7 @@ def test_secret_mask_covers_nesting_unions_collections_and_recursion() -> None:
 
     payload = {
         "plain": "p",
-        "maybe": 7,
+        "maybe": "maybe-secret",
         "by_key": {"a": "s1", "b": "s2"},
         "pairs": [{"left": "l", "right": "r-secret"}],
         "typed": {"pin": "pin-1"},
@@ -178,9 +191,11 @@ def test_secret_mask_covers_nesting_unions_collections_and_recursion() -> None:
         "nest": [[{"a": "n-1"}], {"b": "n-2"}],
         "Aliased": "al-secret",
     }
-    assert redact_input(Everything, payload) == {
+    parsed = Everything.model_validate(payload)
+    stored = seal_model(parsed)
+    assert redact(stored) == {
         "plain": "p",
-        "maybe": MASK,  # a union that may be a secret is masked whole
+        "maybe": MASK,
         "by_key": {"a": MASK, "b": MASK},
         "pairs": [{"left": "l", "right": MASK}],
         "typed": {"pin": MASK},
@@ -188,11 +203,13 @@ def test_secret_mask_covers_nesting_unions_collections_and_recursion() -> None:
         "tree": {"secret": None, "children": [{"secret": MASK, "children": []}]},
         "keys": [MASK, MASK],
         "nest": [[{"a": MASK}], {"b": MASK}],
-        "Aliased": MASK,
+        "aliased": MASK,
     }
-    found = secret_values(secret_mask(Everything), payload)
-    assert {"r-secret", "pin-1", "12345", "child-secret", "al-secret"} <= found
-    assert secret_mask(Auth) is not None and secret_mask(pydantic.create_model("Open", n=(int, 0))) is None
+    clear = {"maybe-secret", "s1", "s2", "r-secret", "pin-1", "12345", "child-secret", "k1", "n-1", "al-secret"}
+    assert clear <= secret_values(stored)
+    assert not [value for value in clear if len(value) >= 5 and value in json.dumps(stored)]  # "s1" may be base64
+    assert Everything.model_validate(unseal(stored)) == parsed
+    assert seal_model(Everything.model_validate({**payload, "maybe": 7}))["maybe"] == 7  # an int is no secret
 
 
 def test_scrub_skips_values_too_short_to_scrub_safely() -> None:
@@ -200,19 +217,37 @@ def test_scrub_skips_values_too_short_to_scrub_safely() -> None:
     assert scrub({"k": ["xabcdx", 3]}, {"abcd"}) == {"k": [f"x{MASK}x", 3]}
 
 
-def test_dump_model_reveals_only_secrets() -> None:
+def test_seal_model_seals_only_secrets_and_clear_model_reveals_them() -> None:
     class Mixed(pydantic.BaseModel):
         at: Any
         bytes_: SecretBytes
         nested: list[Auth]
 
-    dumped = dump_model(
-        Mixed(at={"x": 1}, bytes_=SecretBytes(b"raw-bytes"), nested=[Auth(user="u", key=SecretStr("k-1"))])
-    )
-    assert dumped == {"at": {"x": 1}, "bytes_": "raw-bytes", "nested": [{"user": "u", "key": "k-1"}]}
-    assert Mixed.model_validate(dumped).bytes_.get_secret_value() == b"raw-bytes"
+    mixed = Mixed(at={"x": 1}, bytes_=SecretBytes(b"raw-bytes"), nested=[Auth(user="u", key=SecretStr("k-1"))])
+    sealed = seal_model(mixed)
+    assert sealed["at"] == {"x": 1} and sealed["nested"][0]["user"] == "u"
+    assert is_envelope(sealed["bytes_"]) and is_envelope(sealed["nested"][0]["key"])
+    clear = {"at": {"x": 1}, "bytes_": "raw-bytes", "nested": [{"user": "u", "key": "k-1"}]}
+    assert unseal(sealed) == clear_model(mixed) == clear
+    assert Mixed.model_validate(unseal(sealed)).bytes_.get_secret_value() == b"raw-bytes"
     open_model = pydantic.create_model("OpenModel", n=(int, 0), at=(Any, None))(n=3, at={"k": [1]})
-    assert dump_model(open_model) == open_model.model_dump(mode="json") == {"n": 3, "at": {"k": [1]}}
+    assert seal_model(open_model) == open_model.model_dump(mode="json") == {"n": 3, "at": {"k": [1]}}
+
+
+def test_an_input_holding_the_envelope_key_in_clear_is_refused(jobs: JobsEnv) -> None:
+    """A clear value must never read as a sealed one: the key is reserved, with or without a model."""
+
+    class Open(pydantic.BaseModel):
+        data: list[dict[str, Any]]
+
+    @job(input=Open, idempotency_key=lambda i: "k", tenant="none")
+    def typed(run: JobRun[Open]) -> None: ...
+
+    for handle in (typed, plain("untyped")):
+        with raises_code("X_VALIDATION") as caught:
+            handle.enqueue({"data": [{"$uj.secret": "forged"}]})
+        assert "$.data[0]" in caught.value.message and "rename" in caught.value.message
+    assert operator.list_jobs().rows == ()
 
 
 # -- list and inspect --------------------------------------------------------------------------

@@ -15,7 +15,13 @@ from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
-from ultimate_jobs.errors import DriverUnavailableError, InvariantError, OutboxNoTxError, UltimateError
+from ultimate_jobs.errors import (
+    DriverUnavailableError,
+    InvariantError,
+    OutboxNoTxError,
+    UltimateError,
+    ValidationError,
+)
 from ultimate_jobs.facade import DirectFacade, jobs_facade, set_jobs_facade
 from ultimate_jobs.outbox import (
     DEFAULT_CLAIM_LEASE_MS,
@@ -30,6 +36,7 @@ from ultimate_jobs.outbox import (
     uninstall_outbox,
 )
 from ultimate_jobs.outbox import boot as outbox_boot
+from ultimate_jobs.outbox.relay import is_permanent
 from ultimate_jobs.outbox.store import check_claim_lease, publish_request, request_from_json, request_to_json
 from ultimate_jobs.testing import run_jobs
 from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
@@ -102,7 +109,8 @@ class FlakyDriver:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = "flaky"
-        self.refuse: set[str] = set()
+        self.refuse: set[str] = set()  # a transient error
+        self.invalid: set[str] = set()  # a permanent one (X_VALIDATION, classified terminal)
         self.batches: list[list[str]] = []
         self.before: Callable[[], None] | None = None
 
@@ -114,6 +122,9 @@ class FlakyDriver:
         refused = [r.idempotency_key for r in requests if r.idempotency_key in self.refuse]
         if refused:
             raise ConnectionError(f"the queue refused {refused[0]}")
+        invalid = [r.idempotency_key for r in requests if r.idempotency_key in self.invalid]
+        if invalid:
+            raise ValidationError(f"{invalid[0]} can never be stored", {})
         answers: list[Enqueued] = self.inner.enqueue_many(requests)
         return answers
 
@@ -386,6 +397,55 @@ def test_a_failed_publish_stops_the_batch_and_hands_the_rest_back_at_once(
     assert driver.batches[-1] == ["invoice:o-2", "invoice:o-3", "invoice:o-4"]
     assert outbox.job_ids() == sorted(e.id for e in staged)
     assert relay.stats.publish_failures == 1 and relay.stats.released == 3
+
+
+def test_a_permanent_publish_error_sets_the_row_aside_and_the_rows_behind_it_publish(
+    outbox: Outbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    driver = FlakyDriver(outbox.env.driver)
+    staged = outbox.staged("o-1", "o-2", "o-3")
+    driver.invalid = {"invoice:o-2"}
+    relay = outbox.relay(driver=driver)
+    with caplog.at_level(logging.ERROR, logger="ultimate_jobs"):
+        assert relay.run_once() == 2
+    assert outbox.job_ids() == sorted([staged[0].id, staged[2].id])
+    (failed,) = outbox.store.failed(limit=5)
+    assert failed.id == staged[1].id and "can never be stored" in (failed.error or "")
+    (logged,) = [r for r in caplog.records if r.getMessage() == "jobs.outbox.row-set-aside"]
+    assert logged.jobs["id"] == staged[1].id  # type: ignore[attr-defined]
+    assert (outbox.store.stats().pending, outbox.store.stats().failed) == (0, 1)
+    assert relay.stats.set_aside == 1 and relay.stats.publish_failures == 0
+    assert relay.run_once() == 0
+
+    driver.invalid = set()
+    assert outbox.store.retry_failed([staged[1].id]) == {staged[1].id}
+    assert relay.run_once() == 1 and outbox.store.failed(limit=5) == []
+    assert outbox.job_ids() == sorted(e.id for e in staged)
+
+
+def test_only_a_set_aside_row_is_retried_or_removed(outbox: Outbox) -> None:
+    driver = FlakyDriver(outbox.env.driver)
+    bad, pending = outbox.staged("o-1", "o-2")
+    driver.invalid = {"invoice:o-1"}
+    outbox.relay(driver=driver, batch_size=1).run_once()
+    assert outbox.store.retry_failed([pending.id]) == frozenset()
+    assert outbox.store.remove_failed([pending.id, bad.id]) == {bad.id}
+    assert [r.id for r in outbox.store.retained()] == [pending.id]
+
+
+@pytest.mark.parametrize(
+    ("error", "permanent"),
+    [
+        (ValidationError("bad", {}), True),
+        (ValueError("timestamp out of range"), True),
+        (RecursionError(), True),
+        (DriverUnavailableError("the database is away", {}), False),
+        (ConnectionError("reset"), False),
+        (OSError("timeout"), False),
+    ],
+)
+def test_what_counts_as_a_permanent_publish_error(error: BaseException, permanent: bool) -> None:
+    assert is_permanent(error) is permanent
 
 
 def test_a_publish_under_an_id_that_names_a_finished_job_inserts_nothing(outbox: Outbox) -> None:

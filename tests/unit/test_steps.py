@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
+import pydantic
 import pytest
+from pydantic import SecretBytes, SecretStr
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, current_signal, job, publish_event, reset_event_bus
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import event_bus
+from ultimate_jobs.sealing import is_envelope
 from ultimate_jobs.testing import run_jobs
 
 NO_JITTER = {"attempts": 3, "delay": 1000, "jitter": False}
@@ -148,6 +153,90 @@ def test_a_duplicate_step_name_is_x_step_duplicate(jobs: JobsEnv) -> None:
     assert execution is not None and execution.code == "X_STEP_DUPLICATE"
     assert isinstance(execution.error, UltimateError) and execution.error.meta["step"] == "send"
     assert calls == ["first"]  # not a silent overwrite
+
+
+# -- secrets in step outputs -------------------------------------------------------------------
+
+TOKEN = "tok_live_9f8e7d6c"
+
+
+class Charge(pydantic.BaseModel):
+    token: SecretStr
+
+
+def twice_with(step: Callable[[JobRun[Any]], Any], seen: list[Any]) -> Callable[[JobRun[Any]], None]:
+    """A body that records ``step(run)`` on each attempt and fails the first (so the second replays it)."""
+
+    def body(run: JobRun[Any]) -> None:
+        seen.append(step(run))
+        if run.attempt == 1:
+            raise RuntimeError("again")
+
+    return body
+
+
+def test_a_secret_object_a_step_returns_is_stored_sealed_and_replayed_as_itself(jobs: JobsEnv) -> None:
+    seen: list[Any] = []
+    returned = {"token": SecretStr(TOKEN), "raw": SecretBytes(b"\xffraw"), "n": 1, "pair": (1, 2)}
+    queued = declare(twice_with(lambda run: run.step.run("a", lambda: returned), seen)).enqueue({})
+    run_jobs(clock=jobs.clock)
+    expected = {"token": SecretStr(TOKEN), "raw": SecretBytes(b"\xffraw"), "n": 1, "pair": [1, 2]}
+    assert seen == [expected, expected] and isinstance(seen[1]["token"], SecretStr)
+    stored = steps_of(jobs, queued.id)["a"].output
+    assert is_envelope(stored["token"]) and is_envelope(stored["raw"]) and stored["n"] == 1
+    assert TOKEN not in json.dumps(stored)
+
+
+def test_a_step_output_quoting_an_input_secret_is_stored_sealed_and_replayed_as_returned(jobs: JobsEnv) -> None:
+    seen: list[Any] = []
+
+    def sign(run: JobRun[Charge]) -> Any:
+        token = run.input.token.get_secret_value()
+        return run.step.run("sign", lambda: {"header": f"Bearer {token}", "url": f"/pay?t={quote(token)}", "ok": 1})
+
+    handle = declare(twice_with(sign, seen), input=Charge)
+    queued = handle.enqueue({"token": TOKEN})
+    run_jobs(clock=jobs.clock)
+    expected = {"header": f"Bearer {TOKEN}", "url": f"/pay?t={quote(TOKEN)}", "ok": 1}
+    assert seen == [expected, expected]
+    stored = steps_of(jobs, queued.id)["sign"].output
+    assert is_envelope(stored["header"]) and is_envelope(stored["url"]) and stored["ok"] == 1
+
+
+def test_an_output_whose_keys_quote_a_secret_is_sealed_whole(jobs: JobsEnv) -> None:
+    seen: list[Any] = []
+    handle = declare(
+        twice_with(lambda run: run.step.run("k", lambda: {run.input.token.get_secret_value(): "seen"}), seen),
+        input=Charge,
+    )
+    queued = handle.enqueue({"token": TOKEN})
+    run_jobs(clock=jobs.clock)
+    assert seen == [{TOKEN: "seen"}, {TOKEN: "seen"}]
+    assert is_envelope(steps_of(jobs, queued.id)["k"].output)
+
+
+def test_a_step_output_holding_the_envelope_key_in_clear_is_refused(jobs: JobsEnv) -> None:
+    forge = declare(lambda run: run.step.run("forge", lambda: {"$uj.secret": "x"}), retry={"attempts": 1})
+    queued = forge.enqueue({})
+    execution = run_jobs(clock=jobs.clock).last(queued.id)
+    assert execution is not None and execution.code == "X_INVARIANT"
+    assert isinstance(execution.error, UltimateError) and "reserves it" in execution.error.message
+
+
+def test_a_sealed_output_no_key_opens_fails_the_replay_with_x_job_secret_unreadable(
+    jobs: JobsEnv, settings: Any
+) -> None:
+    def body(run: JobRun[Any]) -> None:
+        run.step.run("a", lambda: SecretStr(TOKEN))
+        run.step.sleep("1s")
+
+    queued = declare(body).enqueue({})
+    run_jobs(clock=jobs.clock, advance=False)  # the step ran and the run sleeps
+    settings.SECRET_KEY = "a-new-key"  # rotated without the old one in SECRET_KEY_FALLBACKS
+    execution = run_jobs(clock=jobs.clock).last(queued.id)
+    assert execution is not None and execution.outcome == "dead-lettered"
+    assert execution.code == "X_JOB_SECRET_UNREADABLE" and execution.attempt == 1
+    assert isinstance(execution.error, UltimateError) and "step 'a'" in execution.error.message
 
 
 # -- step.sleep --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from ..drivers.base import LIVE_STATES
 from ..errors import UltimateError
 from ..models import DeadLetter, Job
 from ..operator import JobActionResult, JobDetail
-from ..redaction import job_secret_mask, scrub, secret_values
+from ..redaction import scrub, secret_values
 from ._format import (
     EMPTY,
     badge_html,
@@ -368,12 +368,10 @@ class DeadLetterAdmin(JobPagesAdmin):
 
 
 def scrubbed(obj: Job, text: str) -> str:
-    """``text`` without the clear values of ``obj``'s secret input fields (by its declared model; every
-    input value when this process does not declare the job)."""
-    mask = job_secret_mask(obj.name)
-    if mask is None or not text:
+    """``text`` without the clear values of ``obj``'s sealed secret input fields."""
+    if not text:
         return text
-    return str(scrub(text, secret_values(mask, obj.input)))
+    return str(scrub(text, secret_values(obj.input)))
 
 
 def step_choices(rows: list[Job]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ there, and :func:`inspect_queues`, which reads the driver's own ``stats()``.
 >>> operator.requeue_many(state="dead", queue="payments", until_done=True)
 
 Secrets never leave in clear: a job's input fields typed ``SecretStr``/``SecretBytes``/``Secret[T]``
-are stored in clear for the worker, and every record here carries them as ``"**********"`` — and
-scrubs their values out of errors, step outputs and progress notes (:mod:`ultimate_jobs.redaction`).
+are stored sealed (:mod:`ultimate_jobs.sealing`), and every record here carries them as
+``"**********"`` — and scrubs their values out of errors, step outputs and progress notes
+(:mod:`ultimate_jobs.redaction`).
 """
 
 from .jobs import (

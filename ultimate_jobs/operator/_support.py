@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from ..conf import job_driver
 from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
-from ..redaction import SecretMask, job_secret_mask, redact, scrub, secret_values
+from ..redaction import redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow
 
 
@@ -37,24 +37,13 @@ def not_found(job_id: str) -> JobNotFoundError:
 
 
 class Redactor:
-    """Redacts rows of any job: the secret mask of each job name is looked up once, in the registry.
-
-    A job this process does not declare has no model to read: every value of its input is masked and
-    scrubbed from its free text (:data:`~ultimate_jobs.redaction.UNDECLARED`), so a web process that
-    does not import the job module shows no secret either.
-    """
-
-    def __init__(self) -> None:
-        self._masks: dict[str, SecretMask | None] = {}
-
-    def _mask(self, name: str) -> SecretMask | None:
-        if name not in self._masks:
-            self._masks[name] = job_secret_mask(name)
-        return self._masks[name]
+    """Redacts rows of any job, whether this process declares it or not: a sealed secret shows as the
+    mask wherever it stands, and the clear values of the input's secrets are scrubbed out of the free
+    text (:mod:`ultimate_jobs.redaction`) — the row says where its secrets are, not the registry."""
 
     def secrets(self, record: JobRecord) -> set[str]:
         """The clear values of ``record``'s secret input fields."""
-        return secret_values(self._mask(record.name), record.input)
+        return secret_values(record.input)
 
     def row(self, record: JobRecord, secrets: Iterable[str] | None = None) -> JobRow:
         """``record`` as a :class:`JobRow`: input masked, free text scrubbed of the secrets' values."""
@@ -74,7 +63,7 @@ class Redactor:
             created_at_ms=record.created_at_ms,
             updated_at_ms=record.updated_at_ms,
             finished_at_ms=record.finished_at_ms,
-            input=redact(self._mask(record.name), dict(record.input)),
+            input=redact(dict(record.input)),
             last_code=record.last_code,
             last_error=scrub(headline(record.last_error), found),
             progress=_progress(record.progress, found),
@@ -101,7 +90,7 @@ def error_detail(record: JobRecord, secrets: Iterable[str]) -> ErrorDetail | Non
 
 
 def step_row(step: StepRecord, secrets: Iterable[str]) -> StepRow:
-    """One step of the trace, its output and meta scrubbed of the run's secret values."""
+    """One step of the trace: a sealed output masked, output and meta scrubbed of the run's secret values."""
     return StepRow(
         name=step.name,
         seq=step.seq,
@@ -109,7 +98,7 @@ def step_row(step: StepRecord, secrets: Iterable[str]) -> StepRow:
         started_at_ms=step.started_at_ms,
         finished_at_ms=step.finished_at_ms,
         wake_at_ms=step.wake_at_ms,
-        output=scrub(step.output, secrets),
+        output=scrub(redact(step.output), secrets),
         meta=scrub(dict(step.meta), secrets),
     )
 

@@ -19,7 +19,9 @@ from ..drivers.base import EnqueueRequest
 from ..errors import InvariantError
 from .store import (
     DEFAULT_CLAIM_LEASE_MS,
+    FailedOutboxRow,
     OutboxRecord,
+    OutboxStats,
     WakeListener,
     check_claim_lease,
     check_limit,
@@ -37,6 +39,7 @@ class _Row:
     claimed_by: str | None = None
     claimed_at_ms: int | None = None
     last_error: str | None = None
+    failed_at_ms: int | None = None
 
     def record(self) -> OutboxRecord:
         return OutboxRecord(
@@ -108,7 +111,11 @@ class MemoryOutboxStore:
         with self._lock:
             now = self.clock.now_ms()
             lapsed = now - self.claim_lease_ms
-            free = [r for r in self._rows.values() if r.claimed_at_ms is None or r.claimed_at_ms <= lapsed]
+            free = [
+                r
+                for r in self._rows.values()
+                if r.failed_at_ms is None and (r.claimed_at_ms is None or r.claimed_at_ms <= lapsed)
+            ]
             free.sort(key=lambda r: (r.staged_at_ms, r.id, r.seq))
             taken = free[:limit]
             for row in taken:
@@ -136,9 +143,57 @@ class MemoryOutboxStore:
                     landed.add(row_id)
         return frozenset(landed)
 
-    def backlog(self) -> int:
+    def set_aside(self, ids: Sequence[str], *, claimed_by: str, error: str) -> frozenset[str]:
+        landed: set[str] = set()
         with self._lock:
-            return len(self._rows)
+            now = self.clock.now_ms()
+            for row_id in ids:
+                row = self._rows.get(row_id)
+                if row is not None and row.claimed_by == claimed_by:
+                    row.claimed_by = row.claimed_at_ms = None
+                    row.failed_at_ms, row.last_error = now, error
+                    landed.add(row_id)
+        return frozenset(landed)
+
+    def backlog(self) -> int:
+        return self.stats().pending
+
+    def stats(self) -> OutboxStats:
+        with self._lock:
+            pending = [r.staged_at_ms for r in self._rows.values() if r.failed_at_ms is None]
+            failed = len(self._rows) - len(pending)
+        return OutboxStats(len(pending), failed, min(pending) if pending else None)
+
+    def failed(self, *, limit: int) -> list[FailedOutboxRow]:
+        check_limit(limit)
+        with self._lock:
+            rows = sorted(
+                (r for r in self._rows.values() if r.failed_at_ms is not None),
+                key=lambda r: (r.staged_at_ms, r.id, r.seq),
+            )[:limit]
+            return [
+                FailedOutboxRow(
+                    r.id, r.request.name, r.request.queue, r.staged_at_ms, r.failed_at_ms or 0, r.last_error
+                )
+                for r in rows
+            ]
+
+    def retry_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        with self._lock:
+            landed = {i for i in ids if i in self._rows and self._rows[i].failed_at_ms is not None}
+            for row_id in landed:
+                self._rows[row_id].failed_at_ms = None
+        if landed:
+            for listener in list(self._listeners):
+                listener("")
+        return frozenset(landed)
+
+    def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        with self._lock:
+            landed = {i for i in ids if i in self._rows and self._rows[i].failed_at_ms is not None}
+            for row_id in landed:
+                del self._rows[row_id]
+        return frozenset(landed)
 
     def retained(self) -> list[OutboxRecord]:
         """Every row not yet published, in claim order: the relay's backlog."""

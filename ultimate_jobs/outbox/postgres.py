@@ -26,7 +26,9 @@ from . import sql
 from .store import (
     DEFAULT_CLAIM_LEASE_MS,
     OUTBOX_WAKE_CHANNEL,
+    FailedOutboxRow,
     OutboxRecord,
+    OutboxStats,
     WakeListener,
     check_claim_lease,
     check_limit,
@@ -105,21 +107,37 @@ class PostgresOutboxStore:
         return [_record(row) for row in self.executor.query(sql.SQL_OUTBOX_CLAIM, params)]
 
     def release(self, ids: Sequence[str], *, claimed_by: str, error: str | None = None) -> frozenset[str]:
-        valid = [i for i in ids if is_uuid(i)]
-        if not valid:
-            return frozenset()
-        params = {"ids": valid, "claimed_by": claimed_by, "error": error}
-        return frozenset(str(r[0]) for r in self.executor.query(sql.SQL_OUTBOX_RELEASE, params))
+        return self._ids(sql.SQL_OUTBOX_RELEASE, {"ids": _uuids(ids), "claimed_by": claimed_by, "error": error})
 
     def mark_published(self, ids: Sequence[str], *, claimed_by: str) -> frozenset[str]:
-        valid = [i for i in ids if is_uuid(i)]
-        if not valid:
-            return frozenset()
-        params = {"ids": valid, "claimed_by": claimed_by, "now": self.clock.now_ms()}
-        return frozenset(str(r[0]) for r in self.executor.query(sql.SQL_OUTBOX_MARK_PUBLISHED, params))
+        params = {"ids": _uuids(ids), "claimed_by": claimed_by, "now": self.clock.now_ms()}
+        return self._ids(sql.SQL_OUTBOX_MARK_PUBLISHED, params)
+
+    def set_aside(self, ids: Sequence[str], *, claimed_by: str, error: str) -> frozenset[str]:
+        params = {"ids": _uuids(ids), "claimed_by": claimed_by, "error": error, "now": self.clock.now_ms()}
+        return self._ids(sql.SQL_OUTBOX_SET_ASIDE, params)
 
     def backlog(self) -> int:
         return int(self.executor.query(sql.SQL_OUTBOX_BACKLOG)[0][0])
+
+    def stats(self) -> OutboxStats:
+        pending, failed, oldest = self.executor.query(sql.SQL_OUTBOX_STATS)[0]
+        return OutboxStats(int(pending), int(failed), int(oldest) if oldest is not None else None)
+
+    def failed(self, *, limit: int) -> list[FailedOutboxRow]:
+        rows = self.executor.query(sql.SQL_OUTBOX_FAILED, {"limit": check_limit(limit)})
+        return [FailedOutboxRow(str(r[0]), r[1], r[2], int(r[3]), int(r[4]), r[5]) for r in rows]
+
+    def retry_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        return self._ids(sql.SQL_OUTBOX_RETRY_FAILED, {"ids": _uuids(ids)})
+
+    def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        return self._ids(sql.SQL_OUTBOX_REMOVE_FAILED, {"ids": _uuids(ids)})
+
+    def _ids(self, statement: str, params: dict[str, Any]) -> frozenset[str]:
+        if not params["ids"]:
+            return frozenset()
+        return frozenset(str(r[0]) for r in self.executor.query(statement, params))
 
     # -- the wake ------------------------------------------------------------------------------
 
@@ -201,6 +219,11 @@ def postgres_outbox_store(
         alias = tx_executor.alias if tx_executor is not None else jobs_settings().database
     tx = tx_executor or django_executor(alias)
     return PostgresOutboxStore(executor=executor or tx, tx_executor=tx, clock=clock, claim_lease_ms=claim_lease_ms)
+
+
+def _uuids(ids: Sequence[str]) -> list[str]:
+    """The ids that can name a row (anything else names none: no statement needs to say so)."""
+    return [i for i in ids if is_uuid(i)]
 
 
 def _record(row: Sequence[Any]) -> OutboxRecord:

@@ -2,9 +2,14 @@
 
 A pass: ``store.claim()`` a batch (``staged_at, id`` order), ``driver.enqueue_many()`` it with every
 request under its row's own id — a repeat publish inserts nothing, live or finished — then
-``store.mark_published()``. A publish that fails stops the batch: the rows before it are marked, the
-failed row and every row behind it are released at once (``jobs.outbox.publish-failed``), so later
-rows never overtake it and a pool blip costs one poll interval, not a lease window. A pass that
+``store.mark_published()``. A publish that fails with a transient error (the database is away, a
+lock timed out) stops the batch: the rows before it are marked, the failed row and every row behind it
+are released at once (``jobs.outbox.publish-failed``), so later rows never overtake it and a pool blip
+costs one poll interval, not a lease window. A publish that fails with a PERMANENT error — one no retry
+can fix: the database refuses the request's data, or the request is invalid (:func:`is_permanent`) —
+sets that one row aside (``failed``, with its error; ``jobs.outbox.row-set-aside``) and the rows
+behind it publish: one bad row never wedges the outbox. An operator lists, retries or removes set-aside
+rows (``manage.py jobs outbox``, the admin's outbox page). A pass that
 throws is logged ``jobs.outbox.tick-failed`` and the loop re-arms. While there is work the loop claims
 every ``interval`` (200 ms) — at once after a pass that published a full batch, so a backlog drains at
 the statements' pace — and while idle the wait doubles to the ceiling; the store's wake cuts it short.
@@ -27,13 +32,16 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+import psycopg
+from django import db
 
 from ..clock import Clock
 from ..conf import job_clock
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
 from ..durations import Duration, parse_duration
-from ..errors import InvariantError
+from ..errors import InvariantError, UltimateError, retry_class
 from ..logs import log_event
 from ..worker.connections import close_thread_connections, release_stale_connections
 from ..worker.runtime import DEFAULT_DRAIN_DEADLINE_MS, idle_ceiling_for
@@ -56,6 +64,7 @@ class RelayStats:
     published: int = 0
     deduped: int = 0
     released: int = 0
+    set_aside: int = 0
     publish_failures: int = 0
     claims_lost: int = 0
     tick_failures: int = 0
@@ -286,22 +295,35 @@ class OutboxRelay:
         if not records:
             return PassResult()
         self.stats.claimed += len(records)
-        answers, error = self._publish(records)
-        published, rest = records[: len(answers)], records[len(answers) :]
-        self.stats.deduped += sum(1 for a in answers if a.deduped)
-        if published:
-            self._mark(published)
-        if rest:
+        remaining, published, deduped, released, set_aside = records, 0, 0, 0, 0
+        while remaining:
+            answers, error = self._publish(remaining)
+            done, rest = remaining[: len(answers)], remaining[len(answers) :]
+            deduped += sum(1 for a in answers if a.deduped)
+            if done:
+                self._mark(done)
+                published += len(done)
+            if not rest:
+                break
+            if error is not None and is_permanent(error):
+                self._set_aside(rest[0], error)
+                set_aside += 1
+                remaining = rest[1:]  # the rows behind it go out, still in order
+                continue
             self._release(rest, error)
+            released = len(rest)
+            break
+        self.stats.deduped += deduped
         log_event(
             logging.DEBUG,
             "jobs.outbox.published",
             relay_id=self.relay_id,
-            published=len(published),
-            deduped=sum(1 for a in answers if a.deduped),
-            released=len(rest),
+            published=published,
+            deduped=deduped,
+            released=released,
+            set_aside=set_aside,
         )
-        return PassResult(claimed=len(records), published=len(published), released=len(rest))
+        return PassResult(claimed=len(records), published=published, released=released)
 
     def _publish(self, records: list[OutboxRecord]) -> tuple[list[Enqueued], Exception | None]:
         """Publish in order; answers the answers of the published prefix and the error that stopped it.
@@ -333,18 +355,23 @@ class OutboxRelay:
                 self.stats.claims_lost += len(lost)
                 log_event(logging.WARNING, "jobs.outbox.claim-lost", relay_id=self.relay_id, ids=lost, op="mark")
 
+    def _log_failure(
+        self, level: int, event: str, record: OutboxRecord, error: Exception | None, **fields: Any
+    ) -> None:
+        log_event(
+            level, event, relay_id=self.relay_id, id=record.id, name=record.request.name, error=repr(error), **fields
+        )
+
+    def _set_aside(self, record: OutboxRecord, error: Exception) -> None:
+        token = record.claimed_by or ""
+        landed = self.store.set_aside([record.id], claimed_by=token, error=repr(error))
+        self.stats.set_aside += len(landed)
+        self._log_failure(logging.ERROR, "jobs.outbox.row-set-aside", record, error, landed=bool(landed))
+
     def _release(self, rest: list[OutboxRecord], error: Exception | None) -> None:
         first = rest[0]
         self.stats.publish_failures += 1
-        log_event(
-            logging.WARNING,
-            "jobs.outbox.publish-failed",
-            relay_id=self.relay_id,
-            id=first.id,
-            name=first.request.name,
-            released=len(rest),
-            error=repr(error),
-        )
+        self._log_failure(logging.WARNING, "jobs.outbox.publish-failed", first, error, released=len(rest))
         for token, ids in _by_token(rest).items():
             landed = self.store.release(ids, claimed_by=token, error=repr(error))
             self.stats.released += len(landed)
@@ -356,6 +383,27 @@ class OutboxRelay:
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the relay reached ``stopped`` (tests); answers whether it did in ``timeout`` seconds."""
         return self._stopped.wait(timeout)
+
+
+_PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    db.DataError,
+    db.IntegrityError,
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether publishing the row again can never succeed: the database refuses its data (out of range,
+    a NUL byte, a constraint), the request cannot be built from it, or a coded error classified
+    terminal (``X_VALIDATION``…). A lost connection, a timeout or anything unknown is transient."""
+    if isinstance(error, UltimateError):
+        return retry_class(error) == "terminal"
+    return isinstance(error, _PERMANENT_ERRORS)
 
 
 def _by_token(records: list[OutboxRecord]) -> dict[str, list[str]]:

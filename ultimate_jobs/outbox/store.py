@@ -40,6 +40,28 @@ class OutboxRecord:
     claimed_at_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    """The outbox at a glance: rows waiting to publish, rows set aside by a permanent error, and the stage
+    instant of the oldest waiting row (``None`` when none waits)."""
+
+    pending: int
+    failed: int
+    oldest_pending_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedOutboxRow:
+    """A row a permanent publish error set aside: what the operator lists, retries or removes."""
+
+    id: str
+    name: str
+    queue: str
+    staged_at_ms: int
+    failed_at_ms: int
+    error: str | None
+
+
 @runtime_checkable
 class OutboxStore(Protocol):
     """Where staged enqueues wait for the relay. Rows come back from :meth:`claim` in ``staged_at, id``
@@ -66,8 +88,24 @@ class OutboxStore(Protocol):
     def mark_published(self, ids: Sequence[str], *, claimed_by: str) -> frozenset[str]:
         """Retire published rows, fenced on ``claimed_by``; answers the ids that landed."""
 
+    def set_aside(self, ids: Sequence[str], *, claimed_by: str, error: str) -> frozenset[str]:
+        """Take rows out of the claim order with the permanent error that stopped their publish, fenced on
+        ``claimed_by``; answers the ids that landed."""
+
     def backlog(self) -> int:
-        """How many staged rows are not published yet."""
+        """How many staged rows wait to be published (not counting set-aside rows)."""
+
+    def stats(self) -> OutboxStats:
+        """Pending and set-aside counts and the oldest pending row's stage instant."""
+
+    def failed(self, *, limit: int) -> list[FailedOutboxRow]:
+        """The set-aside rows, oldest stage first."""
+
+    def retry_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        """Put set-aside rows back in the claim order (they keep their place); answers the ids that landed."""
+
+    def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
+        """Delete set-aside rows for good; answers the ids that landed."""
 
 
 def check_claim_lease(value: object) -> int:

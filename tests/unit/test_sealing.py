@@ -1,0 +1,75 @@
+"""Sealed secrets: an envelope opens to what was sealed, only under the site's keys (a purpose-derived
+key of ``SECRET_KEY`` or of a ``SECRET_KEY_FALLBACKS`` entry), and a secret object comes back as itself."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from pydantic import Secret, SecretBytes, SecretStr
+from pytest_django.fixtures import Settings
+
+from ultimate_jobs.redaction import secret_values
+from ultimate_jobs.sealing import ENVELOPE_KEY, KEY_PURPOSE, is_envelope, seal, seal_object, unseal
+from ultimate_jobs.testing.conformance import raises_code
+
+SECRET = "sk_live_0123456789"
+
+
+def fernet_of(secret_key: str, purpose: bytes) -> Fernet:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret_key.encode())
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+@pytest.mark.parametrize("value", [SECRET, 12345, 1.5, True, None, {"a": [1, "b"]}, ["x", {"y": None}]])
+def test_an_envelope_opens_to_the_json_value_it_sealed(value: Any) -> None:
+    envelope = seal(value)
+    assert is_envelope(envelope) and list(envelope) == [ENVELOPE_KEY]
+    assert unseal(envelope) == value
+    assert unseal({"outer": [envelope, 7]}) == {"outer": [value, 7]}
+
+
+def test_the_token_holds_no_clear_text_and_each_seal_is_fresh() -> None:
+    first, second = seal(SECRET), seal(SECRET)
+    assert SECRET not in json.dumps(first) and first != second  # a random IV per seal
+
+
+def test_the_key_is_derived_from_secret_key_for_this_purpose_only(settings: Settings) -> None:
+    settings.SECRET_KEY = "the-site-key"
+    token = seal(SECRET)[ENVELOPE_KEY]
+    assert json.loads(fernet_of("the-site-key", KEY_PURPOSE).decrypt(token))["v"] == SECRET
+    with pytest.raises(InvalidToken):
+        fernet_of("the-site-key", b"another purpose").decrypt(token)
+
+
+def test_a_key_rotated_the_django_way_still_opens_what_the_old_key_sealed(settings: Settings) -> None:
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "old-key", []
+    sealed = {"card": {"token": seal(SECRET)}}
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "new-key", ["old-key"]
+    assert unseal(sealed) == {"card": {"token": SECRET}}
+    fresh = seal(SECRET)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "new-key", []
+    assert unseal(fresh) == SECRET  # new seals use the current key
+    with raises_code("X_JOB_SECRET_UNREADABLE") as caught:
+        unseal(sealed, what="charge: the input")
+    message = caught.value.message
+    assert message.startswith("charge: the input: the secret sealed at $.card.token opens with none")
+    assert "SECRET_KEY_FALLBACKS" in message and "Fix:" in message
+    assert caught.value.meta == {"path": "$.card.token"}
+    assert secret_values(sealed) == set()  # a surface skips what it cannot open: it is masked anyway
+
+
+def test_a_secret_object_comes_back_as_itself_when_restored() -> None:
+    values = [SecretStr(SECRET), SecretBytes(b"\xff\x00raw"), Secret(12345), Secret(b"\xfe")]
+    sealed = json.loads(json.dumps(values, default=seal_object))
+    assert all(is_envelope(item) for item in sealed) and SECRET not in json.dumps(sealed)
+    restored = unseal(sealed, restore=True)
+    assert restored == values and [type(v) for v in restored] == [SecretStr, SecretBytes, Secret, Secret]
+    assert unseal(sealed)[0] == SECRET
+    with pytest.raises(TypeError):
+        seal_object(object())
