@@ -19,6 +19,7 @@ INSTALLED_APPS = [
     "ultimate_jobs",
     "demo_project.shop",
     "tests.secapp",
+    "tests.chaos",
 ]
 
 # pytest-django creates test_<NAME>; set ULTIMATE_JOBS_TEST_DB per checkout/CI job so

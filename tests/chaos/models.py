@@ -1,0 +1,16 @@
+"""The side-effect ledger: one row every time a chaos job's step does its work."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class Effect(models.Model):
+    """A step's side effect, as the worker process that ran it wrote it (autocommit, before the step's
+    checkpoint). Two rows for one ``(job_id, step)`` are a doubled effect."""
+
+    job_id = models.UUIDField(db_index=True)
+    step = models.CharField(max_length=32)
+    worker_pid = models.IntegerField()
+    at = models.DateTimeField(default=timezone.now)
