@@ -481,7 +481,8 @@ class JobDriver(Protocol):
         """Settle a running row by :func:`nack_state`, fenced on ``ref``; answers whether it landed."""
 
     def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
-        """Renew many leases in one round; answers the job ids whose renewal landed."""
+        """Renew many leases in one round; answers the job ids whose renewal landed. A miss is not logged:
+        the caller knows whether it is a lost lease or a renewal that crossed the job's own settle."""
 
     def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
         """Persist one step under the claim; answers whether it landed."""

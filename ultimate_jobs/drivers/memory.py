@@ -381,9 +381,9 @@ class MemoryDriver:
         renewed: set[str] = set()
         with self.lock:
             until = self.clock.now_ms() + visibility_timeout_ms
-            for beat in beats:
-                row = self.owned_row(beat.job_id, beat.ref, "heartbeat")
-                if row is not None:
+            for beat in beats:  # a miss is the caller's to judge (a renewal crossing its own settle is none)
+                row = self.rows.get(beat.job_id)
+                if row is not None and row.owned_by(beat.ref):
                     row.lease_until_ms = until
                     self._index.file(row)
                     renewed.add(row.id)

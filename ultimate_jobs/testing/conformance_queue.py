@@ -263,9 +263,12 @@ class QueueContract:
             assert driver.ack(old.id, old.ref) is False
             assert driver.nack(old.id, old.ref, NackOptions(error="late")) is False
             assert driver.save_step(old.id, old.ref, step) is False
+            # a missed renewal is answered, not logged: the worker tells a lost lease from a renewal that
+            # crossed the job's own settle (which is nothing to warn about)
             assert driver.heartbeat([Heartbeat(old.id, old.ref)], visibility_timeout_ms=VT) == frozenset()
         unowned = [r for r in caplog.records if r.getMessage() == "jobs.settle.unowned"]
-        assert len(unowned) == 4 and all(r.levelno == logging.WARNING for r in unowned)
+        assert [r.jobs["op"] for r in unowned] == ["ack", "nack", "save_step"]  # type: ignore[attr-defined]
+        assert all(r.levelno == logging.WARNING for r in unowned)
 
     def test_lapsed_final_attempt_is_buried_not_handed_out(self, driver: JobDriver, clock: FrozenClock) -> None:
         heard: list[list[ExhaustedJob]] = []
