@@ -360,6 +360,21 @@ class TenancyActorOrgRequiredError(CodedError):
     default_code = "X_TENANCY_ACTOR_ORG_REQUIRED"
 
 
+# The operator's refusals of input from outside (the CLI, the admin, the JSON views), raised before any
+# statement runs (ultimate_jobs.operator.arguments).
+class JobIdInvalidError(CodedError):
+    """A job id that is not a UUID (a NUL byte, other text, too long): it can name no row."""
+
+    default_code = "X_JOB_ID_INVALID"
+
+
+class JobArgumentInvalidError(CodedError):
+    """An operator argument no row can hold: a blank, NUL-bearing or over-long queue, task or step name
+    or cancel reason, or an action the page does not offer."""
+
+    default_code = "X_JOB_ARGUMENT_INVALID"
+
+
 # ---------------------------------------------------------------------------------------------
 # Retry classification: one table, read by the executor and by --json output.
 

@@ -14,6 +14,7 @@ app_name = "ultimate_jobs"
 urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("queues", queues_view, name="queues"),
-    path("job/<uuid:job_id>", job_view, name="job"),
+    # Any text after job/ reaches the view, so a malformed id is a JSON 400 with its code, not a bare 404.
+    path("job/<path:job_id>", job_view, name="job"),
     path("dead-letters", dead_letters_view, name="dead-letters"),
 ]

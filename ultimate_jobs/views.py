@@ -8,7 +8,6 @@ refusal is ``{"error": {"code", "message", "meta"}}`` with the code's status.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -28,6 +27,8 @@ View = Callable[..., HttpResponse]
 STATUS = {
     "X_JOB_NOT_FOUND": 404,
     "X_JOB_PAGE_INVALID": 400,
+    "X_JOB_ID_INVALID": 400,
+    "X_JOB_ARGUMENT_INVALID": 400,
     "X_NOT_IMPLEMENTED": 501,
     "X_DRIVER_UNAVAILABLE": 503,
 }
@@ -70,10 +71,10 @@ def queues_view(request: HttpRequest) -> HttpResponse:
 
 
 @operator_view("ultimate_jobs.view_job")
-def job_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
+def job_view(request: HttpRequest, job_id: str) -> HttpResponse:
     """``GET job/<id>``: one job with its steps and error (``operator.inspect_job``); 404 for an id no
-    queue holds."""
-    return JsonResponse(operator.inspect_job(str(job_id)).as_dict())
+    queue holds, 400 ``X_JOB_ID_INVALID`` for text that is no job id (the operator checks it)."""
+    return JsonResponse(operator.inspect_job(job_id).as_dict())
 
 
 @operator_view("ultimate_jobs.view_deadletter")

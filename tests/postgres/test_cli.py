@@ -220,7 +220,7 @@ def test_show_unknown_is_not_found(pg: Env[PostgresDriver]) -> None:
     human, as_json = refused("X_JOB_NOT_FOUND", "show", UNKNOWN)
     assert "Fix: python manage.py jobs list --json" in human.err
     assert as_json.json["error"]["meta"] == {"job_id": UNKNOWN}
-    refused("X_JOB_NOT_FOUND", "show", "not-a-uuid")
+    refused("X_JOB_ID_INVALID", "show", "not-a-uuid")
     usage("show")
 
 

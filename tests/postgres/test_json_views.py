@@ -64,7 +64,7 @@ def test_queues_is_inspect_queues_with_the_clock(pg: Env[PostgresDriver], shop: 
     assert exports["paused"] is True and exports["ready"] == 1
 
 
-def test_a_job_is_inspect_job_redacted_and_an_unknown_id_is_404(shop: Scenario) -> None:
+def test_a_job_is_inspect_job_redacted_an_unknown_id_is_404_and_a_malformed_one_400(shop: Scenario) -> None:
     client = client_for("view_job")
     response = client.get(f"/jobs/job/{shop.dead_id}")
     assert response["Cache-Control"].startswith("max-age=0")
@@ -74,7 +74,8 @@ def test_a_job_is_inspect_job_redacted_and_an_unknown_id_is_404(shop: Scenario) 
     assert "GatewayDown" in body["error"]["stack"] and CARD_TOKEN not in response.content.decode()
     missing = client.get(f"/jobs/job/{uuid.uuid4()}")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "X_JOB_NOT_FOUND"
-    assert client.get("/jobs/job/not-a-uuid").status_code == 404
+    malformed = client.get("/jobs/job/not-a-uuid")
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "X_JOB_ID_INVALID"
 
 
 def test_dead_letters_pages_with_filters_and_refuses_a_bad_limit(shop: Scenario) -> None:

@@ -22,6 +22,9 @@ from ultimate_jobs.sealing import clear_model, is_envelope, seal_model, unseal
 from ultimate_jobs.testing import run_jobs
 from ultimate_jobs.testing.conformance import raises_code, request
 
+UNKNOWN = "00000000-0000-4000-8000-000000000000"
+"""A well-formed job id no queue holds."""
+
 TOKEN = "tok-9f8e7d6c5b4a"
 KEY = "key-0123456789ab"
 
@@ -310,6 +313,8 @@ def test_inspect_job_answers_the_trace_in_step_order(jobs: JobsEnv) -> None:
     assert [(s.name, s.status, s.output) for s in detail.steps] == [("first", "done", 1), ("second", "done", 2)]
     assert detail.error is None and detail.job.state == "done" and detail.steps[0].duration_ms == 0
     with raises_code("X_JOB_NOT_FOUND"):
+        operator.inspect_job(UNKNOWN)
+    with raises_code("X_JOB_ID_INVALID"):  # no UUID: refused before the driver is asked
         operator.inspect_job("no-such-job")
 
 
@@ -333,7 +338,7 @@ def test_retry_requeues_a_finished_job_and_refuses_the_rest(jobs: JobsEnv) -> No
         operator.retry_job(dead)
     assert info.value.meta["state"] == "ready"
     with raises_code("X_JOB_NOT_FOUND"):
-        operator.retry_job("no-such-job")
+        operator.retry_job(UNKNOWN)
     run_jobs(jobs.driver, clock=jobs.clock)
     again = operator.retry_from_step(dead, "second")
     assert again.job is not None and again.job.state == "ready"
@@ -357,8 +362,8 @@ def test_cancel_stops_a_live_job_and_answers_not_cancellable_otherwise(jobs: Job
         operator.cancel_job(live)
     assert info.value.meta == {"job_id": live, "state": "cancelled"}
     with raises_code("X_JOB_NOT_CANCELLABLE") as unknown:
-        operator.cancel_job("no-such-job")
-    assert unknown.value.meta == {"job_id": "no-such-job", "state": None}
+        operator.cancel_job(UNKNOWN)
+    assert unknown.value.meta == {"job_id": UNKNOWN, "state": None}
 
 
 def test_remove_and_promote(jobs: JobsEnv) -> None:
@@ -507,10 +512,10 @@ def test_a_driver_without_introspect_is_not_implemented(jobs: JobsEnv) -> None:
     bare: Any = BareDriver()
     for call in (
         lambda: operator.list_jobs(driver=bare),
-        lambda: operator.inspect_job("x", driver=bare),
-        lambda: operator.retry_job("x", driver=bare),
-        lambda: operator.remove_job("x", driver=bare),
-        lambda: operator.promote_job("x", driver=bare),
+        lambda: operator.inspect_job(UNKNOWN, driver=bare),
+        lambda: operator.retry_job(UNKNOWN, driver=bare),
+        lambda: operator.remove_job(UNKNOWN, driver=bare),
+        lambda: operator.promote_job(UNKNOWN, driver=bare),
         lambda: operator.requeue_many(state="dead", driver=bare),
         lambda: operator.pause_queue("q", driver=bare),
         lambda: operator.pause_task("t", driver=bare),
@@ -521,5 +526,5 @@ def test_a_driver_without_introspect_is_not_implemented(jobs: JobsEnv) -> None:
         with raises_code("X_NOT_IMPLEMENTED"):
             call()
     with raises_code("X_JOB_NOT_CANCELLABLE"):  # the spec's answer for a driver with no cancel
-        operator.cancel_job("x", driver=bare)
+        operator.cancel_job(UNKNOWN, driver=bare)
     assert {q.queue: q.ready for q in operator.inspect_queues(driver=bare)}["default"] == 2

@@ -10,16 +10,18 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.db import models
-from django.http import HttpRequest, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..drivers.base import filter_text_problem
-from ..errors import UltimateError
+from ..errors import JobPageInvalidError, UltimateError
+from ..operator.arguments import check_name, shown
 from ._format import now_ms
 
 MAX_FAILURES_SHOWN = 20
@@ -31,6 +33,12 @@ else:  # ModelAdmin is generic for the type checker only
     _ModelAdmin = admin.ModelAdmin
 
 
+def refusal(error: UltimateError) -> HttpResponseBadRequest:
+    """A 400 page for input no page or action can use: ``CODE: message`` in plain text (nothing the
+    caller sent is rendered as HTML, and the message quotes at most the start of it)."""
+    return HttpResponseBadRequest(f"{error.code}: {error.message}".encode(), content_type="text/plain; charset=utf-8")
+
+
 def bad_query(request: HttpRequest) -> HttpResponseBadRequest | None:
     """A 400 for a query string no filter can use (:func:`filter_text_problem`: a NUL byte, or too long)
     instead of the database error a filter on it would raise."""
@@ -38,9 +46,27 @@ def bad_query(request: HttpRequest) -> HttpResponseBadRequest | None:
         for text in (key, *values):
             problem = filter_text_problem(text)
             if problem is not None:
-                return HttpResponseBadRequest(
-                    f"X_JOB_PAGE_INVALID: the filter {key[:40]!r} {problem}".encode(),
-                    content_type="text/plain; charset=utf-8",
+                return refusal(JobPageInvalidError(f"the filter {key[:40]!r} {problem}", {"filter": key[:40]}))
+    return None
+
+
+DATE_PARTS = {"year": (1, 9998), "month": (1, 12), "day": (1, 31)}
+"""The date drill-down's parameters and their ranges (the year stops one short of 9999, whose next year
+Django's drill-down would compute and overflow)."""
+
+
+def bad_dates(request: HttpRequest, field: str | None) -> HttpResponseBadRequest | None:
+    """A 400 for a date drill-down part (``created_at__year=…``) that is no number in its range, which
+    Django's changelist would let overflow into a 500; a date that does not exist (February 30) is left
+    to Django, which answers the list with its "invalid lookup" notice."""
+    if field is None:
+        return None
+    for part, (low, high) in DATE_PARTS.items():
+        key = f"{field}__{part}"
+        for value in request.GET.getlist(key):
+            if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
+                return refusal(
+                    JobPageInvalidError(f"{key}={shown(value)} is not a {part} in {low}..{high}", {"filter": key})
                 )
     return None
 
@@ -58,6 +84,29 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def check_key(self, object_id: str) -> str:
+        """The object id of a URL (``…/<id>/change/``), checked before any read: a queue or task name
+        here; the job pages take a job id. A refusal is an ``UltimateError``."""
+        return check_name(unquote(object_id), what=str(self.opts.verbose_name))
+
+    def key_refusal(self, object_id: str) -> HttpResponse | None:
+        """The 400 page for an object id :meth:`check_key` refuses, or ``None``."""
+        try:
+            self.check_key(object_id)
+        except UltimateError as exc:
+            return refusal(exc)
+        return None
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return self.key_refusal(object_id) or super().history_view(request, object_id, extra_context)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return self.key_refusal(object_id) or super().delete_view(request, object_id, extra_context)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Whether the user may act (retry, cancel, pause…): the model's change permission."""

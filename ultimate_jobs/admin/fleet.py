@@ -19,8 +19,9 @@ from .. import operator
 from ..errors import UltimateError
 from ..models import Queue, ScheduledTask, Worker
 from ..operator import PauseState
+from ..operator.arguments import check_name
 from ._format import now_ms
-from ._support import ReadOnlyAdmin, per_row, report
+from ._support import ReadOnlyAdmin, per_row, refusal, report
 
 LATE_MS = 5 * 60_000  # an oldest due job older than this shows as late (the metrics doc's example alert)
 STALE_BEAT_MS = 30_000  # a heartbeat older than this shows as stale
@@ -53,7 +54,7 @@ class OverviewAdmin(ReadOnlyAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        return HttpResponseRedirect(self.url("changelist"))
+        return self.key_refusal(object_id) or HttpResponseRedirect(self.url("changelist"))
 
 
 class PausableAdmin(OverviewAdmin):
@@ -84,11 +85,11 @@ class PausableAdmin(OverviewAdmin):
     def _toggle(self, request: HttpRequest, *, paused: bool) -> HttpResponse:
         if not self.has_operate_permission(request):
             raise PermissionDenied
-        name = request.POST.get("name", "").strip()
+        try:
+            name = check_name(request.POST.get("name", "").strip(), what=self.noun)
+        except UltimateError as exc:  # blank, a NUL byte, a megabyte: a 400 before any statement
+            return refusal(exc)
         back = HttpResponseRedirect(self.url("changelist"))
-        if not name:
-            messages.error(request, f"Name the {self.noun} to {'pause' if paused else 'resume'}.")
-            return back
         outcome = per_row([name], self.pause_one if paused else self.resume_one)
         verb = "Paused" if paused else "Resumed"
         for key, state in outcome.done:

@@ -11,11 +11,12 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import ShowFacets
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Left
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils.html import format_html
@@ -24,9 +25,10 @@ from django.views.decorators.http import require_POST
 
 from .. import operator
 from ..drivers.base import LIVE_STATES
-from ..errors import UltimateError
+from ..errors import JobArgumentInvalidError, UltimateError
 from ..models import DeadLetter, Job
 from ..operator import JobActionResult, JobDetail
+from ..operator.arguments import check_job_id, check_name, shown
 from ..redaction import scrub, secret_values
 from ._format import (
     EMPTY,
@@ -37,7 +39,7 @@ from ._format import (
     pretty_json,
     time_html,
 )
-from ._support import Outcome, ReadOnlyAdmin, bad_query, per_row, report
+from ._support import Outcome, ReadOnlyAdmin, bad_dates, bad_query, per_row, refusal, report
 from .filters import CappedPaginator, JobNameFilter, QueueFilter, TenantFilter
 
 FINISHED_STATES = ("done", "failed", "dead", "cancelled")
@@ -73,9 +75,9 @@ class JobPagesAdmin(ReadOnlyAdmin):
     # -- the list ------------------------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        refusal = bad_query(request)
-        if refusal is not None:
-            return refusal
+        refused = bad_query(request) or bad_dates(request, self.date_hierarchy)
+        if refused is not None:
+            return refused
         title = str(self.opts.verbose_name_plural).capitalize()
         return super().changelist_view(
             request, {"title": title, "uj_tabs": self.tabs(request), **(extra_context or {})}
@@ -134,6 +136,23 @@ class JobPagesAdmin(ReadOnlyAdmin):
         return time_html(obj.run_at)
 
     # -- actions -------------------------------------------------------------------------------
+
+    def response_action(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> HttpResponse | None:
+        """A 400 for an action this page does not offer this user, or a selected key that is no job id,
+        before Django filters the rows on it (a key Postgres cannot compare with a uuid would be a 500)."""
+        try:
+            offered = self.get_actions(request)
+            for name in request.POST.getlist("action"):
+                if name and name not in offered:  # "" is the menu's blank choice: Django's "No action selected"
+                    raise JobArgumentInvalidError(
+                        f"this page offers no action {shown(name)}; pick one of {', '.join(offered)}",
+                        {"argument": "action", "value": shown(name)},
+                    )
+            for key in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                check_job_id(key)
+        except UltimateError as exc:
+            return refusal(exc)
+        return super().response_action(request, queryset)
 
     def run_action(
         self,
@@ -195,7 +214,10 @@ class JobPagesAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        job_id = self._job_id(object_id)
+        try:
+            job_id = self.check_key(object_id)
+        except UltimateError as exc:
+            return refusal(exc)
         try:
             detail = operator.inspect_job(job_id)
         except UltimateError as exc:
@@ -207,12 +229,9 @@ class JobPagesAdmin(ReadOnlyAdmin):
         title = f"{detail.job.name} {job_id}"
         return self.render_page(request, "admin/ultimate_jobs/job_detail.html", title, job_page(detail, now, self))
 
-    @staticmethod
-    def _job_id(object_id: str) -> str:
-        try:
-            return str(uuid.UUID(object_id))
-        except ValueError:
-            raise Http404(f"{object_id!r} is not a job id") from None
+    def check_key(self, object_id: str) -> str:
+        """A job page's object id is a job id (``X_JOB_ID_INVALID`` otherwise), in its canonical text."""
+        return check_job_id(unquote(object_id))
 
     def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The job page's buttons: one action on this job, through the operator (POST, CSRF-checked by
@@ -222,14 +241,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
     def _act(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if not self.has_operate_permission(request):
             raise PermissionDenied
-        job_id = self._job_id(object_id)
-        try:
-            current = operator.inspect_job(job_id).job
-            row = self.model(pk=uuid.UUID(job_id), name=current.name, state=current.state)
-        except UltimateError:
-            row = self.model(pk=uuid.UUID(job_id), name="?", state="?")
         action = request.POST.get("action", "")
-        step = request.POST.get("step") or None
         reason = f"cancelled from the admin by {request.user.get_username()}"
         choices: dict[str, tuple[str, Callable[[str], JobActionResult], str]] = {
             "retry": ("Retried", operator.retry_job, "Retried"),
@@ -237,12 +249,25 @@ class JobPagesAdmin(ReadOnlyAdmin):
             "promote": ("Promoted", operator.promote_job, "Promoted"),
             "remove": ("Removed", operator.remove_job, "Removed"),
         }
-        if action == "retry_from_step" and step:
-            did, act, log = "Retried", lambda k: operator.retry_from_step(k, step), f"Retried from step {step!r}"
-        elif action in choices:
-            did, act, log = choices[action]
-        else:
-            raise Http404(f"no action {action!r}")
+        try:
+            job_id = self.check_key(object_id)
+            if action == "retry_from_step":
+                step = check_name(request.POST.get("step", ""), what="step")
+                did, act, log = "Retried", lambda k: operator.retry_from_step(k, step), f"Retried from step {step!r}"
+            elif action in choices:
+                did, act, log = choices[action]
+            else:
+                raise JobArgumentInvalidError(
+                    f"a job page has no action {shown(action)}; one of {', '.join(choices)}, retry_from_step",
+                    {"argument": "action", "value": shown(action)},
+                )
+        except UltimateError as exc:
+            return refusal(exc)
+        try:
+            current = operator.inspect_job(job_id).job
+            row = self.model(pk=uuid.UUID(job_id), name=current.name, state=current.state)
+        except UltimateError:
+            row = self.model(pk=uuid.UUID(job_id), name="?", state="?")
         outcome = self.run_action(request, [row], did=did, act=act, log=log, removed=action == "remove")
         if action == "remove" and outcome.done:
             return HttpResponseRedirect(self.url("changelist"))
@@ -344,13 +369,17 @@ class DeadLetterAdmin(JobPagesAdmin):
         )
 
     @admin.action(description="Retry selected jobs from a step…", permissions=["operate"])
-    def retry_from_step(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> TemplateResponse | None:
+    def retry_from_step(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> HttpResponse | None:
         rows = list(queryset[: MAX_STEP_PICK + 1])
         if len(rows) > MAX_STEP_PICK:
             messages.error(request, f"Pick at most {MAX_STEP_PICK} jobs to retry from a step.")
             return None
         step = request.POST.get("step", "").strip()
         if request.POST.get("post") == "yes" and step:
+            try:
+                check_name(step, what="step")
+            except UltimateError as exc:
+                return refusal(exc)
             self.run_action(
                 request,
                 rows,

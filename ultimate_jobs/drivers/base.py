@@ -30,6 +30,10 @@ DEFAULT_JOB_PAGE = 100
 MAX_BULK_ROWS = 1_000
 MAX_WORKER_IN_FLIGHT = 100
 MAX_TASK_FIRES = 1_000
+MIN_INSTANT_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+"""The instants a filter, a cursor or a stats window may name: Python's datetime range, inside what a
+Postgres ``timestamptz`` holds (outside it ``to_timestamp`` is a database error)."""
 PROGRESS_INTERVAL_MS = 1_000
 LEASE_LAPSED_FINAL_ATTEMPT = "LEASE_LAPSED_FINAL_ATTEMPT"
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
@@ -306,7 +310,7 @@ def filter_text_problem(value: str) -> str | None:
     if "\x00" in value:
         return "contains a NUL byte; no job has one — check how the value was built"
     if len(value) > MAX_FILTER_CHARS:
-        return f"is {len(value)} characters; a filter takes at most {MAX_FILTER_CHARS}"
+        return f"is {len(value)} characters; at most {MAX_FILTER_CHARS} are taken"
     return None
 
 
@@ -512,6 +516,8 @@ def decode_cursor(cursor: str, *, which: str) -> tuple[int, str]:
         created, job_id = data["c"], data["i"]
         if isinstance(created, bool) or not isinstance(created, int) or not isinstance(job_id, str):
             raise ValueError("shape")
+        if not MIN_INSTANT_MS <= created <= MAX_INSTANT_MS:
+            raise ValueError("instant")
         return created, job_id
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise JobPageInvalidError(

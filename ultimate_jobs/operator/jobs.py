@@ -17,6 +17,7 @@ from ..drivers.base import (
 )
 from ..errors import CancelUnsupportedError, JobNotCancellableError
 from ._support import Redactor, error_detail, introspection, not_found, resolve, step_row
+from .arguments import check_job_id, check_name, check_reason
 from .records import BulkAction, BulkOutcome, JobActionResult, JobDetail, JobPageView
 
 BulkProgress = Callable[[BulkOutcome], None]
@@ -93,11 +94,13 @@ def inspect_dead_letters(
 
 def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
     """One job with its per-step trace, redacted input, the failure's stack, its last progress and
-    (for a backfill pass) its ledger row. An id no queue holds is ``X_JOB_NOT_FOUND``.
+    (for a backfill pass) its ledger row. An id no queue holds is ``X_JOB_NOT_FOUND``; text that is no
+    UUID, ``X_JOB_ID_INVALID`` (so for every action below).
 
     >>> detail = inspect_job(job_id)
     >>> [(s.name, s.status) for s in detail.steps], detail.error.code if detail.error else None
     """
+    job_id = check_job_id(job_id)
     surface = introspection(resolve(driver), "inspect_job")
     record = surface.get(job_id)
     if record is None:
@@ -120,8 +123,11 @@ def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | 
     >>> retry_job(job_id, from_step="charge")    # "provision" replays, "charge" runs again
 
     A live job is ``X_JOB_NOT_REQUEUEABLE``; a key a live job now holds is ``X_JOB_DUPLICATE``; an
-    unknown id, or a step the run never started, is ``X_JOB_NOT_FOUND``.
+    unknown id, or a step the run never started, is ``X_JOB_NOT_FOUND``; a blank step name (or one with a
+    NUL byte) ``X_JOB_ARGUMENT_INVALID``.
     """
+    job_id = check_job_id(job_id)
+    from_step = None if from_step is None else check_name(from_step, what="step")
     record = introspection(resolve(driver), "retry").requeue(job_id, from_step=from_step)
     return JobActionResult(action="retry", id=record.id, job=Redactor().row(record))
 
@@ -139,8 +145,10 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
 
     A job that is not live (done, failed, dead, already cancelled), an id no queue holds, and a
     driver with no cancel are ``X_JOB_NOT_CANCELLABLE``. The job's ``on_settled`` is not told: the
-    caller of the cancel is the one who observes it.
+    caller of the cancel is the one who observes it. A ``reason`` with a NUL byte or over 500 characters
+    is ``X_JOB_ARGUMENT_INVALID``.
     """
+    job_id, reason = check_job_id(job_id), check_reason(reason)
     resolved = resolve(driver)
     surface = resolved.introspect
     if surface is None:
@@ -168,6 +176,7 @@ def remove_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionResu
 
     A running job is ``X_JOB_NOT_REMOVABLE`` (cancel it first); an unknown id ``X_JOB_NOT_FOUND``.
     """
+    job_id = check_job_id(job_id)
     introspection(resolve(driver), "remove").remove(job_id)
     return JobActionResult(action="remove", id=job_id, job=None)
 
@@ -179,6 +188,7 @@ def promote_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionRes
 
     A job not waiting on its run time is ``X_JOB_NOT_PROMOTABLE``; an unknown id ``X_JOB_NOT_FOUND``.
     """
+    job_id = check_job_id(job_id)
     record = introspection(resolve(driver), "promote").promote(job_id)
     return JobActionResult(action="promote", id=record.id, job=Redactor().row(record))
 

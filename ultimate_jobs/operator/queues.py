@@ -8,6 +8,7 @@ from ..definition import JobHandle
 from ..drivers.base import JobDriver
 from ..durations import Duration, parse_duration
 from ._support import introspection, resolve
+from .arguments import check_name
 from .records import JobTotals, PauseState, QueueRow, StatsView, WorkerRow
 
 DEFAULT_STATS_WINDOW = "24h"
@@ -58,7 +59,10 @@ def pause_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
     """Stop every worker claiming from ``queue`` at its next claim; enqueues still land.
 
     >>> pause_queue("payments")
+
+    A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
+    queue = check_name(queue, what="queue")
     introspection(resolve(driver), "pause").pause_queue(queue)
     return PauseState(kind="queue", name=queue, paused=True, declared=queue in declared_queues())
 
@@ -68,6 +72,7 @@ def resume_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
 
     >>> resume_queue("payments")
     """
+    queue = check_name(queue, what="queue")
     introspection(resolve(driver), "resume").resume_queue(queue)
     return PauseState(kind="queue", name=queue, paused=False, declared=queue in declared_queues())
 

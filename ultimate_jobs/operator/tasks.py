@@ -11,6 +11,7 @@ from ..definition import JobHandle
 from ..drivers.base import JobDriver
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import introspection, resolve
+from .arguments import check_name
 from .records import Manifest, PauseState, TaskRow
 
 MANIFEST_FILE = "x.manifest.json"
@@ -54,7 +55,10 @@ def pause_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
     """Stop dispatching ``task``; on resume its own catch-up policy decides what it missed.
 
     >>> pause_task("nightly_digest")
+
+    A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
+    task = check_name(task, what="task")
     introspection(resolve(driver), "pause-task").pause_task(task)
     return PauseState(kind="task", name=task, paused=True, declared=task in declared_tasks())
 
@@ -64,6 +68,7 @@ def resume_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
 
     >>> resume_task("nightly_digest")
     """
+    task = check_name(task, what="task")
     introspection(resolve(driver), "resume-task").resume_task(task)
     return PauseState(kind="task", name=task, paused=False, declared=task in declared_tasks())
 
