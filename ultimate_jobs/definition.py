@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 
 import pydantic
 
-from . import registry
+from . import admission, registry
 from .context import Actor
 from .drivers.base import Enqueued, EnqueueRequest
 from .durations import Duration
@@ -250,8 +250,7 @@ class JobHandle(Generic[InputT, ResultT]):
         now_ms: int | None = None,
     ) -> EnqueueRequest:
         """The row an enqueue would write, with every per-call rule checked; nothing is written."""
-        from .durations import parse_duration
-
+        admission.check_input(input, job=self.name)  # before parsing: a 10,000-deep dict is refused, not recursed
         parsed = self.parse_input(input)
         payload = self.dump_input(parsed)
         key = self.idempotency_key(parsed)
@@ -271,21 +270,12 @@ class JobHandle(Generic[InputT, ResultT]):
             tenant_id = actor.org_id
         if on_conflict not in ("dedupe", "error"):
             raise InvariantError(f"on_conflict must be 'dedupe' or 'error', got {on_conflict!r}", {})
-        if delay is not None and run_at is not None:
-            raise InvariantError(f"{self.name}: pass delay= or run_at=, not both", {"job": self.name})
-        run_at_ms: int | None = None
-        if isinstance(run_at, datetime):
-            if run_at.tzinfo is None:
-                raise InvariantError(f"{self.name}: run_at must be timezone-aware", {"job": self.name})
-            run_at_ms = int(run_at.timestamp() * 1000)
-        elif run_at is not None:
-            run_at_ms = int(run_at)
-        if delay is not None:
-            base = now_ms if now_ms is not None else _now_ms()
-            run_at_ms = base + parse_duration(delay, field="delay")
+        run_at_ms = admission.scheduled_ms(
+            delay, run_at, now=(lambda: now_ms) if now_ms is not None else _now_ms, job=self.name
+        )
         return EnqueueRequest(
             name=self.name,
-            queue=queue or self.queue,
+            queue=self.queue if queue is None else queue,
             input=payload,
             idempotency_key=key,
             tenant_id=tenant_id,

@@ -348,6 +348,14 @@ class ValidationError(CodedError):
     default_code = "X_VALIDATION"
 
 
+class JobRequestInvalidError(CodedError):
+    """An enqueue request no driver can store: a NUL byte in its text, input nested too deep, a run_at
+    outside the schedulable instants, a run_id that is not a UUID, a blank queue. Refused at the call,
+    before any statement runs, so the caller's transaction is untouched."""
+
+    default_code = "X_JOB_REQUEST_INVALID"
+
+
 class TenancyActorMismatchError(CodedError):
     """A tenant-scoped row belongs to another org than the acting one."""
 
@@ -391,6 +399,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_JOB_TENANT_MISMATCH": "terminal",
     "X_JOB_SECRET_UNREADABLE": "terminal",
     "X_VALIDATION": "terminal",
+    "X_JOB_REQUEST_INVALID": "terminal",
     "X_INVARIANT": "terminal",
     "X_JOB_DECLARATION_INVALID": "terminal",
     "X_TENANCY_ACTOR_MISMATCH": "terminal",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from .admission import check_request
 from .conf import job_driver
 from .drivers.base import Enqueued, EnqueueRequest
 
@@ -21,12 +22,16 @@ class JobsFacade(Protocol):
 
 
 class DirectFacade:
-    """The fallback: publish to :func:`job_driver` at the call — not transactional."""
+    """The fallback: publish to :func:`job_driver` at the call — not transactional. Every request passes
+    :func:`~ultimate_jobs.admission.check_request` first."""
 
     def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        check_request(request)
         return job_driver().enqueue(request)
 
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        for request in requests:
+            check_request(request)
         return job_driver().enqueue_many(requests)
 
 

@@ -19,6 +19,7 @@ from ultimate_jobs import Actor, Concurrency, JobRun, job, registry
 from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.errors import JobDuplicateError, JobNameTakenError, UltimateError
+from ultimate_jobs.ids import new_id
 from ultimate_jobs.testing import run_jobs
 
 
@@ -300,8 +301,9 @@ def charge_handle(**overrides: Any) -> JobHandle[Any, Any]:
 
 def test_enqueue_writes_one_row_with_the_declared_facts(jobs: JobsEnv) -> None:
     charge = charge_handle(queue="payments", priority=5, retry={"attempts": 4})
-    queued = charge.enqueue({"order_id": "o-1", "org_id": "org-1", "amount": 3}, run_id="run-1")
-    assert queued.deduped is False and queued.run_id == "run-1"
+    run_id = "0190b0c0-0000-7000-8000-0000000000aa"
+    queued = charge.enqueue({"order_id": "o-1", "org_id": "org-1", "amount": 3}, run_id=run_id)
+    assert queued.deduped is False and queued.run_id == run_id
     row = env_row(jobs, queued.id)
     assert (row.name, row.queue, row.state, row.priority, row.max_attempts) == ("charge", "payments", "ready", 5, 4)
     assert row.idempotency_key == "charge:o-1"
@@ -383,7 +385,7 @@ def test_tenant_answering_no_org_is_refused_at_enqueue(jobs: JobsEnv) -> None:
 def test_a_live_key_dedupes_to_the_live_rows_ids(jobs: JobsEnv) -> None:
     charge = charge_handle()
     first = charge.enqueue({"order_id": "o-1", "org_id": "org-1"})
-    again = charge.enqueue({"order_id": "o-1", "org_id": "org-1", "amount": 9}, run_id="another")
+    again = charge.enqueue({"order_id": "o-1", "org_id": "org-1", "amount": 9}, run_id=new_id())
     assert again.deduped is True
     assert (again.id, again.run_id) == (first.id, first.run_id)
     assert len(rows(jobs)) == 1
@@ -426,9 +428,9 @@ def test_delay_refusals(jobs: JobsEnv) -> None:
     charge = charge_handle()
     now = jobs.clock.now_ms()
     i = {"order_id": "a", "org_id": "g"}
-    assert code_of_refusal(lambda: charge.enqueue(i, delay="10s", run_at=now)) == "X_INVARIANT"
-    assert code_of_refusal(lambda: charge.enqueue(i, run_at=datetime(2026, 1, 1))) == "X_INVARIANT"
-    assert code_of_refusal(lambda: charge.enqueue(i, delay="soon")) == "X_INVARIANT"
+    assert code_of_refusal(lambda: charge.enqueue(i, delay="10s", run_at=now)) == "X_JOB_REQUEST_INVALID"
+    assert code_of_refusal(lambda: charge.enqueue(i, run_at=datetime(2026, 1, 1))) == "X_JOB_REQUEST_INVALID"
+    assert code_of_refusal(lambda: charge.enqueue(i, delay="soon")) == "X_JOB_REQUEST_INVALID"
     assert rows(jobs) == []
 
 

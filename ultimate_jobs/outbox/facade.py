@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from ..admission import check_request
 from ..conf import job_driver
 from ..drivers.base import Enqueued, EnqueueRequest, JobDriver
 from ..errors import InvariantError, OutboxNoTxError
@@ -66,6 +67,8 @@ class OutboxFacade:
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         if not requests:
             return []
+        for request in requests:  # before any statement: a bad request never aborts the caller's transaction
+            check_request(request)
         if self.mode != "off" and self.in_transaction():
             return self._stage(requests)
         if self.mode == "required":
