@@ -200,6 +200,8 @@ class OutboxRow(models.Model):
 
     class Meta:
         db_table = "x_outbox"
+        verbose_name = "outbox row"
+        verbose_name_plural = "outbox"
         indexes = [
             # SQL_OUTBOX_CLAIM walks it in claim order; SQL_OUTBOX_STAGE's throttle and the stats read it.
             # Published and set-aside rows leave it, so neither the audit trail nor a failed row costs the claim.

@@ -222,6 +222,7 @@ TABS = (
     ("queue", "Queues"),
     ("worker", "Workers"),
     ("scheduledtask", "Tasks"),
+    ("outboxrow", "Outbox"),
 )
 
 

@@ -107,6 +107,10 @@ def add_subcommands(parser: CommandParser) -> None:
     manifest.add_argument(
         "--write", nargs="?", const=MANIFEST_FILE, default=None, metavar="PATH", help=f"default {MANIFEST_FILE}"
     )
+    outbox = command("outbox", "the outbox: rows waiting to publish, rows set aside; retry or remove set-aside rows")
+    outbox.add_argument("action", nargs="?", choices=("list", "retry", "remove"), default="list")
+    outbox.add_argument("ids", nargs="*", metavar="id", help="the set-aside rows to retry or remove")
+    outbox.add_argument("--limit", type=int, default=100, help="set-aside rows to list (default 100, at most 1000)")
     stats = command("stats", "settles per job — done, retried, failed, dead, mean run time")
     stats.add_argument("--since", type=duration, default="24h", help="the window, e.g. 1h, 7d (default 24h)")
 

@@ -14,6 +14,8 @@ from ..operator import (
     JobDetail,
     JobPageView,
     Manifest,
+    OutboxActionResult,
+    OutboxView,
     PauseState,
     QueueRow,
     StatsView,
@@ -216,6 +218,31 @@ def progress_line(outcome: BulkOutcome, width: int = 30) -> str:
     total = outcome.affected + outcome.remaining
     filled = width if total == 0 else width * outcome.affected // total
     return f"{outcome.action} [{'#' * filled}{'.' * (width - filled)}] {outcome.affected}/{total}"
+
+
+def outbox(view: OutboxView) -> str:
+    oldest = "" if view.oldest_pending_ms is None else f", the oldest staged at {when(view.oldest_pending_ms)}"
+    head = f"{view.pending} waiting to publish{oldest}; {view.failed} set aside."
+    if not view.rows:
+        return head
+    rows = [
+        [r.id, r.name, r.queue, when(r.staged_at_ms), when(r.failed_at_ms), _cut((r.error or NONE).splitlines()[0], 80)]
+        for r in view.rows
+    ]
+    shown = (
+        "" if view.failed <= len(view.rows) else f"\n(the {len(view.rows)} oldest of {view.failed}; --limit for more)"
+    )
+    fix = "\nretry once the cause is fixed: jobs outbox retry <id> … — or drop for good: jobs outbox remove <id> …"
+    return head + "\n" + table(["ID", "JOB", "QUEUE", "STAGED", "SET ASIDE", "ERROR"], rows) + shown + fix
+
+
+def outbox_action(result: OutboxActionResult) -> str:
+    did = "retried" if result.action == "retry" else "removed"
+    named = ": " + ", ".join(result.landed) if result.landed else ""
+    lines = [f"{did} {count(len(result.landed), 'set-aside row')}{named}"]
+    if result.missed:
+        lines.append(f"not set aside (pending, published or gone): {', '.join(result.missed)}")
+    return "\n".join(lines)
 
 
 def pause(state: PauseState) -> str:

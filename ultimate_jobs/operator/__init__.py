@@ -31,6 +31,7 @@ from .jobs import (
     retry_from_step,
     retry_job,
 )
+from .outbox import OutboxActionResult, OutboxView, inspect_outbox, remove_outbox_rows, retry_outbox_rows
 from .queues import inspect_queues, inspect_stats, inspect_workers, pause_queue, resume_queue
 from .records import (
     BulkOutcome,
@@ -69,6 +70,8 @@ __all__ = [
     "JobRow",
     "JobTotals",
     "Manifest",
+    "OutboxActionResult",
+    "OutboxView",
     "PauseState",
     "QueueRow",
     "StatsView",
@@ -79,6 +82,7 @@ __all__ = [
     "inspect_dead_letters",
     "inspect_job",
     "inspect_manifest",
+    "inspect_outbox",
     "inspect_queues",
     "inspect_stats",
     "inspect_tasks",
@@ -91,10 +95,12 @@ __all__ = [
     "promote_many",
     "remove_job",
     "remove_many",
+    "remove_outbox_rows",
     "requeue_many",
     "resume_queue",
     "resume_task",
     "retry_from_step",
     "retry_job",
+    "retry_outbox_rows",
     "write_manifest",
 ]
