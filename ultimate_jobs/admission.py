@@ -11,6 +11,7 @@ never holds a row its relay cannot publish. What a step stores passes :func:`che
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -18,7 +19,7 @@ from typing import Any
 
 from .drivers.base import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
 from .durations import parse_duration
-from .errors import JobRequestInvalidError, UltimateError
+from .errors import InvariantError, JobRequestInvalidError, UltimateError
 
 MAX_JSON_DEPTH = 64
 """How deep a job's input or a step's output may nest (a dict or a list inside another is one level).
@@ -148,6 +149,32 @@ def check_json(value: Any, *, field: str, refuse: Refusal) -> None:
                 stack.append((child, depth + 1, f"{path}.{str(key)[:40]}"))
         else:
             stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+
+
+MAX_PROGRESS_NOTE_LENGTH = 1_000
+"""The longest progress note (it is shown on every operator surface; a log belongs in a log)."""
+
+
+def check_progress(done: object, total: object, note: object) -> None:
+    """Refuse a ``run.progress(done, total, note)`` no surface can store or show (``X_INVARIANT``, at the
+    call, in the body): ``done``/``total`` that are not finite numbers, a note that is not text, holds a
+    NUL byte or passes :data:`MAX_PROGRESS_NOTE_LENGTH` characters."""
+    for field, value in (("done", done), ("total", total)):
+        if value is None and field == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise InvariantError(
+                f"run.progress: {field}={str(value)[:40]!r}; pass a finite number (total may be None)",
+                {"field": field},
+            )
+    if note is None:
+        return
+    if not isinstance(note, str) or len(note) > MAX_PROGRESS_NOTE_LENGTH:
+        raise InvariantError(
+            f"run.progress: the note must be text of at most {MAX_PROGRESS_NOTE_LENGTH} characters",
+            {"field": "note"},
+        )
+    check_text(note, field="run.progress: the note", refuse=lambda message, meta: InvariantError(message, meta))
 
 
 def _refusal(job: str) -> Refusal:

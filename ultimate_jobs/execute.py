@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from . import registry
+from .admission import check_progress
 from .clock import Clock
 from .conf import job_clock
 from .context import Actor, acting_as
@@ -206,6 +207,7 @@ class _Attempt:
 
     def progress(self, done: float, total: float | None, note: str | None) -> None:
         now = self.clock.now_ms()
+        check_progress(done, total, note)  # refused at the call, where the body can see why
         if note is not None:
             note = self.scrub(note)  # stored and shown on every operator surface: never a secret in clear
         self._progress_pending = Progress(done=done, total=total, note=note, at_ms=now)

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .admission import check_json, check_text
 from .clock import Clock
 from .drivers.base import ClaimRef, StepRecord
 from .durations import Duration, format_duration, parse_duration
@@ -27,6 +28,7 @@ from .errors import (
     JobTimeoutError,
     LeaseLostError,
     StepDuplicateError,
+    UltimateError,
 )
 from .events.base import EventBus
 from .redaction import renderings
@@ -89,6 +91,7 @@ class Step:
     def _enter(self, name: str) -> StepRecord | None:
         if not isinstance(name, str) or not name:
             raise InvariantError("a step name must be a non-empty string", {"job_id": self._job_id})
+        check_text(name, field="a step name", refuse=_invariant(name.replace("\x00", "\\x00")))
         if name in self._seen:
             raise StepDuplicateError(
                 f"step {name!r} ran twice in one run; step names are the replay key — make each one unique "
@@ -180,6 +183,8 @@ class Step:
     def _sealed(self, name: str, output: Any) -> Any:
         """``output`` as it is stored: its JSON, with every secret object and every value that quotes a
         secret of the job's input sealed — the whole output when its JSON still quotes one."""
+        # what no database can store is refused on this attempt, terminally: a retry would store it no better
+        check_json(output, field=f"step {name!r}: the output", refuse=_invariant(name))
         refuse_reserved(output, f"step {name!r}: the output", error=InvariantError, meta={"step": name})
         stored = _json_roundtrip(name, output)
         if not self._quotes:
@@ -272,6 +277,7 @@ class Step:
 
 
 def _json_roundtrip(name: str, value: Any) -> Any:
+    check_json(value, field=f"step {name!r}: the output", refuse=_invariant(name))
     try:
         # NaN/Infinity are not JSON (jsonb refuses them); a secret object is sealed where it stands
         return json.loads(json.dumps(value, allow_nan=False, default=seal_object))
@@ -300,3 +306,14 @@ def _quotes_any(value: Any, quotes: list[str]) -> bool:
     """Whether ``value`` (JSON) quotes one of ``quotes`` as text or in its JSON, ASCII-escaped or not."""
     texts = (value if isinstance(value, str) else "", json.dumps(value), json.dumps(value, ensure_ascii=False))
     return any(quote in text for text in texts for quote in quotes)
+
+
+def _invariant(step: str) -> Callable[[str, dict[str, Any]], UltimateError]:
+    """Refusals of what a step would store, as ``X_INVARIANT`` (terminal: no retry stores it better)."""
+
+    def refuse(message: str, meta: dict[str, Any]) -> UltimateError:
+        return InvariantError(
+            f"{message} — a step's name and output are persisted and replayed", {"step": step, **meta}
+        )
+
+    return refuse
