@@ -12,6 +12,7 @@ never holds a row its relay cannot publish. What a step stores passes :func:`che
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -29,6 +30,8 @@ MAX_QUEUE_NAME_LENGTH = 200
 """The longest queue name (it is a label on every metric)."""
 
 Refusal = Callable[[str, dict[str, Any]], UltimateError]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_request(request: EnqueueRequest) -> None:
@@ -117,10 +120,16 @@ def check_instant(ms: int, *, field: str, refuse: Refusal) -> None:
 
 
 def check_text(value: str, *, field: str, refuse: Refusal) -> None:
-    """Refuse text with a NUL byte: no database text column can hold one."""
+    """Refuse text no database text column can hold: a NUL byte, or a lone surrogate (not UTF-8)."""
     if "\x00" in value:
         raise refuse(
             f"{field} contains a NUL byte (\\u0000), which no database text can hold; strip it before enqueueing",
+            {"field": field},
+        )
+    if _SURROGATE.search(value):
+        raise refuse(
+            f"{field} holds a lone surrogate (half of a UTF-16 pair), which is not text any database can store; "
+            "decode the bytes it came from as UTF-8",
             {"field": field},
         )
 

@@ -58,6 +58,7 @@ def declare() -> Any:
 BAD_REQUESTS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "a NUL byte in an input value": (lambda h: h.enqueue({"note": f"a{NUL}b"}), "input.note"),
     "a NUL byte in an input key": (lambda h: h.enqueue({f"k{NUL}": 1}), "a key of input"),
+    "a lone surrogate in an input value": (lambda h: h.enqueue({"note": "x\ud800y"}), "input.note"),
     "a NUL byte deep in a list": (lambda h: h.enqueue({"items": [{"sku": f"x{NUL}"}]}), "input.items[0].sku"),
     "a NUL byte in the idempotency key": (lambda h: h.enqueue({"key": "kNUL"}), "idempotency_key"),
     "a NUL byte in the queue": (lambda h: h.enqueue({}, queue=f"q{NUL}"), "queue"),
