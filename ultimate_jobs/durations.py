@@ -14,6 +14,8 @@ Duration = int | str | timedelta
 or a timedelta."""
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+MAX_DURATION_DIGITS = 40
+"""The most digits a duration's text may carry (Python refuses to read an int of over 4,300)."""
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 
 
@@ -45,6 +47,11 @@ def parse_duration(value: object, *, field: str = "duration") -> int:
             raise InvariantError(
                 f"{field}: {value!r} is not a duration; write e.g. '250ms', '10s', '5m', '2h', '3d'",
                 {"field": field, "value": value},
+            )
+        if len(match.group(1)) > MAX_DURATION_DIGITS:
+            raise InvariantError(
+                f"{field}: {value[:40]!r}… has more than {MAX_DURATION_DIGITS} digits; no duration is that long",
+                {"field": field},
             )
         ms = Fraction(match.group(1)) * _UNITS[match.group(2)]  # exact: float('1.001') * 1000 is 1000.999…
         if ms.denominator != 1:

@@ -377,8 +377,9 @@ class JobIdInvalidError(CodedError):
 
 
 class JobArgumentInvalidError(CodedError):
-    """An operator argument no row can hold: a blank, NUL-bearing or over-long queue, task or step name
-    or cancel reason, or an action the page does not offer."""
+    """An operator argument no row can hold or no command can use: a blank, NUL-bearing or over-long
+    queue, task or step name or cancel reason, an action the page does not offer, a stats window over
+    ten years, a manifest path that cannot be written, a metrics port that cannot be served."""
 
     default_code = "X_JOB_ARGUMENT_INVALID"
 

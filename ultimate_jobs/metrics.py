@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from .clock import Clock
 from .drivers.base import JobDriver, QueueStats
+from .errors import JobArgumentInvalidError
 
 if TYPE_CHECKING:
     from .outbox.store import OutboxStore
@@ -215,5 +216,15 @@ def metrics_registry(collector: QueueStatsCollector | None = None) -> CollectorR
 def serve_counters(port: int) -> None:
     """Serve this process's counters (``jobs_total``, ``job_leases_lost_total``) for Prometheus on ``port``
     — what ``jobs_worker --metrics-port`` runs. The queue gauges come from the web's metrics view, which
-    reads them with one statement; N workers each serving them would run N."""
-    start_http_server(port, registry=REGISTRY)
+    reads them with one statement; N workers each serving them would run N.
+
+    A port this process cannot listen on (taken, privileged, out of range) is ``X_JOB_ARGUMENT_INVALID``.
+    """
+    try:
+        start_http_server(port, registry=REGISTRY)
+    except (OSError, OverflowError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise JobArgumentInvalidError(
+            f"cannot serve the counters on port {port!r}: {why}. Fix: pass a free --metrics-port",
+            {"argument": "metrics_port", "value": port},
+        ) from exc

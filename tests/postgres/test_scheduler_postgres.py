@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from tests.conftest import Env, installed
@@ -458,8 +458,9 @@ def test_the_command_refuses_the_in_memory_pair_against_postgres(pg: PgEnv, monk
     from ultimate_jobs.management.commands import jobs_scheduler as command
 
     monkeypatch.setattr(command, "scheduler_from_settings", lambda **_: job_scheduler(driver=pg.driver, tasks=[]))
-    with pytest.raises(InvariantError):
+    with pytest.raises(CommandError) as caught:  # exit 1 with the code, as on the command line
         call_command("jobs_scheduler")
+    assert caught.value.returncode == 1 and isinstance(caught.value.__cause__, InvariantError)
 
 
 def test_scheduler_from_settings_builds_the_durable_pair_on_the_drivers_database(pg: PgEnv) -> None:

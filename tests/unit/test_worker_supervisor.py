@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from tests.helpers import eventually
 from ultimate_jobs.errors import InvariantError
@@ -51,9 +51,10 @@ def test_processes_and_max_jobs_must_be_whole_numbers_of_one_or_more(text: str) 
     "options", [{"processes": "0"}, {"max_jobs": "none"}, {"max_memory": "lots"}, {"processes": "2", "max_jobs": "0"}]
 )
 def test_the_command_refuses_bad_flags_before_it_starts_anything(options: dict[str, str]) -> None:
-    with pytest.raises(InvariantError) as caught:
+    with pytest.raises(CommandError) as caught:  # exit 1 with the code, as on the command line
         call_command("jobs_worker", **options)
-    assert caught.value.code == "X_INVARIANT"
+    assert caught.value.returncode == 1 and str(caught.value).startswith("X_INVARIANT: ")
+    assert isinstance(caught.value.__cause__, InvariantError)
 
 
 def test_a_child_runs_the_same_command_without_processes_on_its_own_metrics_port() -> None:

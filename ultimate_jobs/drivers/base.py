@@ -271,6 +271,7 @@ class JobFilter:
 
     def __post_init__(self) -> None:
         check_filter_text(self, ("queue", "name", "tenant_id", "id_prefix", "after", "before"))
+        check_instants(self, ("created_from_ms", "created_to_ms"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,12 +307,35 @@ MAX_FILTER_CHARS = 500
 
 def filter_text_problem(value: str) -> str | None:
     """Why ``value`` can be no filter — a NUL byte (Postgres text cannot store one, and the driver would
-    answer a DataError) or more than MAX_FILTER_CHARS — or ``None`` when it can."""
+    answer a DataError), a lone surrogate (no UTF-8 encodes it) or more than MAX_FILTER_CHARS — or
+    ``None`` when it can."""
     if "\x00" in value:
         return "contains a NUL byte; no job has one — check how the value was built"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: bytes that were no UTF-8 on the command line
+            return "is not valid UTF-8 text; no job has it — check how the value was built"
     if len(value) > MAX_FILTER_CHARS:
         return f"is {len(value)} characters; at most {MAX_FILTER_CHARS} are taken"
     return None
+
+
+def check_instants(flt: object, fields: Sequence[str]) -> None:
+    """Refuse an instant outside :data:`MIN_INSTANT_MS`..:data:`MAX_INSTANT_MS` (no row was created then,
+    and Postgres cannot compare with it) with ``X_JOB_PAGE_INVALID``, before any statement runs."""
+    from ..errors import JobPageInvalidError
+
+    for name in fields:
+        value = getattr(flt, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not MIN_INSTANT_MS <= value <= MAX_INSTANT_MS:
+            raise JobPageInvalidError(
+                f"{name}={value!r} is no instant in 0001-01-01..9999-12-31 (epoch ms "
+                f"{MIN_INSTANT_MS}..{MAX_INSTANT_MS})",
+                {"field": name},
+            )
 
 
 def check_filter_text(flt: object, fields: Sequence[str]) -> None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 from .. import registry
 from ..conf import job_clock, jobs_settings
 from ..definition import JobHandle
-from ..drivers.base import JobDriver
-from ..durations import Duration, parse_duration
+from ..drivers.base import MIN_INSTANT_MS, JobDriver
+from ..durations import Duration, format_duration, parse_duration
+from ..errors import JobArgumentInvalidError
 from ._support import introspection, resolve
 from .arguments import check_name
 from .records import JobTotals, PauseState, QueueRow, StatsView, WorkerRow
 
 DEFAULT_STATS_WINDOW = "24h"
+MAX_STATS_WINDOW_MS = 3650 * 86_400_000
+"""The longest stats window, ten years: counter buckets are kept 30 days, so a longer one counts the
+same, and one reaching past year 1 would be no instant at all."""
 
 
 def declared_queues() -> set[str]:
@@ -104,13 +108,34 @@ def inspect_stats(
     ``"24h"`` by default), or since the instant ``since_ms``. Counter buckets are kept 30 days.
 
     >>> inspect_stats(since="1h").total.dead
+
+    A window that is no duration is ``X_INVARIANT``; one over ten years (``MAX_STATS_WINDOW_MS``), or a
+    ``since_ms`` that is no instant before now, ``X_JOB_ARGUMENT_INVALID``.
     """
     surface = introspection(resolve(driver), "stats")
     now = job_clock().now_ms()
-    start = since_ms if since_ms is not None else now - parse_duration(since, field="since")
+    start = since_ms if since_ms is not None else now - stats_window_ms(since)
+    if isinstance(start, bool) or not isinstance(start, int) or not MIN_INSTANT_MS <= start <= now:
+        raise JobArgumentInvalidError(
+            f"since_ms={start!r} is no instant between 0001-01-01 and now. Fix: pass a window, e.g. since='7d'",
+            {"argument": "since_ms"},
+        )
     totals = sorted(surface.counter_totals(start), key=lambda t: t.job)
     return StatsView(
         since_ms=start,
         until_ms=now,
         jobs=tuple(JobTotals(t.job, t.done, t.retried, t.failed, t.dead, t.duration_ms) for t in totals),
     )
+
+
+def stats_window_ms(since: Duration) -> int:
+    """``since`` in milliseconds, checked: ``X_INVARIANT`` for no duration, ``X_JOB_ARGUMENT_INVALID`` for
+    one over :data:`MAX_STATS_WINDOW_MS` (what ``jobs stats --since`` checks before it runs)."""
+    window = parse_duration(since, field="since")
+    if not 0 <= window <= MAX_STATS_WINDOW_MS:
+        raise JobArgumentInvalidError(
+            f"since={since!r} is not a window of 0 to {format_duration(MAX_STATS_WINDOW_MS)} (counters are kept "
+            "30 days). Fix: python manage.py jobs stats --since 30d",
+            {"argument": "since", "max_ms": MAX_STATS_WINDOW_MS},
+        )
+    return window

@@ -9,9 +9,10 @@ from .. import registry
 from ..conf import job_clock
 from ..definition import JobHandle
 from ..drivers.base import JobDriver
+from ..errors import JobArgumentInvalidError
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import introspection, resolve
-from .arguments import check_name
+from .arguments import check_name, shown
 from .records import Manifest, PauseState, TaskRow
 
 MANIFEST_FILE = "x.manifest.json"
@@ -95,7 +96,19 @@ def write_manifest(path: str | Path = MANIFEST_FILE, manifest: Manifest | None =
 
     >>> write_manifest()
     PosixPath('x.manifest.json')
+
+    A path that cannot be written — a missing directory, a directory, no permission, a NUL byte — is
+    ``X_JOB_ARGUMENT_INVALID``.
     """
+    text = manifest_json(manifest)
     target = Path(path)
-    target.write_text(manifest_json(manifest), encoding="utf-8")
+    try:
+        target.write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise JobArgumentInvalidError(
+            f"cannot write the manifest to {shown(str(path))}: {why}. Fix: name a file in a directory that "
+            f"exists and this user may write, e.g. --write {MANIFEST_FILE}",
+            {"argument": "path", "value": shown(str(path))},
+        ) from exc
     return target

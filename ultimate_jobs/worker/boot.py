@@ -30,11 +30,13 @@ def parse_concurrency(values: list[str] | None) -> int | dict[str, int] | None:
     if not values:
         return None
     if len(values) == 1 and "=" not in values[0]:
+        if not (values[0].strip().isascii() and values[0].strip().isdigit()):
+            raise InvariantError(f"--concurrency {values[0]!r}: write N, or queue=N per queue", {"value": values[0]})
         return int(values[0])
     table: dict[str, int] = {}
     for value in values:
         queue, sep, slots = value.partition("=")
-        if not sep or not queue or not slots.isdigit():
+        if not sep or not queue or not (slots.isascii() and slots.isdigit()):
             raise InvariantError(f"--concurrency {value!r}: write N, or queue=N per queue", {"value": value})
         table[queue] = int(slots)
     return table

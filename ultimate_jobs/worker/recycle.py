@@ -29,7 +29,7 @@ EXIT_RECYCLED = 75
 
 WATCH_INTERVAL_S = 0.25
 
-_SIZE = re.compile(r"^\s*(\d+)\s*(?:([KMG])(?:I?B)?|B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]{1,15})\s*(?:([KMG])(?:I?B)?|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {None: 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
@@ -53,7 +53,7 @@ def parse_size(value: str, *, field: str) -> int:
 def parse_count(value: str | int, *, field: str, what: str) -> int:
     """A whole number ≥ 1 from a command-line value, else ``X_INVARIANT`` saying what to write."""
     text = str(value).strip()
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit() and len(text) <= 15) or int(text) < 1:
         raise InvariantError(f"{field} {value!r}: {what}; write a whole number of 1 or more", {"field": field})
     return int(text)
 

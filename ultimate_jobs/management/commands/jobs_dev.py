@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...conf import jobs_settings
 from ...durations import parse_duration
 from ...lifecycle import Role, Roles
@@ -15,17 +16,15 @@ from ...scheduler.boot import scheduler_from_settings
 from ...worker.boot import parse_concurrency, worker_from_settings
 
 
-class Command(BaseCommand):
+class Command(RoleCommand):
     help = (
         "Run the scheduler, the outbox relay (on a Postgres jobs database) and a worker in one process; "
         "SIGTERM/SIGINT drains them all within one drain deadline."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", help="comma-separated queue names (default: every registered queue)")
-        parser.add_argument("--concurrency", action="append", help="N for every queue, or queue=N (repeatable)")
-        parser.add_argument("--drain-deadline", help="how long a drain waits for work in flight, e.g. 25s")
-        parser.add_argument("--metrics-port", type=int, help="serve this process's job counters on this port")
+        add_worker_arguments(parser, drained="work in flight")
+        parser.add_argument("--metrics-port", type=port, help="serve this process's job counters on this port")
 
     def handle(self, *args: Any, **options: Any) -> None:
         deadline = options["drain_deadline"]

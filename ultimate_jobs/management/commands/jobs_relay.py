@@ -4,19 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from ...cli.roles import RoleCommand, duration_flag, whole_number
+from ...drivers.base import MAX_BULK_ROWS
 from ...outbox.boot import relay_from_settings
 
 
-class Command(BaseCommand):
+class Command(RoleCommand):
     help = "Run the outbox relay: publish committed x_outbox rows to the job driver, in stage order; SIGTERM drains it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--batch-size", type=int, help="rows per claim (default 100)")
-        parser.add_argument("--interval", help="the claim interval while there is work, e.g. 200ms (the default)")
-        parser.add_argument("--claim-lease", help="how long a dead relay's claimed rows wait, e.g. 30s (the default)")
-        parser.add_argument("--drain-deadline", help="how long a drain waits for the pass in flight, e.g. 25s")
+        parser.add_argument(
+            "--batch-size",
+            type=whole_number(1, MAX_BULK_ROWS),
+            help=f"rows per claim, 1..{MAX_BULK_ROWS} (default 100)",
+        )
+        parser.add_argument(
+            "--interval",
+            type=duration_flag("--interval"),
+            help="the claim interval while there is work, e.g. 200ms (the default)",
+        )
+        parser.add_argument(
+            "--claim-lease",
+            type=duration_flag("--claim-lease"),
+            help="how long a dead relay's claimed rows wait, e.g. 30s (the default)",
+        )
+        parser.add_argument(
+            "--drain-deadline",
+            type=duration_flag("--drain-deadline"),
+            help="how long a drain waits for the pass in flight, e.g. 25s",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         relay = relay_from_settings(

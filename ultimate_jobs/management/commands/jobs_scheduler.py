@@ -4,21 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from ...cli.roles import RoleCommand, duration_flag
 from ...scheduler.boot import scheduler_from_settings
 
 
-class Command(BaseCommand):
+class Command(RoleCommand):
     help = (
         "Run the task scheduler: fire every registered task's occurrences while this process holds the "
         "leader lease; SIGTERM drains it. Refuses the in-memory leader/state on the Postgres driver."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--lease-ttl", help="the leader lease's TTL, renewed every third of it (default 30s)")
-        parser.add_argument("--tick-interval", help="how often a round runs (default 1s)")
-        parser.add_argument("--drain-deadline", help="how long a drain waits for the round in flight, e.g. 25s")
+        parser.add_argument(
+            "--lease-ttl",
+            type=duration_flag("--lease-ttl"),
+            help="the leader lease's TTL, renewed every third of it (default 30s)",
+        )
+        parser.add_argument(
+            "--tick-interval", type=duration_flag("--tick-interval"), help="how often a round runs (default 1s)"
+        )
+        parser.add_argument(
+            "--drain-deadline",
+            type=duration_flag("--drain-deadline"),
+            help="how long a drain waits for the round in flight, e.g. 25s",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         scheduler = scheduler_from_settings(

@@ -7,24 +7,23 @@ import argparse
 import os
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...metrics import serve_counters
 from ...worker.boot import parse_concurrency, worker_from_settings
 from ...worker.recycle import RecycleLimits, run_supervised
 from ...worker.supervisor import parse_processes, supervisor_from_options
 
 
-class Command(BaseCommand):
+class Command(RoleCommand):
     help = "Run a job worker: claim, run and settle jobs for the given queues; SIGTERM drains it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", help="comma-separated queue names (default: every registered queue)")
-        parser.add_argument("--concurrency", action="append", help="N for every queue, or queue=N (repeatable)")
-        parser.add_argument("--drain-deadline", help="how long a drain waits for in-flight jobs, e.g. 25s")
+        add_worker_arguments(parser, drained="in-flight jobs")
         parser.add_argument(
             "--metrics-port",
-            type=int,
+            type=port,
             help="serve this process's counters (jobs_total, job_leases_lost_total) for Prometheus on this port; "
             "with --processes N the children serve on PORT..PORT+N-1",
         )
