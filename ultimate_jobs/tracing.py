@@ -33,7 +33,7 @@ else:
 
 if TYPE_CHECKING:
     from .drivers.base import ClaimedJob
-    from .execute import JobExecution
+    from .outcomes import JobExecution
 
 FAILED_OUTCOMES = frozenset({"retried", "dead-lettered", "dropped", "refused"})
 """Outcomes whose span ends with status ERROR; completed, suspended and interrupted leave it unset."""
