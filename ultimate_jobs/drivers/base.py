@@ -263,6 +263,7 @@ class JobFilter:
     state: JobState | None = None
     tenant_id: str | None = None
     id_prefix: str | None = None
+    idempotency_key: str | None = None
     created_from_ms: int | None = None
     created_to_ms: int | None = None
     limit: int = DEFAULT_JOB_PAGE
@@ -270,7 +271,7 @@ class JobFilter:
     before: str | None = None
 
     def __post_init__(self) -> None:
-        check_filter_text(self, ("queue", "name", "tenant_id", "id_prefix", "after", "before"))
+        check_filter_text(self, ("queue", "name", "tenant_id", "id_prefix", "idempotency_key", "after", "before"))
         check_instants(self, ("created_from_ms", "created_to_ms"))
 
 

@@ -352,6 +352,7 @@ def _matches(row: MemoryRow, flt: JobFilter) -> bool:
         and (flt.state is None or row.state == flt.state)
         and (flt.tenant_id is None or row.tenant_id == flt.tenant_id)
         and (flt.id_prefix is None or row.id.startswith(flt.id_prefix))
+        and (flt.idempotency_key is None or row.idempotency_key == flt.idempotency_key)
         and (flt.created_from_ms is None or row.created_at_ms >= flt.created_from_ms)
         and (flt.created_to_ms is None or row.created_at_ms < flt.created_to_ms)
     )

@@ -31,6 +31,7 @@ def list_jobs(
     state: JobState | None = None,
     tenant_id: str | None = None,
     id_prefix: str | None = None,
+    idempotency_key: str | None = None,
     created_from_ms: int | None = None,
     created_to_ms: int | None = None,
     limit: int = DEFAULT_JOB_PAGE,
@@ -39,7 +40,8 @@ def list_jobs(
     driver: JobDriver | None = None,
 ) -> JobPageView:
     """One page of jobs, newest first, inputs redacted. ``after=page.next`` pages older,
-    ``before=page.previous`` newer; ``created_to_ms`` is exclusive.
+    ``before=page.previous`` newer; ``created_to_ms`` is exclusive; ``id_prefix`` is the start of an
+    id's canonical text (lowercase, dashed), ``idempotency_key`` an exact key.
 
     >>> page = list_jobs(state="dead", name="charge_order", limit=50)
     >>> older = list_jobs(state="dead", name="charge_order", limit=50, after=page.next)
@@ -54,6 +56,7 @@ def list_jobs(
         state=state,
         tenant_id=tenant_id,
         id_prefix=id_prefix,
+        idempotency_key=idempotency_key,
         created_from_ms=created_from_ms,
         created_to_ms=created_to_ms,
         limit=limit,

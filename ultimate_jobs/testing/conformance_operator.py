@@ -273,6 +273,19 @@ class OperatorContract:
         assert ids(id_prefix=b[:13]) == {b}
         assert ids(queue="conformance-none") == set()
 
+    def test_list_idempotency_key_is_exact(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+        finished = enqueue_finished(driver, request(key="order:7"))
+        live = driver.enqueue(request(key="order:7")).id  # the finished row freed the key
+        other = driver.enqueue(request(key="order:70", tenant_id="org-1")).id
+
+        def ids(**fields: Any) -> set[str]:
+            return {r.id for r in introspect.list(JobFilter(**fields)).rows}
+
+        assert ids(idempotency_key="order:7") == {finished, live}
+        assert ids(idempotency_key="order:7", state="ready") == {live}
+        assert ids(idempotency_key="order:70", tenant_id="org-1") == {other}
+        assert ids(idempotency_key="order") == set()
+
     def test_list_created_range_is_half_open(
         self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
     ) -> None:

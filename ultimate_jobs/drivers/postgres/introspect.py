@@ -108,6 +108,7 @@ class PostgresIntrospection:
             "tenant_id": flt.tenant_id,
             "id_low": id_range[0],
             "id_high": id_range[1],
+            "idempotency_key": flt.idempotency_key,
             "created_from": flt.created_from_ms,
             "created_to": flt.created_to_ms,
             "cursor_at": cursor[0] if cursor else None,

@@ -34,7 +34,9 @@ ORDER BY s.seq, s.id
 # SQL_LIST_JOBS — one page, newest first by (created_at, id); with a cursor, only rows strictly older
 # than it (the "after" page). Walks x_jobs_created_idx (created_at DESC, id DESC) in its own order,
 # or x_jobs_state_queue_idx when a state is given. The id prefix is a uuid range [%(id_low)s,
-# %(id_high)s] the caller computed, so it rides the primary key. The created range is half-open.
+# %(id_high)s] the caller computed, so it rides the primary key. The created range is half-open. The
+# idempotency key is an exact match with no index of its own (x_jobs_name_tenant_idempotency_live_idx
+# covers live rows only): the created or state index bounds the walk.
 SQL_LIST_JOBS = f"""
 SELECT {JOB_COLUMNS}
 FROM x_jobs j
@@ -43,6 +45,7 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(state)s::text IS NULL OR j.state = %(state)s)
   AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
   AND (%(id_low)s::uuid IS NULL OR j.id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
+  AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
   AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
   AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
   AND (%(cursor_at)s::bigint IS NULL
@@ -62,6 +65,7 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(state)s::text IS NULL OR j.state = %(state)s)
   AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
   AND (%(id_low)s::uuid IS NULL OR j.id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
+  AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
   AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
   AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
   AND (j.created_at, j.id) > (to_timestamp(%(cursor_at)s / 1000.0), %(cursor_id)s::uuid)
