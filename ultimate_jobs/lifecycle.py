@@ -16,6 +16,10 @@ from typing import Protocol
 
 from .logs import log_event
 
+DEFAULT_DRAIN_DEADLINE_MS = 25_000
+"""How long a role's close phase waits for work in flight when nothing else is said (the default of
+``ULTIMATE_JOBS['DRAIN_DEADLINE']``): the worker, the scheduler and the relay share it."""
+
 
 class Role(Protocol):
     """What a role exposes to a shared lifecycle (the worker, the scheduler and the relay do)."""

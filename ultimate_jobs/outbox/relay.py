@@ -39,12 +39,13 @@ from django import db
 
 from ..clock import Clock
 from ..conf import job_clock
+from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, UltimateError, retry_class
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..logs import log_event
-from ..worker.connections import close_thread_connections, release_stale_connections
-from ..worker.runtime import DEFAULT_DRAIN_DEADLINE_MS, idle_ceiling_for
+from ..polling import idle_ceiling_for
 from .store import OutboxRecord, OutboxStore, publish_request
 
 RELAY_INTERVAL_MS = 200

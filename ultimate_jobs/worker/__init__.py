@@ -1,14 +1,7 @@
 """The worker role: per-queue pools, lease heartbeat, deadlines, limits and the two-phase drain."""
 
-from .runtime import (
-    IDLE_POLL_CEILING_MS,
-    JOBS_CONCURRENCY_DEFAULT,
-    POLL_INTERVAL_MS,
-    WOKEN_IDLE_POLL_CEILING_MS,
-    JobWorker,
-    WorkerStats,
-    job_worker,
-)
+from ..polling import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
+from .runtime import JOBS_CONCURRENCY_DEFAULT, POLL_INTERVAL_MS, JobWorker, WorkerStats, job_worker
 
 __all__ = [
     "IDLE_POLL_CEILING_MS",

@@ -23,17 +23,19 @@ from typing import Any, Literal
 from .. import registry
 from ..clock import Clock, SystemClock, Timer
 from ..conf import job_clock
+from ..dbconn import close_thread_connections, release_stale_connections
 from ..definition import JobHandle
 from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions, WorkerInfo
 from ..durations import Duration, parse_duration
 from ..errors import ClaimQueuesEmptyError, ConcurrencyUnenforceableError, InvariantError, JobDrainedError
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
+from ..polling import IDLE_POLL_CEILING_MS, idle_ceiling_for
 from ..signals import CancelSignal
 from .acks import SettleBuffer
-from .connections import close_thread_connections, release_stale_connections
 from .inflight import InFlight, hooks_for, renew_round
 from .pool import SlotPool
 
@@ -46,11 +48,8 @@ CLAIM_AHEAD_SHORT_JOB_MS = 50
 SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
 POLL_INTERVAL_MS = 250
-IDLE_POLL_CEILING_MS = 2_000
-WOKEN_IDLE_POLL_CEILING_MS = 5_000
 HANDBACK_TIMER_WINDOW_MS = 60_000
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
-DEFAULT_DRAIN_DEADLINE_MS = 25_000
 
 WorkerState = Literal["idle", "running", "draining", "stopped"]
 
@@ -565,15 +564,6 @@ class JobWorker:
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
         with self._lock:
             return self._lock.wait_for(lambda: not self._flights, timeout)
-
-
-def idle_ceiling_for(declared: int | None, *, wake_live: bool) -> int:
-    """The idle ceiling rule (spec: "Idle cost and pickup latency"): ``declared`` is the ceiling either way;
-    undeclared, it is WOKEN_IDLE_POLL_CEILING_MS (5 s) while the wake is proven, IDLE_POLL_CEILING_MS (2 s)
-    otherwise."""
-    if declared:
-        return declared
-    return WOKEN_IDLE_POLL_CEILING_MS if wake_live else IDLE_POLL_CEILING_MS
 
 
 def renew_round_check_windows(worker: JobWorker) -> None:

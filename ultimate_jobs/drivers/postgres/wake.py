@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ...clock import Clock, system_clock
 from ...errors import InvariantError
 from ...logs import log_event
+from ...polling import idle_ceiling_for
 from .sql import SQL_WAKE_PROBE, WAKE_CHANNEL
 
 PROBE_PREFIX = "__probe__:"  # a payload no queue name carries; never handed to on_wake
@@ -147,8 +148,6 @@ class QueueWake:
 
     def idle_ceiling_ms(self, declared: int | None) -> int:
         """The claim loop's idle ceiling: ``declared`` when given, else 5 s while live and 2 s otherwise."""
-        from ...worker.runtime import idle_ceiling_for  # lazily: the worker imports drivers, not the reverse
-
         return idle_ceiling_for(declared, wake_live=self.is_live())
 
     def _run(self) -> None:

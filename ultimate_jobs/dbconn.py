@@ -1,7 +1,8 @@
-"""Django connections in slot threads: one per thread, kept across jobs, closed only when stale.
+"""Django connections in long-lived role threads — a worker's slots, its claim loop and settle flusher,
+the outbox relay's loop: one per thread, kept across passes, closed only when stale.
 
 Django's ``close_old_connections()`` closes every connection whose ``CONN_MAX_AGE`` passed — with
-the default of 0 that is every connection after every job, a new Postgres session per job. A slot
+the default of 0 that is every connection after every job, a new Postgres session per job. A role
 thread instead keeps its connection while it is healthy and drops it when it is not: after an
 error left it unusable, when a body leaked an open ``atomic()`` block, or when a positive
 ``CONN_MAX_AGE`` expired.
