@@ -1,4 +1,5 @@
-"""The Django app: autodiscovery of ``<app>/jobs.py`` and ``<app>/tasks.py``, and the settings check."""
+"""The Django app: autodiscovery of ``<app>/jobs.py`` and ``<app>/tasks.py``, the outbox ``OUTBOX`` asks
+for, and the settings check."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from django.utils.module_loading import autodiscover_modules
 
 
 class UltimateJobsConfig(AppConfig):
-    """Imports every installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``."""
+    """Imports every installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``;
+    installs the outbox when ``ULTIMATE_JOBS['OUTBOX']`` is ``"optional"`` or ``"required"``."""
 
     name = "ultimate_jobs"
     label = "ultimate_jobs"
@@ -19,16 +21,14 @@ class UltimateJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .conf import jobs_settings
-        from .errors import UltimateError
+        from .conf import read_settings
+        from .outbox.boot import install_outbox_from_settings
 
         autodiscover_modules("jobs", "tasks")
-        try:
-            modules = jobs_settings().modules
-        except UltimateError:
-            modules = ()  # the system check reports the bad setting
-        for module in modules:
+        values, _ = read_settings()  # a bad setting is the system check's to report
+        for module in values.get("modules", ()):
             importlib.import_module(module)
+        install_outbox_from_settings()
         checks.register(check_settings, "ultimate_jobs")
         from . import row_security
 
@@ -36,12 +36,8 @@ class UltimateJobsConfig(AppConfig):
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """``manage.py check`` fails on a typo in ``ULTIMATE_JOBS`` rather than on the fourth attempt."""
-    from .conf import jobs_settings
-    from .errors import UltimateError
+    """``manage.py check`` fails on a setting that cannot mean what it says (:mod:`ultimate_jobs.checks`)
+    rather than on the fourth attempt."""
+    from .checks import settings_messages
 
-    try:
-        jobs_settings()
-    except UltimateError as exc:
-        return [checks.Error(exc.message, id=f"ultimate_jobs.{exc.code}", obj="settings.ULTIMATE_JOBS")]
-    return []
+    return settings_messages()

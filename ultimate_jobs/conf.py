@@ -1,10 +1,21 @@
-"""``settings.ULTIMATE_JOBS``: typed defaults, validation, and the process-wide driver and clock."""
+"""``settings.ULTIMATE_JOBS``: one reader per key (its type, its default, its refusal), and the
+process-wide driver and clock.
+
+Every key is read here and nowhere else; :func:`read_settings` runs every reader at once for the system
+check (:mod:`ultimate_jobs.checks`), :func:`jobs_settings` raises the first refusal where a setting is
+used. ``REDIS_URL`` and ``ENVIRONMENT`` are read for their shape only: the Redis driver and backfills,
+which will use them, are not part of this build yet.
+"""
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -13,24 +24,43 @@ from .clock import Clock, system_clock
 from .drivers.base import JobDriver
 from .durations import parse_duration
 from .errors import DriverUnavailableError, InvariantError
+from .limits import LimitConfig
 
 DRIVERS = ("postgres", "redis", "memory")
 OUTBOX_MODES = ("optional", "required", "off")
-KNOWN_KEYS = {
-    "DRIVER",
-    "DATABASE",
-    "REDIS_URL",
-    "QUEUES",
-    "OUTBOX",
-    "CONTEXT",
-    "LIMITS",
-    "DRAIN_DEADLINE",
-    "ENVIRONMENT",
-    "MODULES",
-    "VISIBILITY_TIMEOUT",
-    "METRICS_PUBLIC",
-    "METRICS_TOKEN",
-}
+
+# The system-check ids (``ultimate_jobs.<id>``) a value that cannot be read reports under.
+CHECK_KEY_UNKNOWN = "X_SETTINGS_KEY_UNKNOWN"
+CHECK_VALUE_INVALID = "X_SETTINGS_VALUE_INVALID"
+CHECK_DRIVER_UNKNOWN = "X_SETTINGS_DRIVER_UNKNOWN"
+CHECK_LIMITS_INVALID = "X_SETTINGS_LIMITS_INVALID"
+CHECK_REDIS_URL_INVALID = "X_SETTINGS_REDIS_URL_INVALID"
+CHECK_ENVIRONMENT_INVALID = "X_SETTINGS_ENVIRONMENT_INVALID"
+
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", re.ASCII)  # module.attribute
+_MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", re.ASCII)
+_ENVIRONMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
+_REDIS_URL_FIX = "write redis://[[user]:password@]host[:port][/db], rediss://… for TLS, or unix:///path/to/redis.sock"
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+class SettingError(InvariantError):
+    """A value of ``settings.ULTIMATE_JOBS`` that cannot mean anything: ``X_INVARIANT`` where the setting is
+    read, and the system-check Error ``ultimate_jobs.<check>`` at ``manage.py check``. ``problem`` says
+    what is wrong, ``fix`` what to write instead."""
+
+    def __init__(self, key: object, check: str, problem: str, fix: str) -> None:
+        where = f"ULTIMATE_JOBS[{key!r}]" if key is not None else "settings.ULTIMATE_JOBS"
+        super().__init__(f"{where} {problem}; {fix}", {"key": key, "check": check})
+        self.key = key
+        self.check = check
+        self.problem = f"{where} {problem}"
+        self.fix = fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +71,9 @@ class JobsSettings:
     database: str = "default"
     redis_url: str = "redis://127.0.0.1:6379/0"
     queues: dict[str, int] = field(default_factory=dict)
-    outbox: str = "optional"
+    outbox: str = "off"
     context: str | None = None
-    limits: dict[str, Any] = field(default_factory=dict)
+    limits: LimitConfig = field(default_factory=LimitConfig)
     drain_deadline_ms: int = 25_000
     environment: str = "production"
     modules: tuple[str, ...] = ()
@@ -52,64 +82,204 @@ class JobsSettings:
     metrics_token: str | None = None
 
 
-def jobs_settings() -> JobsSettings:
-    """Read and validate ``settings.ULTIMATE_JOBS``; a bad key is ``X_INVARIANT`` naming it."""
-    raw: dict[str, Any] = dict(getattr(settings, "ULTIMATE_JOBS", {}) or {})
-    unknown = set(raw) - KNOWN_KEYS
-    if unknown:
-        raise InvariantError(
-            f"ULTIMATE_JOBS has unknown keys {sorted(unknown)}; known: {sorted(KNOWN_KEYS)}", {"keys": sorted(unknown)}
-        )
-    driver = raw.get("DRIVER", "postgres")
-    if not isinstance(driver, str) or (driver not in DRIVERS and "." not in driver):
-        raise InvariantError(f"ULTIMATE_JOBS['DRIVER'] = {driver!r}; use one of {DRIVERS} or a dotted path", {})
-    outbox = raw.get("OUTBOX", "optional")
-    if outbox not in OUTBOX_MODES:
-        raise InvariantError(f"ULTIMATE_JOBS['OUTBOX'] = {outbox!r}; use one of {OUTBOX_MODES}", {})
-    queues = raw.get("QUEUES", {})
-    if not isinstance(queues, dict) or any(
-        not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1 for k, v in queues.items()
-    ):
-        raise InvariantError("ULTIMATE_JOBS['QUEUES'] must map queue names to slot counts >= 1", {})
-    modules = raw.get("MODULES", ())
-    if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
-        raise InvariantError("ULTIMATE_JOBS['MODULES'] must be a list of module paths", {})
-    metrics_public, metrics_token = _metrics_access(raw)
-    return JobsSettings(
-        driver=driver,
-        database=str(raw.get("DATABASE", "default")),
-        redis_url=str(raw.get("REDIS_URL", "redis://127.0.0.1:6379/0")),
-        queues=dict(queues),
-        outbox=outbox,
-        context=raw.get("CONTEXT"),
-        limits=dict(raw.get("LIMITS", {}) or {}),
-        drain_deadline_ms=parse_duration(raw.get("DRAIN_DEADLINE", "25s"), field="ULTIMATE_JOBS['DRAIN_DEADLINE']"),
-        environment=str(raw.get("ENVIRONMENT", "production")),
-        modules=tuple(modules),
-        visibility_timeout_ms=parse_duration(
-            raw.get("VISIBILITY_TIMEOUT", "30s"), field="ULTIMATE_JOBS['VISIBILITY_TIMEOUT']"
-        ),
-        metrics_public=metrics_public,
-        metrics_token=metrics_token,
+def _read_driver(value: object) -> str:
+    if isinstance(value, str) and (value in DRIVERS or _DOTTED_PATH.fullmatch(value)):
+        return value
+    raise SettingError(
+        "DRIVER", CHECK_DRIVER_UNKNOWN, f"= {_shown(value)} names no driver", f"use one of {DRIVERS} or a dotted path"
     )
 
 
-def _metrics_access(raw: dict[str, Any]) -> tuple[bool, str | None]:
-    """``METRICS_PUBLIC`` (a bool, default False: staff only) and ``METRICS_TOKEN`` (a bearer token for a
-    scraper, default none) — one or the other, so a token never looks like it guards a public view."""
-    public = raw.get("METRICS_PUBLIC", False)
-    if not isinstance(public, bool):
-        raise InvariantError(f"ULTIMATE_JOBS['METRICS_PUBLIC'] = {public!r}; use True or False", {})
-    token = raw.get("METRICS_TOKEN")
-    if token is not None and (not isinstance(token, str) or not token.strip()):
-        raise InvariantError("ULTIMATE_JOBS['METRICS_TOKEN'] must be a non-empty string (or None for no token)", {})
-    if public and token is not None:
-        raise InvariantError(
-            "ULTIMATE_JOBS sets both METRICS_PUBLIC and METRICS_TOKEN; a public view ignores the token — "
-            "drop one of them",
-            {},
+def _read_database(value: object) -> str:
+    if isinstance(value, str) and value:
+        return value
+    raise SettingError(
+        "DATABASE", CHECK_VALUE_INVALID, f"= {_shown(value)} is no alias", "name an alias of settings.DATABASES"
+    )
+
+
+def _read_redis_url(value: object) -> str:
+    """The URL's shape only: the Redis driver that connects to it is not part of this build yet."""
+    if not isinstance(value, str) or not value or any(c.isspace() or not c.isprintable() for c in value):
+        raise SettingError("REDIS_URL", CHECK_REDIS_URL_INVALID, f"= {_shown(value)} is not a URL", _REDIS_URL_FIX)
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 — reading it is the check: a port that is no number in 0..65535 raises
+    except ValueError:
+        raise SettingError(
+            "REDIS_URL", CHECK_REDIS_URL_INVALID, f"= {_shown(value)} has no valid port", _REDIS_URL_FIX
+        ) from None
+    database = parts.path.removeprefix("/")
+    if parts.scheme in ("redis", "rediss"):
+        shaped = bool(parts.hostname) and (not database or (database.isascii() and database.isdigit()))
+    else:
+        shaped = parts.scheme == "unix" and bool(parts.path)
+    if not shaped:
+        raise SettingError(
+            "REDIS_URL", CHECK_REDIS_URL_INVALID, f"= {_shown(value)} is not a Redis URL", _REDIS_URL_FIX
         )
-    return public, token
+    return value
+
+
+def _read_queues(value: object) -> dict[str, int]:
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and k and not isinstance(v, bool) and isinstance(v, int) and v >= 1 for k, v in value.items()
+    ):
+        return dict(value)
+    raise SettingError(
+        "QUEUES",
+        CHECK_VALUE_INVALID,
+        f"= {_shown(value)} is no slot table",
+        "map queue names to slot counts >= 1, e.g. {'default': 8}",
+    )
+
+
+def _read_outbox(value: object) -> str:
+    if isinstance(value, str) and value in OUTBOX_MODES:
+        return value
+    raise SettingError("OUTBOX", CHECK_VALUE_INVALID, f"= {_shown(value)} is no mode", f"use one of {OUTBOX_MODES}")
+
+
+def _read_context(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and _DOTTED_PATH.fullmatch(value)):
+        return value
+    raise SettingError(
+        "CONTEXT",
+        CHECK_VALUE_INVALID,
+        f"= {_shown(value)} is no dotted path",
+        "name a zero-argument callable by its dotted path, or None",
+    )
+
+
+def _read_limits(value: object) -> LimitConfig:
+    try:
+        return LimitConfig.from_settings(value)
+    except InvariantError as exc:
+        raise SettingError(
+            "LIMITS",
+            CHECK_LIMITS_INVALID,
+            f"is refused: {exc.message}",
+            'write e.g. {"PER_TENANT": 2, "PER_QUEUE": {"emails": 4}, "GLOBAL": 16, "RATE_PER_TENANT": (10, "1s")}',
+        ) from None
+
+
+def _read_duration(key: str, *, least: int) -> Callable[[object], int]:
+    fix = "write e.g. '25s', '250ms', a timedelta or an int of milliseconds"
+
+    def read(value: object) -> int:
+        try:
+            ms = parse_duration(value, field=f"ULTIMATE_JOBS[{key!r}]")
+        except InvariantError:
+            raise SettingError(key, CHECK_VALUE_INVALID, f"= {_shown(value)} is not a duration", fix) from None
+        if ms < least:
+            raise SettingError(key, CHECK_VALUE_INVALID, f"= {_shown(value)} is below {least} ms", fix)
+        return ms
+
+    return read
+
+
+def _read_environment(value: object) -> str:
+    """Reserved for backfills (not built yet): one declared with ``environments=`` runs only where this is
+    one of them. Its shape is checked now."""
+    if isinstance(value, str) and _ENVIRONMENT.fullmatch(value):
+        return value
+    raise SettingError(
+        "ENVIRONMENT",
+        CHECK_ENVIRONMENT_INVALID,
+        f"= {_shown(value)} is no deployment name",
+        "name this deployment with letters, digits, '.', '_' or '-' (at most 64), e.g. 'production' or 'staging'",
+    )
+
+
+def _read_modules(value: object) -> tuple[str, ...]:
+    if isinstance(value, list | tuple) and all(isinstance(m, str) and _MODULE_PATH.fullmatch(m) for m in value):
+        return tuple(value)
+    raise SettingError(
+        "MODULES",
+        CHECK_VALUE_INVALID,
+        f"= {_shown(value)} is no list of modules",
+        "list module paths, e.g. ['shop.jobs']",
+    )
+
+
+def _read_metrics_public(value: object) -> bool:
+    """``METRICS_PUBLIC`` (default False: staff only)."""
+    if isinstance(value, bool):
+        return value
+    raise SettingError("METRICS_PUBLIC", CHECK_VALUE_INVALID, f"= {_shown(value)} is no bool", "use True or False")
+
+
+def _read_metrics_token(value: object) -> str | None:
+    """``METRICS_TOKEN``: a bearer token for a scraper (default none)."""
+    if value is None or (isinstance(value, str) and value.strip()):
+        return value
+    raise SettingError(
+        "METRICS_TOKEN", CHECK_VALUE_INVALID, "must be a non-empty string", "set a token, or None for no token"
+    )
+
+
+# key: (JobsSettings field, default, reader). Every key of ULTIMATE_JOBS is read here and nowhere else.
+_KEYS: dict[str, tuple[str, object, Callable[[object], Any]]] = {
+    "DRIVER": ("driver", "postgres", _read_driver),
+    "DATABASE": ("database", "default", _read_database),
+    "REDIS_URL": ("redis_url", "redis://127.0.0.1:6379/0", _read_redis_url),
+    "QUEUES": ("queues", {}, _read_queues),
+    "OUTBOX": ("outbox", "off", _read_outbox),
+    "CONTEXT": ("context", None, _read_context),
+    "LIMITS": ("limits", {}, _read_limits),
+    "DRAIN_DEADLINE": ("drain_deadline_ms", "25s", _read_duration("DRAIN_DEADLINE", least=0)),
+    "ENVIRONMENT": ("environment", "production", _read_environment),
+    "MODULES": ("modules", (), _read_modules),
+    "VISIBILITY_TIMEOUT": ("visibility_timeout_ms", "30s", _read_duration("VISIBILITY_TIMEOUT", least=1)),
+    "METRICS_PUBLIC": ("metrics_public", False, _read_metrics_public),
+    "METRICS_TOKEN": ("metrics_token", None, _read_metrics_token),
+}
+KNOWN_KEYS = frozenset(_KEYS)
+
+
+def read_settings() -> tuple[dict[str, Any], list[SettingError]]:
+    """Every key of ``settings.ULTIMATE_JOBS`` through its reader: the values that read (by
+    :class:`JobsSettings` field) and every refusal — what the system check reports, all at once."""
+    raw = getattr(settings, "ULTIMATE_JOBS", None)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return {}, [SettingError(None, CHECK_VALUE_INVALID, f"is a {type(raw).__name__}", "make it a dict")]
+    errors = [
+        SettingError(
+            key,
+            CHECK_KEY_UNKNOWN,
+            "is not a setting" + "".join(f"; did you mean {m!r}" for m in get_close_matches(str(key), KNOWN_KEYS, 1)),
+            f"known keys: {', '.join(sorted(KNOWN_KEYS))}",
+        )
+        for key in raw
+        if key not in KNOWN_KEYS
+    ]
+    values: dict[str, Any] = {}
+    for key, (name, default, reader) in _KEYS.items():
+        try:
+            values[name] = reader(raw.get(key, default))
+        except SettingError as exc:
+            errors.append(exc)
+    if values.get("metrics_public") and values.get("metrics_token") is not None:
+        errors.append(
+            SettingError(
+                "METRICS_TOKEN",
+                CHECK_VALUE_INVALID,
+                "is set with METRICS_PUBLIC, and a public view ignores the token",
+                "drop one of them",
+            )
+        )
+    return values, errors
+
+
+def jobs_settings() -> JobsSettings:
+    """Read and validate ``settings.ULTIMATE_JOBS``; a value that cannot be read is ``X_INVARIANT``
+    naming it (a :class:`SettingError`)."""
+    values, errors = read_settings()
+    if errors:
+        raise errors[0]
+    return JobsSettings(**values)
 
 
 _lock = threading.Lock()

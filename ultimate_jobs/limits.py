@@ -12,11 +12,13 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .clock import Clock
 from .durations import Duration, parse_duration
 from .errors import InvariantError
+
+LIMIT_KEYS = ("PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT")
+"""The keys ``ULTIMATE_JOBS['LIMITS']`` takes."""
 
 _SWEEP_FLOOR = 1_024  # rate-window state for this many tenants before the first sweep of stale ones
 
@@ -34,17 +36,32 @@ class LimitConfig:
     rate_per_tenant: tuple[int, Duration] | None = None
 
     @classmethod
-    def from_settings(cls, raw: Mapping[str, Any] | None) -> LimitConfig:
-        """Build from ``ULTIMATE_JOBS['LIMITS']``: keys ``PER_TENANT``, ``PER_QUEUE``, ``GLOBAL``,
-        ``RATE_PER_TENANT``."""
-        raw = dict(raw or {})
-        unknown = set(raw) - {"PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT"}
+    def from_settings(cls, raw: object) -> LimitConfig:
+        """Build from ``ULTIMATE_JOBS['LIMITS']``: a dict of ``PER_TENANT``, ``PER_QUEUE`` (queue → cap),
+        ``GLOBAL`` and ``RATE_PER_TENANT`` (``(count, window)``). Any other shape is ``X_INVARIANT``.
+
+        >>> LimitConfig.from_settings({"PER_TENANT": 2, "RATE_PER_TENANT": (10, "1s")})
+        """
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise InvariantError(f"LIMITS must be a dict, not {type(raw).__name__}", {"field": "LIMITS"})
+        unknown = set(raw) - set(LIMIT_KEYS)
         if unknown:
-            raise InvariantError(f"ULTIMATE_JOBS['LIMITS'] has unknown keys {sorted(unknown)}", {})
+            raise InvariantError(
+                f"LIMITS has unknown keys {sorted(map(repr, unknown))}; known: {', '.join(LIMIT_KEYS)}", {}
+            )
+        per_queue = raw.get("PER_QUEUE") or {}
+        if not isinstance(per_queue, Mapping) or not all(isinstance(q, str) and q for q in per_queue):
+            raise InvariantError("LIMITS['PER_QUEUE'] must map queue names to caps", {"field": "per_queue"})
         rate = raw.get("RATE_PER_TENANT")
+        if rate is not None and (not isinstance(rate, tuple | list) or len(rate) != 2):
+            raise InvariantError(
+                f"LIMITS['RATE_PER_TENANT'] must be a pair (count, window), got {rate!r}", {"field": "rate_per_tenant"}
+            )
         config = cls(
             per_tenant=raw.get("PER_TENANT"),
-            per_queue=dict(raw.get("PER_QUEUE", {}) or {}),
+            per_queue=dict(per_queue),
             global_=raw.get("GLOBAL"),
             rate_per_tenant=(rate[0], rate[1]) if rate is not None else None,
         )

@@ -291,6 +291,8 @@ def test_enqueue_as_goes_through_the_facade(outbox: Outbox) -> None:
 
 def test_install_outbox_follows_the_mode_and_uninstalls(outbox: Outbox, settings: Any) -> None:
     assert isinstance(jobs_facade(), DirectFacade)
+    assert install_outbox(store=outbox.store) is None  # OUTBOX unset is "off"
+    settings.ULTIMATE_JOBS = {"DRIVER": "memory", "OUTBOX": "optional"}
     facade = install_outbox(store=outbox.store, driver=outbox.env.driver)
     assert facade is not None and jobs_facade() is facade and facade.mode == "optional"
     settings.ULTIMATE_JOBS = {"DRIVER": "memory", "OUTBOX": "required"}

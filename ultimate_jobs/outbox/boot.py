@@ -1,5 +1,6 @@
-"""Build the outbox from ``settings.ULTIMATE_JOBS``: the process's store, the facade (installed only when
-asked — :func:`install_outbox`) and the relay role (what ``jobs_relay`` and ``jobs_dev`` run).
+"""Build the outbox from ``settings.ULTIMATE_JOBS``: the process's store, the facade (installed at start-up
+when ``OUTBOX`` is ``"optional"`` or ``"required"`` — :func:`install_outbox_from_settings` — or by hand with
+:func:`install_outbox`) and the relay role (what ``jobs_relay`` and ``jobs_dev`` run).
 
 The outbox stages in Postgres whatever the driver is: ``x_outbox`` lives in the jobs database
 (``ULTIMATE_JOBS['DATABASE']``), next to the business rows a transaction writes, and the relay
@@ -9,13 +10,14 @@ publishes onto the configured driver — Postgres, Redis or memory alike.
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 from django.db import connections
 
 from ..conf import job_driver, jobs_settings
 from ..drivers.base import JobDriver
 from ..durations import Duration, parse_duration
-from ..errors import DriverUnavailableError, InvariantError
+from ..errors import DriverUnavailableError, InvariantError, UltimateError
 from ..facade import set_jobs_facade
 from .facade import OutboxFacade
 from .postgres import postgres_outbox_store
@@ -74,12 +76,11 @@ def install_outbox(
     """Install the outbox facade process-wide: from now on ``handle.enqueue()`` inside
     ``transaction.atomic()`` on the jobs database stages its row in that transaction. ``mode`` defaults to
     ``ULTIMATE_JOBS['OUTBOX']``; ``"off"`` installs nothing (and uninstalls a facade installed before),
-    answering ``None``. Call it once at start-up — an ``AppConfig.ready()`` — in every process that
-    enqueues, and run a relay (``manage.py jobs_relay``, or ``jobs_dev``) to publish what commits.
+    answering ``None``. ``ultimate_jobs`` calls it at start-up when ``OUTBOX`` asks for the outbox
+    (:func:`install_outbox_from_settings`); call it yourself to wire a store or a mode by hand, and run a
+    relay (``manage.py jobs_relay``, or ``jobs_dev``) to publish what commits.
 
-    >>> class ShopConfig(AppConfig):
-    ...     def ready(self):
-    ...         install_outbox()
+    >>> install_outbox(mode="required", store=postgres_outbox_store(alias="orders"))
     """
     chosen = mode if mode is not None else jobs_settings().outbox
     if chosen not in OUTBOX_MODES:
@@ -90,6 +91,18 @@ def install_outbox(
     facade = OutboxFacade(store=store or outbox_store(), driver=driver, mode=chosen)
     set_jobs_facade(facade)
     return facade
+
+
+def install_outbox_from_settings() -> OutboxFacade | None:
+    """What ``ultimate_jobs``'s ``AppConfig.ready()`` runs in every process: ``OUTBOX = "optional"`` or
+    ``"required"`` installs the facade over the jobs database; ``"off"`` (the default) touches nothing.
+    A setting that cannot be read, or a jobs database that cannot hold ``x_outbox``, installs nothing —
+    the system check reports it (``manage.py check``, and every command that runs the checks, fails)."""
+    try:
+        mode = jobs_settings().outbox
+        return install_outbox(mode=cast(OutboxMode, mode)) if mode != "off" else None
+    except UltimateError:
+        return None
 
 
 def uninstall_outbox() -> None:

@@ -10,7 +10,6 @@ from django.utils.module_loading import import_string
 from ..conf import job_driver, jobs_settings
 from ..durations import Duration
 from ..errors import InvariantError
-from ..limits import LimitConfig
 from .runtime import JobWorker, job_worker
 
 
@@ -55,7 +54,7 @@ def worker_from_settings(
         context=context_factory(config.context),
         queues=queues,
         concurrency=concurrency if concurrency is not None else (config.queues or None),
-        limits=LimitConfig.from_settings(config.limits),
+        limits=config.limits,
         visibility_timeout=config.visibility_timeout_ms,
         drain_deadline=drain_deadline if drain_deadline is not None else config.drain_deadline_ms,
     )

@@ -1,0 +1,330 @@
+"""``settings.ULTIMATE_JOBS`` means what it says: every key has a reader, every value no reader accepts is
+a system-check Error ``ultimate_jobs.<CODE>`` whose hint says the fix, ``OUTBOX`` installs the outbox at
+start-up, and the settings this repository runs under pass the check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.core.checks import Error
+from django.core.management import call_command
+from django.test import override_settings
+
+from tests.conftest import JobsEnv
+from ultimate_jobs import JobRun, job
+from ultimate_jobs.apps import check_settings
+from ultimate_jobs.conf import KNOWN_KEYS, SettingError, jobs_settings
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.errors import OutboxNoTxError
+from ultimate_jobs.facade import DirectFacade, jobs_facade
+from ultimate_jobs.limits import LimitConfig
+from ultimate_jobs.outbox import OutboxFacade, set_outbox_store, uninstall_outbox
+from ultimate_jobs.outbox.boot import install_outbox_from_settings
+
+MEMORY = {"DRIVER": "memory"}
+
+
+def errors_for(config: object) -> list[Error]:
+    with override_settings(ULTIMATE_JOBS=config):
+        found = check_settings()
+    assert all(isinstance(e, Error) for e in found)
+    return found  # type: ignore[return-value]
+
+
+def ids_for(config: object) -> list[str]:
+    return [e.id for e in errors_for(config)]
+
+
+class LeaselessDriver(MemoryDriver):
+    """A driver without a lease store (as the Redis driver will be)."""
+
+    @property
+    def leases(self) -> None:  # type: ignore[override]
+        return None
+
+
+def leaseless_driver() -> LeaselessDriver:
+    """A driver factory ``DRIVER`` can name."""
+    return LeaselessDriver()
+
+
+NOT_CALLABLE = "a string, not a factory"
+
+
+# -- the settings this repository runs under -----------------------------------------------------------
+
+
+def test_the_suites_settings_pass_every_check() -> None:
+    assert check_settings() == []
+    call_command("check", verbosity=0)  # every registered check, as manage.py check runs them
+
+
+@pytest.mark.parametrize("module", ["demo_project.settings", "tests.e2e.pg_settings", "tests.e2e.slow_ack_settings"])
+def test_the_other_settings_modules_pass_the_check(module: str) -> None:
+    config = __import__(module, fromlist=["ULTIMATE_JOBS"]).ULTIMATE_JOBS
+    assert errors_for(config) == []
+
+
+def test_nothing_set_reads_as_the_documented_defaults() -> None:
+    with override_settings(ULTIMATE_JOBS=None):
+        config = jobs_settings()
+    assert (config.driver, config.database, config.outbox, config.environment) == (
+        "postgres",
+        "default",
+        "off",
+        "production",
+    )
+    assert (config.drain_deadline_ms, config.visibility_timeout_ms, config.limits) == (25_000, 30_000, LimitConfig())
+
+
+def test_every_known_key_reads_into_its_typed_value() -> None:
+    config = {
+        "DRIVER": "memory",
+        "DATABASE": "default",
+        "REDIS_URL": "rediss://:secret@cache.internal:6380/2",
+        "QUEUES": {"default": 8, "emails": 2},
+        "OUTBOX": "required",
+        "CONTEXT": "demo_project.shop.services.shop_services",
+        "LIMITS": {"PER_TENANT": 2, "PER_QUEUE": {"emails": 4}, "GLOBAL": 16, "RATE_PER_TENANT": (10, "1s")},
+        "DRAIN_DEADLINE": "10s",
+        "ENVIRONMENT": "staging",
+        "MODULES": ["tests.unit.fixtures_jobs"],
+        "VISIBILITY_TIMEOUT": "1m",
+        "METRICS_PUBLIC": False,
+        "METRICS_TOKEN": "s3cret",
+    }
+    assert set(config) == KNOWN_KEYS
+    assert errors_for(config) == []
+    with override_settings(ULTIMATE_JOBS=config):
+        read = jobs_settings()
+    assert read.redis_url == "rediss://:secret@cache.internal:6380/2"
+    assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
+    assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
+    assert read.modules == ("tests.unit.fixtures_jobs",)
+
+
+# -- a value no reader accepts ---------------------------------------------------------------------------
+
+KEY = "ultimate_jobs.X_SETTINGS_KEY_UNKNOWN"
+VALUE = "ultimate_jobs.X_SETTINGS_VALUE_INVALID"
+DRIVER = "ultimate_jobs.X_SETTINGS_DRIVER_UNKNOWN"
+LIMITS = "ultimate_jobs.X_SETTINGS_LIMITS_INVALID"
+REDIS = "ultimate_jobs.X_SETTINGS_REDIS_URL_INVALID"
+ENVIRONMENT = "ultimate_jobs.X_SETTINGS_ENVIRONMENT_INVALID"
+CONTEXT = "ultimate_jobs.X_SETTINGS_CONTEXT_UNIMPORTABLE"
+
+# Each row: one bad value on top of the memory driver, and the one check id it fails.
+BAD_VALUES: list[tuple[str, Any, str]] = [
+    ("DRIVER", "mongo", DRIVER),
+    ("DRIVER", 3, DRIVER),
+    ("DRIVER", "nowhere.at_all.driver", DRIVER),
+    ("DRIVER", "tests.unit.test_settings.NOT_CALLABLE", DRIVER),
+    ("DATABASE", "", VALUE),
+    ("DATABASE", 0, VALUE),
+    ("QUEUES", {"default": 0}, VALUE),
+    ("QUEUES", {"default": True}, VALUE),
+    ("QUEUES", ["default"], VALUE),
+    ("OUTBOX", "on", VALUE),
+    ("OUTBOX", True, VALUE),
+    ("CONTEXT", "not_dotted", VALUE),
+    ("CONTEXT", 42, VALUE),
+    ("CONTEXT", "nowhere.at_all.factory", CONTEXT),
+    ("CONTEXT", "tests.unit.test_settings.NOT_CALLABLE", CONTEXT),
+    ("LIMITS", "16", LIMITS),
+    ("LIMITS", {"PER_TENNANT": 2}, LIMITS),
+    ("LIMITS", {"PER_TENANT": 0}, LIMITS),
+    ("LIMITS", {"GLOBAL": "16"}, LIMITS),
+    ("LIMITS", {"PER_QUEUE": [4]}, LIMITS),
+    ("LIMITS", {"PER_QUEUE": {"emails": 0}}, LIMITS),
+    ("LIMITS", {"RATE_PER_TENANT": 10}, LIMITS),
+    ("LIMITS", {"RATE_PER_TENANT": (10, "soon")}, LIMITS),
+    ("LIMITS", {"RATE_PER_TENANT": (10, 0)}, LIMITS),
+    ("DRAIN_DEADLINE", "soon", VALUE),
+    ("DRAIN_DEADLINE", -1, VALUE),
+    ("VISIBILITY_TIMEOUT", 0, VALUE),
+    ("VISIBILITY_TIMEOUT", True, VALUE),
+    ("ENVIRONMENT", "", ENVIRONMENT),
+    ("ENVIRONMENT", "prod env", ENVIRONMENT),
+    ("ENVIRONMENT", 7, ENVIRONMENT),
+    ("ENVIRONMENT", "x" * 65, ENVIRONMENT),
+    ("MODULES", "shop.jobs", VALUE),
+    ("MODULES", [3], VALUE),
+    ("MODULES", 3, VALUE),
+    ("REDIS_URL", "127.0.0.1:6379", REDIS),
+    ("REDIS_URL", "http://cache:6379/0", REDIS),
+    ("REDIS_URL", "redis://", REDIS),
+    ("REDIS_URL", "redis://cache:port/0", REDIS),
+    ("REDIS_URL", "redis://cache:99999/0", REDIS),
+    ("REDIS_URL", "redis://cache:6379/zero", REDIS),
+    ("REDIS_URL", "redis://cache:6379/0 ", REDIS),
+    ("REDIS_URL", "unix://", REDIS),
+    ("REDIS_URL", None, REDIS),
+    ("METRICS_PUBLIC", "yes", VALUE),
+    ("METRICS_TOKEN", "  ", VALUE),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "check_id"), BAD_VALUES, ids=[f"{k}={v!r}"[:60] for k, v, _ in BAD_VALUES])
+def test_a_bad_value_is_one_check_error_naming_the_key_and_the_fix(key: str, value: Any, check_id: str) -> None:
+    (error,) = errors_for({**MEMORY, key: value})
+    assert error.id == check_id
+    assert f"ULTIMATE_JOBS[{key!r}]" in error.msg
+    assert error.hint  # the fix
+    assert error.obj == "settings.ULTIMATE_JOBS"
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "redis://cache", "rediss://user:pw@cache:6380/15", "unix:///run/redis.sock"]
+)
+def test_a_redis_url_of_the_right_shape_passes(url: str) -> None:
+    assert errors_for({**MEMORY, "REDIS_URL": url}) == []
+
+
+def test_a_typoed_key_is_named_with_the_key_it_probably_meant() -> None:
+    (error,) = errors_for({**MEMORY, "QUEUE": {"default": 2}})
+    assert error.id == KEY
+    assert "ULTIMATE_JOBS['QUEUE'] is not a setting; did you mean 'QUEUES'" in error.msg
+    assert "QUEUES" in error.hint
+
+
+def test_settings_that_are_not_a_dict_are_one_error() -> None:
+    (error,) = errors_for(["DRIVER", "memory"])
+    assert error.id == VALUE
+    assert "settings.ULTIMATE_JOBS is a list" in error.msg
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    ids = ids_for({"DRIVER": "mongo", "QUEUES": {"q": 0}, "OUTBOX": "on", "TYPO": 1, "ENVIRONMENT": ""})
+    assert sorted(ids) == sorted([KEY, DRIVER, VALUE, VALUE, ENVIRONMENT])
+
+
+def test_metrics_public_with_a_token_is_refused() -> None:
+    (error,) = errors_for({**MEMORY, "METRICS_PUBLIC": True, "METRICS_TOKEN": "t"})
+    assert error.id == VALUE
+    assert "drop one of them" in error.hint
+
+
+def test_where_the_setting_is_read_the_same_refusal_is_x_invariant_with_its_fix() -> None:
+    with override_settings(ULTIMATE_JOBS={**MEMORY, "LIMITS": {"PER_TENANT": 0}}), pytest.raises(SettingError) as err:
+        jobs_settings()
+    assert err.value.code == "X_INVARIANT"
+    assert err.value.meta == {"key": "LIMITS", "check": "X_SETTINGS_LIMITS_INVALID"}
+    assert "ULTIMATE_JOBS['LIMITS']" in err.value.message and "write e.g." in err.value.message
+
+
+# -- what only the rest of the project can answer ----------------------------------------------------------
+
+
+def test_a_database_alias_not_in_databases_is_refused() -> None:
+    (error,) = errors_for({**MEMORY, "DATABASE": "replica"})
+    assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_UNKNOWN"
+    assert "'replica' is not an alias of settings.DATABASES" in error.msg
+    assert "['default']" in error.hint
+
+
+class SqliteConnections:
+    """``django.db.connections`` with one SQLite alias (overriding DATABASES in a test is not supported)."""
+
+    settings = {"default": {}}
+
+    def __getitem__(self, alias: str) -> Any:
+        return type("Sqlite", (), {"vendor": "sqlite"})()
+
+
+@pytest.mark.parametrize(
+    ("config", "users"),
+    [
+        ({"DRIVER": "postgres"}, "the postgres driver need"),
+        ({"DRIVER": "memory", "OUTBOX": "optional"}, "the outbox need"),
+        ({"DRIVER": "postgres", "OUTBOX": "required"}, "the postgres driver and the outbox need"),
+    ],
+)
+def test_postgres_features_on_another_database_are_refused(
+    config: dict[str, str], users: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ultimate_jobs.checks.connections", SqliteConnections())
+    (error,) = errors_for(config)
+    assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_NOT_POSTGRES"
+    assert error.msg.startswith(users)
+    assert errors_for({"DRIVER": "memory", "OUTBOX": "off"}) == []
+
+
+def test_the_redis_driver_is_refused_until_it_is_built() -> None:
+    (error,) = [e for e in errors_for({"DRIVER": "redis"}) if e.id == "ultimate_jobs.X_DRIVER_UNAVAILABLE"]
+    assert "not part of this build" in error.msg
+
+
+def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -> None:
+    @job(idempotency_key=lambda i: i["id"], tenant="none", concurrency=2)
+    def throttled_sync(run: JobRun[dict[str, str]]) -> None:
+        return None
+
+    for driver in ("memory", "postgres", "tests.unit.test_settings.leaseless_driver", "redis"):
+        found = errors_for({"DRIVER": driver})
+        unenforceable = [e for e in found if e.id == "ultimate_jobs.X_JOB_CONCURRENCY_UNENFORCEABLE"]
+        if driver in ("memory", "postgres"):
+            assert unenforceable == [], driver
+            continue
+        (error,) = unenforceable
+        assert "'throttled_sync'" in error.msg and "declare concurrency" in error.msg
+        assert "drop the concurrency declaration" in error.hint
+
+
+def test_no_job_declaring_concurrency_needs_no_lease_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.registry.registered", lambda kind=None: [])  # the demo shop declares one
+    assert errors_for({"DRIVER": "tests.unit.test_settings.leaseless_driver"}) == []
+
+
+# -- OUTBOX installs the outbox at start-up -----------------------------------------------------------------
+
+
+@pytest.fixture
+def outbox_reset() -> Iterator[None]:
+    uninstall_outbox()
+    try:
+        yield
+    finally:
+        uninstall_outbox()
+        set_outbox_store(None)
+
+
+@pytest.mark.usefixtures("outbox_reset")
+@pytest.mark.parametrize("mode", ["optional", "required"])
+def test_outbox_optional_or_required_installs_the_facade_when_the_app_starts(jobs: JobsEnv, mode: str) -> None:
+    with override_settings(ULTIMATE_JOBS={**MEMORY, "OUTBOX": mode}):
+        apps.get_app_config("ultimate_jobs").ready()
+    facade = jobs_facade()
+    assert isinstance(facade, OutboxFacade) and facade.mode == mode
+
+
+@pytest.mark.usefixtures("outbox_reset")
+def test_outbox_required_alone_refuses_an_enqueue_outside_a_transaction(jobs: JobsEnv) -> None:
+    @job(idempotency_key=lambda i: i["id"], tenant="none")
+    def ship(run: JobRun[dict[str, str]]) -> None:
+        return None
+
+    with override_settings(ULTIMATE_JOBS={**MEMORY, "OUTBOX": "required"}):
+        apps.get_app_config("ultimate_jobs").ready()
+    with pytest.raises(OutboxNoTxError):
+        ship.enqueue({"id": "1"})
+    assert jobs.driver.stats() == []  # no row was written
+
+
+@pytest.mark.usefixtures("outbox_reset")
+@pytest.mark.parametrize("config", [MEMORY, {**MEMORY, "OUTBOX": "off"}], ids=["default", "off"])
+def test_outbox_off_or_unset_installs_nothing(config: dict[str, str]) -> None:
+    with override_settings(ULTIMATE_JOBS=config):
+        assert install_outbox_from_settings() is None
+    assert isinstance(jobs_facade(), DirectFacade)
+
+
+@pytest.mark.usefixtures("outbox_reset")
+def test_an_outbox_the_database_cannot_hold_installs_nothing_and_fails_the_check() -> None:
+    config = {**MEMORY, "OUTBOX": "required", "DATABASE": "replica"}
+    with override_settings(ULTIMATE_JOBS=config):
+        assert install_outbox_from_settings() is None
+    assert isinstance(jobs_facade(), DirectFacade)
+    assert ids_for(config) == ["ultimate_jobs.X_SETTINGS_DATABASE_UNKNOWN"]

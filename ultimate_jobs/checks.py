@@ -1,0 +1,133 @@
+"""The system check over ``settings.ULTIMATE_JOBS``: ``manage.py check`` (and ``migrate``, ``runserver`` and
+every role command, which run the checks first) fails on a setting that cannot mean what it says, not
+the fourth attempt of a job.
+
+Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and whose hint says the fix:
+
+- a value no key's reader accepts (:mod:`ultimate_jobs.conf`): ``X_SETTINGS_KEY_UNKNOWN`` (a typo'd key),
+  ``X_SETTINGS_VALUE_INVALID`` (a bad type or value), ``X_SETTINGS_DRIVER_UNKNOWN``,
+  ``X_SETTINGS_LIMITS_INVALID``, ``X_SETTINGS_REDIS_URL_INVALID``, ``X_SETTINGS_ENVIRONMENT_INVALID``;
+- what only the rest of the project can answer: ``X_SETTINGS_DATABASE_UNKNOWN`` (``DATABASE`` is no alias
+  of ``DATABASES``), ``X_SETTINGS_DATABASE_NOT_POSTGRES`` (the Postgres driver or the outbox on another
+  database), ``X_SETTINGS_CONTEXT_UNIMPORTABLE``, ``X_SETTINGS_DRIVER_UNKNOWN`` (a dotted path that does
+  not import to a callable), ``X_DRIVER_UNAVAILABLE`` (a driver not in this build) and
+  ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
+"""
+
+from __future__ import annotations
+
+from django.core import checks
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from .conf import CHECK_DRIVER_UNKNOWN, read_settings
+
+OBJ = "settings.ULTIMATE_JOBS"
+CHECK_DATABASE_UNKNOWN = "X_SETTINGS_DATABASE_UNKNOWN"
+CHECK_DATABASE_NOT_POSTGRES = "X_SETTINGS_DATABASE_NOT_POSTGRES"
+CHECK_CONTEXT_UNIMPORTABLE = "X_SETTINGS_CONTEXT_UNIMPORTABLE"
+CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
+CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+
+
+def _error(check: str, problem: str, fix: str) -> checks.Error:
+    return checks.Error(problem, hint=fix, obj=OBJ, id=f"ultimate_jobs.{check}")
+
+
+def settings_messages() -> list[checks.CheckMessage]:
+    """Every problem with ``settings.ULTIMATE_JOBS``, all at once."""
+    values, errors = read_settings()
+    found: list[checks.CheckMessage] = [_error(e.check, e.problem, e.fix) for e in errors]
+    if "database" in values:
+        found += _database(values["database"], values.get("driver"), values.get("outbox"))
+    if "driver" in values:
+        found += _driver(values["driver"])
+    if values.get("context") is not None:
+        found += _context(values["context"])
+    return found
+
+
+def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks.CheckMessage]:
+    if alias not in connections.settings:
+        return [
+            _error(
+                CHECK_DATABASE_UNKNOWN,
+                f"ULTIMATE_JOBS['DATABASE'] = {alias!r} is not an alias of settings.DATABASES",
+                f"set it to one of {sorted(connections.settings)}, or add {alias!r} to DATABASES",
+            )
+        ]
+    vendor = connections[alias].vendor
+    uses = (("the postgres driver", driver == "postgres"), ("the outbox", outbox in ("optional", "required")))
+    users = [name for name, used in uses if used]
+    if vendor == "postgresql" or not users:
+        return []
+    return [
+        _error(
+            CHECK_DATABASE_NOT_POSTGRES,
+            f"{' and '.join(users)} need PostgreSQL; ULTIMATE_JOBS['DATABASE'] = {alias!r} is {vendor}",
+            "point DATABASE at a PostgreSQL alias, or set DRIVER = 'memory' and OUTBOX = 'off'",
+        )
+    ]
+
+
+def _driver(name: str) -> list[checks.CheckMessage]:
+    """A built-in driver this build carries, or a dotted path to a factory; and a lease store for every job
+    that declares ``concurrency`` (the worker would refuse to start)."""
+    if name == "redis":  # by the spec it will keep no lease store either
+        unavailable = _error(
+            CHECK_DRIVER_UNAVAILABLE,
+            "ULTIMATE_JOBS['DRIVER'] = 'redis': the Redis driver is not part of this build yet",
+            "set DRIVER to 'postgres' or 'memory'",
+        )
+        return [unavailable, *_concurrency(name)]
+    has_leases = True  # the memory and postgres drivers keep a lease store
+    if name not in ("memory", "postgres"):
+        try:
+            factory = import_string(name)
+            if not callable(factory):
+                raise TypeError(f"{name} is a {type(factory).__name__}")
+            has_leases = getattr(factory(), "leases", None) is not None
+        except Exception as exc:  # anything the factory raises is the setting's fault, reported not raised
+            return [
+                _error(
+                    CHECK_DRIVER_UNKNOWN,
+                    f"ULTIMATE_JOBS['DRIVER'] = {name!r} does not build a driver ({type(exc).__name__}: {exc})",
+                    "name a zero-argument callable answering a driver, or 'postgres' or 'memory'",
+                )
+            ]
+    return [] if has_leases else _concurrency(name)
+
+
+def _concurrency(driver: str) -> list[checks.CheckMessage]:
+    from . import registry
+    from .definition import JobHandle
+
+    declaring = sorted(
+        h.name for h in registry.registered("job") if isinstance(h, JobHandle) and h.concurrency is not None
+    )
+    if not declaring:
+        return []
+    return [
+        _error(
+            CHECK_CONCURRENCY_UNENFORCEABLE,
+            f"jobs {declaring} declare concurrency and the driver {driver!r} has no lease store, so no worker "
+            "would start",
+            "use the postgres or memory driver, or drop the concurrency declaration",
+        )
+    ]
+
+
+def _context(path: str) -> list[checks.CheckMessage]:
+    from .worker.boot import context_factory
+
+    try:
+        context_factory(path)
+    except Exception as exc:  # an import that fails for any reason is the setting's fault, reported not raised
+        return [
+            _error(
+                CHECK_CONTEXT_UNIMPORTABLE,
+                f"ULTIMATE_JOBS['CONTEXT'] = {path!r} does not import to a callable ({type(exc).__name__}: {exc})",
+                "name a zero-argument callable by its dotted path (module.attribute), or set CONTEXT = None",
+            )
+        ]
+    return []
