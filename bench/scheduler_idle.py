@@ -34,9 +34,9 @@ class CountingExecutor:
     def __init__(self, inner: Any) -> None:
         self.inner, self.alias, self.statements = inner, inner.alias, 0
 
-    def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Any = None, *, binding: str = "django") -> list[tuple[Any, ...]]:
         self.statements += 1
-        return self.inner.query(sql, params)  # type: ignore[no-any-return]
+        return self.inner.query(sql, params, binding=binding)  # type: ignore[no-any-return]
 
 
 def _pss_calls(database: str) -> int:
@@ -78,8 +78,10 @@ def measure(*, window_s: float, warmup_s: float, tasks: int = TASKS) -> dict[str
     count_statements()
 
     from bench.jobs import bench_noop
-    from ultimate_jobs import job_scheduler, postgres_lease_leader, postgres_scheduler_state, task
-    from ultimate_jobs.conf import job_driver
+    from ultimate_jobs import job_scheduler, lease_leader, task
+    from ultimate_jobs.conf import job_clock, jobs_settings
+    from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+    from ultimate_jobs.drivers.postgres.executor import django_executor
     from ultimate_jobs.scheduler.boot import scheduler_from_settings
 
     def entries(occurrence_ms: int) -> list[tuple[Any, Any]]:
@@ -87,12 +89,11 @@ def measure(*, window_s: float, warmup_s: float, tasks: int = TASKS) -> dict[str
 
     declared = [task(cron=NOTHING_DUE_CRON, tz="UTC", name=f"bench_idle_{i:02d}")(entries) for i in range(tasks)]
     reference = scheduler_from_settings()  # what jobs_scheduler runs; rebuilt below over a counting executor
-    driver = job_driver()
-    executor = CountingExecutor(driver.executor)
+    executor = CountingExecutor(django_executor(jobs_settings().database))
+    driver = PostgresDriver(clock=job_clock(), executor=executor)  # the configured driver, its statements counted
     scheduler = job_scheduler(
         driver=driver,
-        leader=postgres_lease_leader(executor, ttl=reference.leader.ttl_ms),
-        state=postgres_scheduler_state(executor),
+        leader=lease_leader(driver, ttl=reference.leader.ttl_ms),
         tasks=declared,
         tick_interval=reference.tick_interval_ms,
     )

@@ -20,15 +20,7 @@ from .limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
 from .retry import RetryPolicy, is_final_attempt, retry_schedule
 from .run import JobRun
-from .scheduler import (
-    JobScheduler,
-    TaskHandle,
-    job_scheduler,
-    next_task_run,
-    postgres_lease_leader,
-    postgres_scheduler_state,
-    task,
-)
+from .scheduler import JobScheduler, TaskHandle, job_scheduler, lease_leader, next_task_run, task
 from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
 from .worker import JobWorker, job_worker
@@ -84,12 +76,11 @@ __all__ = [
     "job_lease_key",
     "job_scheduler",
     "job_worker",
+    "lease_leader",
     "nack_state",
     "next_task_run",
     "outbox_relay",
     "postgres_event_bus",
-    "postgres_lease_leader",
-    "postgres_scheduler_state",
     "publish_event",
     "register_error_retry",
     "reset_event_bus",

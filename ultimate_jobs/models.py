@@ -1,7 +1,7 @@
 """The tables, one model each, ``db_table`` set to the spec's names. Migrations are the one schema
-truth; the hot path reads and writes them through the ``SQL_*`` constants in
-``ultimate_jobs.drivers.postgres.sql``, and the admin reads them through these models. Nothing else
-may write these tables behind the driver's back."""
+truth; the Postgres driver reads and writes them through its ``SQL_*`` constants
+(``ultimate_jobs.drivers.postgres.sql``, ``sql_operator``, ``sql_scheduler``), and the admin reads them
+through these models. Nothing else may write these tables behind the driver's back."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from tests.conftest import Env, installed
 from ultimate_jobs import JobRun, job, task
 from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.definition import JobHandle
-from ultimate_jobs.drivers.base import MAX_BULK_ROWS, JobFilter, QueueStats, WorkerInfo
+from ultimate_jobs.drivers.base import MAX_BULK_ROWS, Fire, JobFilter, QueueStats, WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.redaction import MASK
 from ultimate_jobs.sealing import is_envelope
@@ -399,7 +399,10 @@ def test_tasks_in_both_forms(pg: Env[PostgresDriver], jobs_declared: dict[str, J
     def hourly(occurrence_ms: int) -> Sequence[Any]:
         return [(jobs_declared["steps"], {"n": occurrence_ms})]
 
-    pg.driver.introspect.record_task_fire(task="cli.hourly", occurrence_ms=pg.clock.now_ms() - 1000)
+    occurrence = pg.clock.now_ms() - 1000
+    pg.driver.scheduler_state.load(["cli.hourly"], now_ms=occurrence - 1)
+    fire = Fire("cli.hourly", occurrence - 1, occurrence, occurrence, [], pg.clock.now_ms())
+    assert pg.driver.scheduler_state.fire(fire).outcome == "fired"
     jobs_cli("pause-task", "cli.gone")
     rows = {t["name"]: t for t in jobs_cli("tasks", "--json").json["tasks"]}
     assert rows["cli.hourly"]["jobs"] == ["cli.steps"] and rows["cli.hourly"]["tz"] == "Europe/Paris"

@@ -1,6 +1,7 @@
-"""The scheduler on Postgres: the lease row, the stored watermarks, SQL_SCHEDULER_FIRE (fence, pause,
-dedupe, wake), catch-up across a redeploy, two schedulers over many rounds, the rollup carried by
-a renewal, the idle statement count, and the refusal of the in-memory pair."""
+"""The scheduler on the Postgres driver's lease row and stored watermarks (``driver.leader``,
+``driver.scheduler_state``): SQL_SCHEDULER_FIRE (fence, pause, dedupe, wake, one statement), catch-up
+across a redeploy, two schedulers over many rounds, the rollup carried by a renewal, the idle statement
+count, and the refusal of a leader that dies with its process."""
 
 from __future__ import annotations
 
@@ -16,23 +17,16 @@ from django.db import connection
 from tests.conftest import Env, installed
 from ultimate_jobs import JobRun, TaskHandle, job, job_scheduler, task
 from ultimate_jobs.definition import JobHandle
-from ultimate_jobs.drivers.base import COUNTER_TIERS, JobDriver
+from ultimate_jobs.drivers.base import COUNTER_TIERS, Fire, JobDriver
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres import sql_scheduler as scheduler_sql
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.postgres.executor import Params
+from ultimate_jobs.drivers.postgres.executor import Binding, Params
 from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.errors import InvariantError
-from ultimate_jobs.scheduler import (
-    MemoryLeader,
-    PostgresLeaseLeader,
-    PostgresSchedulerState,
-    postgres_lease_leader,
-    postgres_scheduler_state,
-)
-from ultimate_jobs.scheduler import sql as scheduler_sql
+from ultimate_jobs.scheduler import LeaseLeader, MemoryLeader, lease_leader
 from ultimate_jobs.scheduler.boot import scheduler_from_settings
-from ultimate_jobs.scheduler.state import Fire
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import request, settle_done
 
@@ -53,9 +47,15 @@ class CountingExecutor:
     def __init__(self, inner: Any) -> None:
         self.inner, self.alias, self.statements = inner, inner.alias, 0
 
-    def query(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         self.statements += 1
-        return self.inner.query(sql, params)  # type: ignore[no-any-return]
+        return self.inner.query(sql, params, binding=binding)  # type: ignore[no-any-return]
+
+
+def counting(env: PgEnv) -> tuple[PostgresDriver, CountingExecutor]:
+    """A Postgres driver on the test's clock and database whose statements are counted."""
+    executor = CountingExecutor(env.driver.executor)
+    return PostgresDriver(clock=env.clock, executor=executor), executor
 
 
 @pytest.fixture
@@ -110,20 +110,17 @@ def fired_rows(name: str) -> list[int]:
     return [occurrence for occurrence, _ in rows]
 
 
-def durable(env: PgEnv, executor: Any = None, *, holder: str = "a", ttl: str = "30s") -> dict[str, Any]:
-    executor = executor or env.driver.executor
-    return {
-        "leader": postgres_lease_leader(executor, holder=holder, ttl=ttl, clock=env.clock),
-        "state": postgres_scheduler_state(executor),
-    }
+def durable(env: PgEnv, *, holder: str = "a", ttl: str = "30s") -> dict[str, Any]:
+    """A named holder of the driver's lease (the driver's watermarks are the default state)."""
+    return {"leader": lease_leader(env.driver, holder=holder, ttl=ttl, clock=env.clock)}
 
 
 # -- the statements ----------------------------------------------------------------------------
 
 
 def test_the_lease_is_taken_renewed_refused_taken_over_and_released(pg: PgEnv) -> None:
-    a = postgres_lease_leader(pg.driver.executor, holder="a", ttl="30s", clock=pg.clock)
-    b = postgres_lease_leader(pg.driver.executor, holder="b", ttl="30s", clock=pg.clock)
+    a = lease_leader(pg.driver, holder="a", ttl="30s", clock=pg.clock)
+    b = lease_leader(pg.driver, holder="b", ttl="30s", clock=pg.clock)
     assert (a.renew_every_ms, a.durable) == (10_000, True)
     assert a.acquire() and a.term == 1
     assert not b.acquire() and b.term == 0
@@ -144,7 +141,7 @@ def test_the_lease_is_taken_renewed_refused_taken_over_and_released(pg: PgEnv) -
 
 
 def test_load_arms_a_task_once_and_reads_it_back(pg: PgEnv) -> None:
-    state = postgres_scheduler_state(pg.driver.executor)
+    state = pg.driver.scheduler_state
     start = pg.clock.now_ms()
     assert state.load(["a", "b"], now_ms=start) == {"a": start, "b": start}
     assert state.load(["a", "b", "c"], now_ms=start + 5) == {"a": start, "b": start, "c": start + 5}
@@ -157,15 +154,15 @@ def test_load_arms_a_task_once_and_reads_it_back(pg: PgEnv) -> None:
 def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     pg: PgEnv, tick: JobHandle[Any, Any]
 ) -> None:
-    executor = CountingExecutor(pg.driver.executor)
-    state = PostgresSchedulerState(executor)
+    driver, executor = counting(pg)
+    state = driver.scheduler_state
     start = pg.clock.now_ms()
     state.load(["hourly"], now_ms=start)
     occurrence = start + HOUR
     requests = [tick.build_request({"task": "hourly", "occurrence_ms": occurrence})]
     executor.statements = 0
     fire = Fire("hourly", start, occurrence, occurrence, requests, occurrence)
-    result = state.fire(fire, driver=pg.driver)
+    result = state.fire(fire)
     assert (result.outcome, result.inserted, executor.statements) == ("fired", 1, 1)
     assert fired_rows("hourly") == [occurrence]
     assert [(f.task, f.occurrence_ms, f.fired_at_ms) for f in pg.driver.introspect.task_fires()] == [
@@ -173,7 +170,7 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     ]
     assert state.load(["hourly"], now_ms=0) == {"hourly": occurrence}
 
-    again = state.fire(fire, driver=pg.driver)  # a second scheduler that read the same watermark
+    again = state.fire(fire)  # a second scheduler that read the same watermark
     assert (again.outcome, again.inserted) == ("fenced", 0)
     assert fired_rows("hourly") == [occurrence]
 
@@ -183,7 +180,6 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
         Fire(
             "hourly", occurrence, later, later, [tick.build_request({"task": "hourly", "occurrence_ms": later})], later
         ),
-        driver=pg.driver,
     )
     assert paused.outcome == "paused"
     assert state.load(["hourly"], now_ms=0) == {"hourly": occurrence} and fired_rows("hourly") == [occurrence]
@@ -194,7 +190,6 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
         Fire(
             "hourly", occurrence, later, later, [tick.build_request({"task": "hourly", "occurrence_ms": later})], later
         ),
-        driver=pg.driver,
     )
     assert (deduped.outcome, deduped.inserted) == ("fired", 0)  # inserts nothing under a live key
     assert query("SELECT id::text FROM x_jobs WHERE idempotency_key = %s", [f"hourly:{later}"]) == [(held.id,)]
@@ -202,26 +197,8 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     taken = str(query("SELECT id FROM x_jobs LIMIT 1")[0][0])
     same_id = state.fire(
         Fire("hourly", later, later + HOUR, later + HOUR, [request(key="fresh", id=taken)], later + HOUR),
-        driver=pg.driver,
     )
     assert (same_id.outcome, same_id.inserted) == ("fired", 0)  # nor under an id that names a row
-
-
-def test_a_driver_the_statement_cannot_reach_is_fired_through_the_fence_then_driver_enqueue(
-    pg: PgEnv, tick: JobHandle[Any, Any]
-) -> None:
-    memory = MemoryDriver(clock=pg.clock)
-    state = postgres_scheduler_state(pg.driver.executor)
-    assert not state.reaches(memory) and state.reaches(pg.driver)
-    start = pg.clock.now_ms()
-    state.load(["hourly"], now_ms=start)
-    requests = [tick.build_request({"task": "hourly", "occurrence_ms": start + HOUR})]
-    result = state.fire(Fire("hourly", start, start + HOUR, start + HOUR, requests, start + HOUR), driver=memory)
-    assert (result.outcome, result.inserted) == ("fired", 1)
-    assert [r.idempotency_key for r in memory.rows.values()] == [f"hourly:{start + HOUR}"]
-    assert [f.occurrence_ms for f in memory.introspect.task_fires()] == [start + HOUR]
-    fenced = state.fire(Fire("hourly", start, start + HOUR, start + HOUR, requests, start + HOUR), driver=memory)
-    assert fenced.outcome == "fenced" and len(memory.rows) == 1
 
 
 # -- the wake ----------------------------------------------------------------------------------
@@ -254,7 +231,7 @@ def test_the_fire_announces_each_queue_it_filled_once_and_a_refused_fire_nothing
     pg_committed: PgEnv, announced: Callable[[Callable[[], object]], list[str]]
 ) -> None:
     a, b = declare_tick("q-a", "tick_a"), declare_tick("q-b", "tick_b")
-    state = postgres_scheduler_state(pg_committed.driver.executor)
+    state = pg_committed.driver.scheduler_state
     start = pg_committed.clock.now_ms()
     state.load(["fan"], now_ms=start)
     occ = start + HOUR
@@ -264,8 +241,8 @@ def test_the_fire_announces_each_queue_it_filled_once_and_a_refused_fire_nothing
         b.build_request({"task": "fan", "occurrence_ms": occ}),
     ]
     fire = Fire("fan", start, occ, occ, requests, occ)
-    assert sorted(announced(lambda: state.fire(fire, driver=pg_committed.driver))) == ["q-a", "q-b"]
-    assert announced(lambda: state.fire(fire, driver=pg_committed.driver)) == []  # fenced
+    assert sorted(announced(lambda: state.fire(fire))) == ["q-a", "q-b"]
+    assert announced(lambda: state.fire(fire)) == []  # fenced
 
 
 # -- catch-up across a redeploy ----------------------------------------------------------------
@@ -335,7 +312,6 @@ def test_two_concurrent_leaders_on_one_database_fire_each_occurrence_once(pg_com
             tasks=[minutely],
             clock=pg_committed.clock,
             leader=MemoryLeader(),  # both believe they lead: only the watermark fence stands between them
-            state=postgres_scheduler_state(pg_committed.driver.executor),
         )
         for _ in range(2)
     ]
@@ -406,23 +382,27 @@ def test_the_rollup_in_the_renewal_folds_exactly_as_rollup_counters(pg: PgEnv, e
     query("DELETE FROM x_jobs")
     clock_b = FrozenClock()
     driver_b = PostgresDriver(clock=clock_b)
-    leader = postgres_lease_leader(driver_b.executor, holder="roller", clock=clock_b)
-    assert _settle_and_fold(driver_b, clock_b, leader.acquire_and_rollup, every_days=every_days) == expected
+    leader = lease_leader(driver_b, holder="roller", clock=clock_b)
+
+    def fold() -> bool:
+        return leader.acquire(rollup=True)
+
+    assert _settle_and_fold(driver_b, clock_b, fold, every_days=every_days) == expected
     assert {w for snap in expected for _, w, _, _ in snap} == {w for w, _ in COUNTER_TIERS}
 
     settle_done(driver_b, "rollup.fenced")
     clock_b.advance(2 * DAY)
     query("DELETE FROM x_job_scheduler_leases")
-    assert postgres_lease_leader(driver_b.executor, holder="other", clock=clock_b).acquire()
+    assert lease_leader(driver_b, holder="other", clock=clock_b).acquire()
     before = _counters("rollup.fenced")
-    assert leader.acquire_and_rollup() == (False, 0)  # no lease, no rollup
+    assert leader.acquire(rollup=True) is False  # no lease, no rollup
     assert _counters("rollup.fenced") == before
 
 
 def test_an_idle_minute_with_35_tasks_is_6_statements_the_rollup_included(pg: PgEnv, tick: JobHandle[Any, Any]) -> None:
     tasks = [every(tick, "0 3 1 7 *", name=f"yearly-{i}") for i in range(35)]  # nothing due for months
-    executor = CountingExecutor(pg.driver.executor)
-    sched = job_scheduler(driver=pg.driver, tasks=tasks, clock=pg.clock, **durable(pg, executor))
+    driver, executor = counting(pg)
+    sched = job_scheduler(driver=driver, tasks=tasks, clock=pg.clock)  # the driver's own lease and watermarks
     sched.start(loop=False)
     settle_done(pg.driver, "old.counter")  # a 1-minute bucket the rollup will fold after 24 h
     sched.run_once()
@@ -441,31 +421,33 @@ def test_an_idle_minute_with_35_tasks_is_6_statements_the_rollup_included(pg: Pg
 # -- durable or refused ------------------------------------------------------------------------
 
 
-def test_run_refuses_the_in_memory_pair_against_postgres(pg: PgEnv) -> None:
-    sched = job_scheduler(driver=pg.driver, tasks=[])
+def test_run_refuses_a_leader_or_state_that_dies_with_the_process_against_postgres(pg: PgEnv) -> None:
+    sched = job_scheduler(driver=pg.driver, tasks=[], leader=MemoryLeader())
     with pytest.raises(InvariantError) as caught:
         sched.run(install_signals=False)
     assert caught.value.code == "X_INVARIANT"
-    assert "postgres_lease_leader" in caught.value.message
+    assert "leave leader= and state= to job_scheduler()" in caught.value.message
     assert sched.phase == "idle"  # refused before it started
-    half = job_scheduler(driver=pg.driver, tasks=[], leader=durable(pg)["leader"])
+    in_memory = MemoryDriver(clock=pg.clock).scheduler_state
+    half = job_scheduler(driver=pg.driver, tasks=[], state=in_memory)
     with pytest.raises(InvariantError):
         half.check_durable()
-    job_scheduler(driver=pg.driver, tasks=[], **durable(pg)).check_durable()
+    job_scheduler(driver=pg.driver, tasks=[]).check_durable()  # the defaults: the driver's lease and watermarks
 
 
-def test_the_command_refuses_the_in_memory_pair_against_postgres(pg: PgEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_refuses_an_in_memory_leader_against_postgres(pg: PgEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     from ultimate_jobs.management.commands import jobs_scheduler as command
 
-    monkeypatch.setattr(command, "scheduler_from_settings", lambda **_: job_scheduler(driver=pg.driver, tasks=[]))
+    built = job_scheduler(driver=pg.driver, tasks=[], leader=MemoryLeader())
+    monkeypatch.setattr(command, "scheduler_from_settings", lambda **_: built)
     with pytest.raises(CommandError) as caught:  # exit 1 with the code, as on the command line
         call_command("jobs_scheduler")
     assert caught.value.returncode == 1 and isinstance(caught.value.__cause__, InvariantError)
 
 
-def test_scheduler_from_settings_builds_the_durable_pair_on_the_drivers_database(pg: PgEnv) -> None:
+def test_scheduler_from_settings_builds_on_the_drivers_own_lease_and_watermarks(pg: PgEnv) -> None:
     built = scheduler_from_settings(lease_ttl="6s", tick_interval="250ms", drain_deadline="5s")
-    assert isinstance(built.leader, PostgresLeaseLeader) and isinstance(built.state, PostgresSchedulerState)
-    assert built.leader.executor is pg.driver.executor and built.state.executor is pg.driver.executor
+    assert isinstance(built.leader, LeaseLeader) and built.leader.store is pg.driver.leader
+    assert built.state is pg.driver.scheduler_state and built.leader.durable and built.state.durable
     assert (built.leader.ttl_ms, built.tick_interval_ms, built.drain_deadline_ms) == (6_000, 250, 5_000)
     built.check_durable()

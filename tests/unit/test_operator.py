@@ -15,7 +15,7 @@ from typing_extensions import TypedDict
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job, operator, registry, task
-from ultimate_jobs.drivers.base import MAX_BULK_ROWS, NackOptions, QueueStats, WorkerInfo
+from ultimate_jobs.drivers.base import MAX_BULK_ROWS, Fire, NackOptions, QueueStats, WorkerInfo
 from ultimate_jobs.operator import BulkOutcome
 from ultimate_jobs.redaction import MASK, redact, scrub, secret_values
 from ultimate_jobs.sealing import clear_model, is_envelope, seal_model, unseal
@@ -455,9 +455,11 @@ def test_tasks_pause_fire_and_next_run(jobs: JobsEnv) -> None:
     def nightly(occurrence_ms: int) -> Sequence[Any]:
         return [(handle, {"n": occurrence_ms})]
 
+    jobs.driver.scheduler_state.load(["nightly"], now_ms=0)
+    fired = jobs.driver.scheduler_state.fire(Fire("nightly", 0, 1_000, 1_000, [], jobs.clock.now_ms()))
+    assert fired.outcome == "fired"
     assert operator.pause_task("nightly").declared is True
     assert operator.pause_task("gone-task").declared is False
-    jobs.driver.introspect.record_task_fire(task="nightly", occurrence_ms=1_000)
     rows = {t.name: t for t in operator.inspect_tasks()}
     assert rows["nightly"].paused and rows["nightly"].last_occurrence_ms == 1_000
     assert rows["nightly"].next_run_ms == nightly.next_run(jobs.clock.now_ms())

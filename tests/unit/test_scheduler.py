@@ -1,4 +1,4 @@
-"""``job_scheduler()`` on the frozen clock with the memory driver, leader and state: the catch-up
+"""``job_scheduler()`` on the frozen clock with the memory driver's lease and watermarks: the catch-up
 policies over a day of downtime, DST switch days, pauses, the idle round, leadership, the fence and
 the drain."""
 
@@ -16,14 +16,13 @@ from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, JobScheduler, TaskHandle, job, job_scheduler, task
 from ultimate_jobs.definition import JobHandle
-from ultimate_jobs.drivers.base import JobDriver
+from ultimate_jobs.drivers.base import Fire, FireResult, SchedulerStore
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import InvariantError, UltimateError
-from ultimate_jobs.scheduler import PAUSE_RECHECK_MS, MemoryLeader, MemoryLease, MemorySchedulerState
+from ultimate_jobs.scheduler import PAUSE_RECHECK_MS, LeaseLeader, MemoryLeader, lease_leader
 from ultimate_jobs.scheduler.cron import CronSchedule, from_ms, to_ms
-from ultimate_jobs.scheduler.leader import Leader
+from ultimate_jobs.scheduler.leader import LEADER_LEASE_NAME, Leader
 from ultimate_jobs.scheduler.runtime import FIRE_RETRY_MS
-from ultimate_jobs.scheduler.state import Fire, FireResult, SchedulerState
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -61,11 +60,17 @@ def scheduler(
     tasks: list[TaskHandle],
     *,
     leader: Leader | None = None,
-    state: SchedulerState | None = None,
+    state: SchedulerStore | None = None,
 ) -> JobScheduler:
     built = job_scheduler(driver=jobs.driver, tasks=tasks, leader=leader, state=state, clock=jobs.clock)
     built.start(loop=False)
     return built
+
+
+def lease_holder(jobs: JobsEnv) -> str | None:
+    """Who holds the scheduler's lease in the memory driver's lease store (``None``: nobody)."""
+    lease = jobs.driver.leader.current(LEADER_LEASE_NAME)
+    return lease.holder if lease is not None else None
 
 
 def fired(jobs: JobsEnv, name: str = "hourly") -> list[int]:
@@ -90,15 +95,14 @@ def rounds(sched: JobScheduler, jobs: JobsEnv, *, every_ms: int, count: int) -> 
 
 def down_for_a_day(jobs: JobsEnv, tick: JobHandle[Any, Any], policy: str) -> tuple[JobScheduler, int]:
     """A scheduler arms an hourly task at 00:00 and goes away; another starts 24.5 hours later on the
-    same (durable) watermarks. Answers the second one and the instant it came up."""
-    state = MemorySchedulerState()
+    same stored watermarks (the driver's). Answers the second one and the instant it came up."""
     task_ = hourly(tick, catch_up=policy)
-    first = scheduler(jobs, [task_], state=state)
+    first = scheduler(jobs, [task_])
     assert first.run_once() == 0  # arming moves the watermark and is not a fire
     assert jobs.driver.introspect.task_fires() == []
     first.stop()
     jobs.clock.advance(DAY + 30 * 60_000)
-    return scheduler(jobs, [task_], state=state), jobs.clock.now_ms()
+    return scheduler(jobs, [task_]), jobs.clock.now_ms()
 
 
 def test_skip_fires_once_at_the_latest_missed_occurrence(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
@@ -135,11 +139,10 @@ def test_run_all_walks_at_most_max_catch_up_per_tick_and_fires_every_one_eventua
 
 
 def test_max_catch_up_is_per_task(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
-    state = MemorySchedulerState()
     task_ = hourly(tick, catch_up="run-all", max_catch_up=3)
-    scheduler(jobs, [task_], state=state).run_once()
-    jobs.clock.advance(10 * HOUR)
-    back = scheduler(jobs, [task_], state=state)
+    scheduler(jobs, [task_]).run_once()
+    jobs.clock.advance(10 * HOUR)  # the first one's lease lapsed long ago
+    back = scheduler(jobs, [task_])
     assert [back.run_once() for _ in range(5)] == [3, 3, 3, 1, 0]
 
 
@@ -178,19 +181,34 @@ class CountingLeader(MemoryLeader):
         return super().acquire()
 
 
-class CountingState(MemorySchedulerState):
-    def __init__(self) -> None:
-        super().__init__()
+class CountingLease(LeaseLeader):
+    """A lease leader over the memory driver's lease store, counting its asks."""
+
+    def __init__(self, jobs: JobsEnv, holder: str) -> None:
+        store = jobs.driver.leader
+        super().__init__(jobs.driver, store=store, ttl_ms=30_000, holder=holder, clock=jobs.clock, name="scheduler")
+        self.asks = 0
+
+    def acquire(self, *, rollup: bool = False) -> bool:
+        self.asks += 1
+        return super().acquire(rollup=rollup)
+
+
+class CountingState:
+    """The driver's scheduler state, counting loads and fires."""
+
+    def __init__(self, inner: SchedulerStore) -> None:
+        self.inner, self.durable = inner, inner.durable
         self.loads = 0
         self.fires = 0
 
     def load(self, tasks: Any, *, now_ms: int) -> dict[str, int]:
         self.loads += 1
-        return super().load(tasks, now_ms=now_ms)
+        return self.inner.load(tasks, now_ms=now_ms)
 
-    def fire(self, fire: Fire, *, driver: JobDriver) -> FireResult:
+    def fire(self, fire: Fire) -> FireResult:
         self.fires += 1
-        return super().fire(fire, driver=driver)
+        return self.inner.fire(fire)
 
 
 def test_an_idle_minute_with_35_tasks_asks_the_lease_6_times_and_reads_nothing_else(
@@ -206,7 +224,7 @@ def test_an_idle_minute_with_35_tasks_asks_the_lease_6_times_and_reads_nothing_e
 
     for handle in tasks:
         handle.schedule = Counted(handle.cron, handle.schedule.zone)
-    leader, state = CountingLeader(), CountingState()
+    leader, state = CountingLeader(), CountingState(jobs.driver.scheduler_state)
     sched = scheduler(jobs, tasks, leader=leader, state=state)
     sched.run_once()
     assert (leader.asks, state.loads, evaluations["n"]) == (1, 1, 35)  # armed: each next occurrence resolved once
@@ -226,7 +244,7 @@ def test_a_paused_task_is_not_dispatched_and_its_catch_up_decides_on_resume(
     jobs: JobsEnv, tick: JobHandle[Any, Any]
 ) -> None:
     start = jobs.clock.now_ms()
-    state = CountingState()
+    state = CountingState(jobs.driver.scheduler_state)
     sched = scheduler(jobs, [hourly(tick)], state=state)
     sched.run_once()
     jobs.driver.introspect.pause_task("hourly")
@@ -248,12 +266,10 @@ def test_a_standby_asks_every_renewal_interval_and_takes_over_after_the_ttl(
     jobs: JobsEnv, tick: JobHandle[Any, Any]
 ) -> None:
     start = jobs.clock.now_ms()
-    lease, state = MemoryLease(), MemorySchedulerState()
     minutely = hourly(tick, name="minutely", cron="* * * * *", catch_up="run-all")
-    a_leader = CountingLeader(lease=lease, holder="a", ttl="30s", clock=jobs.clock)
-    b_leader = CountingLeader(lease=lease, holder="b", ttl="30s", clock=jobs.clock)
-    a = scheduler(jobs, [minutely], leader=a_leader, state=state)
-    b = scheduler(jobs, [minutely], leader=b_leader, state=state)
+    a_leader, b_leader = CountingLease(jobs, "a"), CountingLease(jobs, "b")  # one lease: the driver's
+    a = scheduler(jobs, [minutely], leader=a_leader)
+    b = scheduler(jobs, [minutely], leader=b_leader)
     for _ in range(120):  # two minutes, both ticking every second
         jobs.clock.advance(SECOND)
         a.run_once()
@@ -267,7 +283,7 @@ def test_a_standby_asks_every_renewal_interval_and_takes_over_after_the_ttl(
         b.run_once()
         assert jobs.clock.now_ms() < crashed_at + 30_000 + 10_000
     assert jobs.clock.now_ms() >= crashed_at + 30_000 - 10_000  # the lease A renewed last was still live
-    assert lease.holder == "b"
+    assert lease_holder(jobs) == "b"
     for _ in range(120):
         jobs.clock.advance(SECOND)
         b.run_once()
@@ -276,9 +292,8 @@ def test_a_standby_asks_every_renewal_interval_and_takes_over_after_the_ttl(
 
 def test_a_new_term_reloads_the_watermarks_and_a_stale_fire_is_fenced(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
     start = jobs.clock.now_ms()
-    state = MemorySchedulerState()
     task_ = hourly(tick)
-    a, b = scheduler(jobs, [task_], state=state), scheduler(jobs, [task_], state=state)  # both "always leader"
+    a, b = scheduler(jobs, [task_], leader=MemoryLeader()), scheduler(jobs, [task_], leader=MemoryLeader())  # both lead
     a.run_once()
     b.run_once()
     jobs.clock.advance(HOUR)
@@ -366,12 +381,11 @@ def test_a_task_whose_entries_fail_is_retried_later_and_its_occurrence_is_kept(
 
 
 def test_a_drained_scheduler_hands_the_lease_back(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
-    lease = MemoryLease()
-    sched = scheduler(jobs, [hourly(tick)], leader=MemoryLeader(lease=lease, holder="a", clock=jobs.clock))
+    sched = scheduler(jobs, [hourly(tick)], leader=lease_leader(jobs.driver, holder="a", clock=jobs.clock))
     sched.run_once()
-    assert lease.holder == "a"
+    assert lease_holder(jobs) == "a"
     assert sched.drain() is True
-    assert sched.phase == "stopped" and lease.holder is None
+    assert sched.phase == "stopped" and lease_holder(jobs) is None
     jobs.clock.advance(HOUR)
     assert sched.run_once() == 0  # stopped: dispatches nothing
 
@@ -385,11 +399,10 @@ def test_an_abandoned_round_keeps_the_lease(jobs: JobsEnv, tick: JobHandle[Any, 
         return [(tick, {"task": "stuck", "occurrence_ms": occurrence_ms})]
 
     stuck.__name__ = "stuck"
-    lease = MemoryLease()
     sched = scheduler(
         jobs,
         [task(cron="* * * * *", tz="UTC")(stuck)],
-        leader=MemoryLeader(lease=lease, holder="a", clock=jobs.clock),
+        leader=lease_leader(jobs.driver, holder="a", clock=jobs.clock),
     )
     sched.run_once()
     jobs.clock.advance(60_000)
@@ -397,14 +410,13 @@ def test_an_abandoned_round_keeps_the_lease(jobs: JobsEnv, tick: JobHandle[Any, 
     round_.start()
     eventually(entered.is_set)
     assert sched.drain(50) is False  # the round is still enqueueing at the deadline
-    assert lease.holder == "a"  # a standby must not be promoted onto this occurrence
+    assert lease_holder(jobs) == "a"  # a standby must not be promoted onto this occurrence
     release.set()
     round_.join(5)
     assert fired(jobs, "stuck") == [jobs.clock.now_ms()]  # the round it was in finished its fire
 
 
 def test_accept_stops_a_round_before_its_next_fire(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
-    state = MemorySchedulerState()
     holder: list[JobScheduler] = []
 
     def draining(occurrence_ms: int) -> list[Any]:
@@ -413,9 +425,9 @@ def test_accept_stops_a_round_before_its_next_fire(jobs: JobsEnv, tick: JobHandl
 
     draining.__name__ = "draining"
     catching_up = task(cron="0 * * * *", tz="UTC", catch_up="run-all")(draining)
-    scheduler(jobs, [catching_up], state=state).run_once()
-    jobs.clock.advance(5 * HOUR)
-    holder.append(scheduler(jobs, [catching_up], state=state))
+    scheduler(jobs, [catching_up]).run_once()
+    jobs.clock.advance(5 * HOUR)  # the first one's lease lapsed long ago
+    holder.append(scheduler(jobs, [catching_up]))
     assert holder[0].run_once() == 1  # the fire in flight lands; the other four wait for the next leader
     assert holder[0].phase == "draining"
 
@@ -440,15 +452,16 @@ def test_building_refusals(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
     assert sched.run_once() == 0
 
 
-def test_the_defaults_are_every_registered_task_an_always_leader_and_memory_watermarks(
+def test_the_defaults_are_every_registered_task_and_the_drivers_own_lease_and_watermarks(
     jobs: JobsEnv, tick: JobHandle[Any, Any]
 ) -> None:
     registered = hourly(tick)
     sched = job_scheduler(driver=jobs.driver)
     names = [t.name for t in sched.tasks()]
     assert registered.name in names and "nightly_sales_report" in names  # the demo app's tasks.py, autodiscovered
-    assert isinstance(sched.leader, MemoryLeader) and isinstance(sched.state, MemorySchedulerState)
-    assert not sched.leader.durable and not sched.state.durable
+    assert isinstance(sched.leader, LeaseLeader) and sched.leader.store is jobs.driver.leader
+    assert sched.state is jobs.driver.scheduler_state
+    assert not sched.leader.durable and not sched.state.durable  # the memory driver's: this process only
 
 
 @pytest.fixture

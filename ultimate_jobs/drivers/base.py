@@ -412,6 +412,91 @@ class TaskFire:
     fired_at_ms: int
 
 
+FireOutcome = Literal["fired", "paused", "fenced"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """One task occurrence to fire: the task's watermark moves from ``previous_ms`` (the value the firing
+    scheduler read) to ``watermark_ms``, ``requests`` are enqueued and the fire is recorded — together, or
+    nothing happens. ``now_ms`` is the scheduler's instant: the fire's record, the rows' creation time."""
+
+    task: str
+    previous_ms: int
+    watermark_ms: int
+    occurrence_ms: int
+    requests: Sequence[EnqueueRequest]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    """What a fire did: ``fired`` (``inserted`` rows; a request deduped by an id or a live key inserts
+    none), ``paused`` (the task is paused) or ``fenced`` (the stored watermark is no longer the one the
+    scheduler read: another scheduler fired first) — nothing written either way."""
+
+    outcome: FireOutcome
+    inserted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderLease:
+    """A leader lease as stored: ``holder`` leads election ``name`` until ``expires_at_ms`` (exclusive),
+    in a term that started at ``acquired_at_ms`` (a renewal keeps it; a takeover starts a new one)."""
+
+    name: str
+    holder: str
+    acquired_at_ms: int
+    expires_at_ms: int
+
+
+class LeaderStore(Protocol):
+    """``driver.leader``: lease rows for leader elections (the scheduler's) — at most one holder per name,
+    whose lease lapses ``ttl_ms`` after its last renewal. Instants are the caller's (``now_ms``): the
+    election runs on the clock of the role that asks."""
+
+    durable: bool
+    """Whether a lease outlives this process (a database row) — two processes then contend for it."""
+
+    def acquire(self, name: str, holder: str, *, ttl_ms: int, now_ms: int, rollup: bool = False) -> LeaderLease | None:
+        """Take or renew lease ``name`` for ``holder`` until ``now_ms + ttl_ms``: it lands when no lease is
+        stored, when it is ``holder``'s own, or when it lapsed (``expires_at_ms <= now_ms``); a live lease
+        of another holder answers ``None`` and is left alone. A renewal of ``holder``'s live lease keeps
+        its ``acquired_at_ms``; anything else starts a term at ``now_ms``. With ``rollup``, the counter
+        rollup (``introspect.rollup_counters`` at ``now_ms``) runs in the same round trip when — and only
+        when — the lease landed: what a leader owes once a minute, at no statement of its own."""
+
+    def release(self, name: str, holder: str) -> bool:
+        """Hand ``holder``'s lease back (a clean stop), so another takes it at its next ask rather than
+        after the TTL. Fenced on the holder: a lease another holder took meanwhile is left alone. Answers
+        whether a lease was released."""
+
+    def current(self, name: str) -> LeaderLease | None:
+        """The stored lease of ``name`` — live or lapsed, compare ``expires_at_ms`` — or ``None``."""
+
+
+class SchedulerStore(Protocol):
+    """``driver.scheduler_state``: the scheduler's stored state — per task, the watermark (the last
+    occurrence it dealt with, fired or passed over) and the last fire — and the fire that moves a
+    watermark together with its occurrence's jobs. Pauses are ``introspect.pause_task`` rows the fire
+    reads; the last fires are ``introspect.task_fires()``."""
+
+    durable: bool
+    """Whether the watermarks outlive this process: a redeployed scheduler reads where the last one
+    stopped, so catch-up sees what the gap dropped."""
+
+    def load(self, tasks: Sequence[str], *, now_ms: int) -> dict[str, int]:
+        """Every named task's watermark, arming those that have none at ``now_ms`` (arming is not a fire,
+        and a watermark another scheduler armed first is kept)."""
+
+    def fire(self, fire: Fire) -> FireResult:
+        """Fire one occurrence, all or nothing: move the watermark only while it still holds
+        ``fire.previous_ms`` and the task is not paused, enqueue ``fire.requests`` (``enqueue_many``'s
+        rules, deduping whatever a request's ``on_conflict``: nothing under an id that names a row or a
+        live key, each due queue announced once) and record the fire (``task_fires``). A refused fire
+        writes nothing."""
+
+
 @runtime_checkable
 class LeaseStore(Protocol):
     """Fleet-wide slots: at most ``limit`` holders per key, each lapsing ``ttl_ms`` after its last renewal."""
@@ -456,10 +541,15 @@ class JobIntrospection(Protocol):
     def workers(self) -> builtins.list[WorkerInfo]: ...
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]: ...
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]: ...
-    def rollup_counters(self) -> int: ...
+    def rollup_counters(self) -> int:
+        """Fold every counter bucket past its tier's retention (:data:`COUNTER_TIERS`) into the narrowest
+        wider tier whose bucket containing it is still retained — or drop it when none is — in one step,
+        at the driver's now: the state folding tier by tier reaches. Idempotent. Answers how many buckets
+        were folded or dropped. The scheduler's leader runs it once a minute (``driver.leader.acquire(...,
+        rollup=True)``); every driver answers the same buckets and count for the same history."""
+
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool: ...
     def task_fires(self) -> builtins.list[TaskFire]: ...
-    def record_task_fire(self, *, task: str, occurrence_ms: int) -> None: ...
 
 
 class JobDriver(Protocol):
@@ -475,6 +565,15 @@ class JobDriver(Protocol):
     @property
     def leases(self) -> LeaseStore | None:
         """The fleet-wide lease store, or ``None`` (then a job declaring concurrency cannot run)."""
+
+    @property
+    def leader(self) -> LeaderStore | None:
+        """The leader-election lease rows the scheduler's leader runs on, or ``None`` (then a scheduler on
+        this driver needs a leader passed in)."""
+
+    @property
+    def scheduler_state(self) -> SchedulerStore | None:
+        """The scheduler's watermarks and fires, or ``None`` (then no scheduler runs on this driver)."""
 
     def enqueue(self, request: EnqueueRequest) -> Enqueued:
         """Insert one row; a live key answers the live row with ``deduped=True`` (or ``X_JOB_DUPLICATE``)."""

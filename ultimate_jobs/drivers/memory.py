@@ -42,6 +42,7 @@ from .base import (
 )
 from .memory_index import ClaimEntry, ClaimIndex, claim_order
 from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
+from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
 
 WakeListener = Callable[[str], None]
 
@@ -136,6 +137,8 @@ class MemoryDriver:
         self._listeners: list[WakeListener] = []
         self._introspect = MemoryIntrospection(self)
         self._leases = MemoryLeaseStore(self.clock)
+        self._leader = MemoryLeaderStore(self)
+        self._scheduler_state = MemorySchedulerStore(self)
 
     # -- capabilities --------------------------------------------------------------------------
 
@@ -146,6 +149,14 @@ class MemoryDriver:
     @property
     def leases(self) -> MemoryLeaseStore:
         return self._leases
+
+    @property
+    def leader(self) -> MemoryLeaderStore:
+        return self._leader
+
+    @property
+    def scheduler_state(self) -> MemorySchedulerStore:
+        return self._scheduler_state
 
     def subscribe(self, listener: WakeListener) -> Callable[[], None]:
         """Hear every queue a due row lands on (the memory driver's whole wake); answers an unsubscribe."""
@@ -195,38 +206,43 @@ class MemoryDriver:
 
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         """All or nothing, like the one statement it stands for: a refused request inserts no row of the batch."""
-        answers: list[Enqueued] = []
         with self.lock:
-            now = self.clock.now_ms()
-            fresh: dict[str, MemoryRow] = {}  # this batch's rows by id, inserted only once none was refused
-            fresh_keys: dict[tuple[str, str, str], MemoryRow] = {}
-            for request in requests:
-                existing = None if request.id is None else self.rows.get(request.id) or fresh.get(request.id)
-                if existing is not None:  # an id that already names a row, live or finished, inserts nothing
-                    answers.append(Enqueued(existing.id, existing.run_id, True))
-                    continue
-                key = (request.name, request.tenant_id or "", request.idempotency_key)
-                holder = fresh_keys.get(key) or (self.rows[self.live[key]] if key in self.live else None)
-                if holder is not None:
-                    if request.on_conflict == "error":
-                        raise JobDuplicateError(
-                            f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job "
-                            f"{holder.id}; enqueue with on_conflict='dedupe' to answer that job instead",
-                            {"job": request.name, "key": request.idempotency_key, "holder": holder.id},
-                        )
-                    answers.append(Enqueued(holder.id, holder.run_id, True))
-                    continue
-                row = self._new_row(request, now)
-                fresh[row.id] = fresh_keys[key] = row
-                answers.append(Enqueued(row.id, row.run_id, False))
-            for row in fresh.values():
-                row.seq = next(self._seq)
-                self.rows[row.id] = row
-                self.live[row.live_key] = row.id
-                self._index.file(row)
-        for queue in sorted({row.queue for row in fresh.values() if row.run_at_ms <= now}):
+            answers, due = self.insert(requests, self.clock.now_ms())
+        for queue in due:
             self.announce(queue)
         return answers
+
+    def insert(self, requests: Sequence[EnqueueRequest], now: int) -> tuple[list[Enqueued], list[str]]:
+        """``enqueue_many``'s rows at ``now`` (callers hold the lock and announce): all or nothing. Answers
+        one answer per request and the queues that got a due row, in order."""
+        answers: list[Enqueued] = []
+        fresh: dict[str, MemoryRow] = {}  # this batch's rows by id, inserted only once none was refused
+        fresh_keys: dict[tuple[str, str, str], MemoryRow] = {}
+        for request in requests:
+            existing = None if request.id is None else self.rows.get(request.id) or fresh.get(request.id)
+            if existing is not None:  # an id that already names a row, live or finished, inserts nothing
+                answers.append(Enqueued(existing.id, existing.run_id, True))
+                continue
+            key = (request.name, request.tenant_id or "", request.idempotency_key)
+            holder = fresh_keys.get(key) or (self.rows[self.live[key]] if key in self.live else None)
+            if holder is not None:
+                if request.on_conflict == "error":
+                    raise JobDuplicateError(
+                        f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job "
+                        f"{holder.id}; enqueue with on_conflict='dedupe' to answer that job instead",
+                        {"job": request.name, "key": request.idempotency_key, "holder": holder.id},
+                    )
+                answers.append(Enqueued(holder.id, holder.run_id, True))
+                continue
+            row = self._new_row(request, now)
+            fresh[row.id] = fresh_keys[key] = row
+            answers.append(Enqueued(row.id, row.run_id, False))
+        for row in fresh.values():
+            row.seq = next(self._seq)
+            self.rows[row.id] = row
+            self.live[row.live_key] = row.id
+            self._index.file(row)
+        return answers, sorted({row.queue for row in fresh.values() if row.run_at_ms <= now})
 
     @staticmethod
     def _new_row(request: EnqueueRequest, now: int) -> MemoryRow:

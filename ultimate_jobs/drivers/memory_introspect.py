@@ -58,9 +58,9 @@ class MemoryIntrospection:
     def __init__(self, driver: MemoryDriver) -> None:
         self._d = driver
         self.paused_queue_set: set[str] = set()
-        self._paused_tasks: set[str] = set()
+        self.paused_task_set: set[str] = set()  # read by the scheduler store's fire
         self._workers: dict[str, WorkerInfo] = {}
-        self._fires: dict[str, TaskFire] = {}
+        self.fires: dict[str, TaskFire] = {}  # written by the scheduler store's fire
         # (job, width_ms, bucket_ms) -> [done, retried, failed, dead, duration_ms]
         self._counters: dict[tuple[str, int, int], list[int]] = {}
 
@@ -251,15 +251,15 @@ class MemoryIntrospection:
 
     def pause_task(self, task: str) -> None:
         with self._d.lock:
-            self._paused_tasks.add(task)
+            self.paused_task_set.add(task)
 
     def resume_task(self, task: str) -> None:
         with self._d.lock:
-            self._paused_tasks.discard(task)
+            self.paused_task_set.discard(task)
 
     def paused_tasks(self) -> builtins.list[str]:
         with self._d.lock:
-            return sorted(self._paused_tasks)
+            return sorted(self.paused_task_set)
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -310,21 +310,24 @@ class MemoryIntrospection:
             return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
 
     def rollup_counters(self) -> int:
-        """Fold buckets past their tier's retention into the next tier; the last tier's are dropped."""
-        folded = 0
         with self._d.lock:
-            now = self._d.clock.now_ms()
-            for tier, (width, keep) in enumerate(COUNTER_TIERS):
-                expired = [k for k in self._counters if k[1] == width and k[2] + width <= now - keep]
-                for key in expired:
-                    values = self._counters.pop(key)
-                    folded += 1
-                    if tier + 1 < len(COUNTER_TIERS):
-                        wider = COUNTER_TIERS[tier + 1][0]
-                        into = self._counters.setdefault((key[0], wider, key[2] - key[2] % wider), [0, 0, 0, 0, 0])
-                        for i, value in enumerate(values):
-                            into[i] += value
-        return folded
+            return self.fold_counters(self._d.clock.now_ms())
+
+    def fold_counters(self, now: int) -> int:
+        """The rollup at ``now`` (callers hold the driver lock) — SQL_ROLLUP_COUNTERS's algorithm: every
+        bucket past its tier's retention is taken out first, then each is added into the narrowest wider
+        tier whose bucket containing it is still retained, or dropped. Answers how many were taken out."""
+        keep = dict(COUNTER_TIERS)
+        expired = [key for key in self._counters if key[2] + key[1] <= now - keep[key[1]]]
+        for job, width, start in expired:
+            values = self._counters.pop((job, width, start))
+            for wider, wider_keep in COUNTER_TIERS:
+                if wider > width and start - start % wider + wider > now - wider_keep:
+                    into = self._counters.setdefault((job, wider, start - start % wider), [0, 0, 0, 0, 0])
+                    for i, value in enumerate(values):
+                        into[i] += value
+                    break
+        return len(expired)
 
     # -- progress and task fires ---------------------------------------------------------------
 
@@ -338,11 +341,7 @@ class MemoryIntrospection:
 
     def task_fires(self) -> builtins.list[TaskFire]:
         with self._d.lock:
-            return sorted(self._fires.values(), key=lambda f: f.task)[:MAX_TASK_FIRES]
-
-    def record_task_fire(self, *, task: str, occurrence_ms: int) -> None:
-        with self._d.lock:
-            self._fires[task] = TaskFire(task=task, occurrence_ms=occurrence_ms, fired_at_ms=self._d.clock.now_ms())
+            return sorted(self.fires.values(), key=lambda f: f.task)[:MAX_TASK_FIRES]
 
 
 def _matches(row: MemoryRow, flt: JobFilter) -> bool:

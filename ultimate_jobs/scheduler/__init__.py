@@ -1,25 +1,9 @@
-"""The scheduler role: ``@task`` declarations, the catch-up policies, the leader lease, the stored
-watermarks and the dispatch loop."""
+"""The scheduler role: ``@task`` declarations, the catch-up policies, the leader, and the dispatch loop
+over the driver's stored watermarks (``driver.scheduler_state``) and lease (``driver.leader``)."""
 
-from .leader import (
-    DEFAULT_LEASE_TTL_MS,
-    Leader,
-    MemoryLeader,
-    MemoryLease,
-    PostgresLeaseLeader,
-    memory_leader,
-    postgres_lease_leader,
-)
+from ..drivers.base import Fire, FireResult, SchedulerStore
+from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, MemoryLeader, lease_leader, memory_leader
 from .runtime import PAUSE_RECHECK_MS, TICK_INTERVAL_MS, JobScheduler, SchedulerStats, job_scheduler
-from .state import (
-    Fire,
-    FireResult,
-    MemorySchedulerState,
-    PostgresSchedulerState,
-    SchedulerState,
-    memory_scheduler_state,
-    postgres_scheduler_state,
-)
 from .task import DEFAULT_MAX_CATCH_UP, TaskDescriptor, TaskHandle, next_task_run, task
 
 __all__ = [
@@ -31,20 +15,15 @@ __all__ = [
     "FireResult",
     "JobScheduler",
     "Leader",
+    "LeaseLeader",
     "MemoryLeader",
-    "MemoryLease",
-    "MemorySchedulerState",
-    "PostgresLeaseLeader",
-    "PostgresSchedulerState",
-    "SchedulerState",
     "SchedulerStats",
+    "SchedulerStore",
     "TaskDescriptor",
     "TaskHandle",
     "job_scheduler",
+    "lease_leader",
     "memory_leader",
-    "memory_scheduler_state",
     "next_task_run",
-    "postgres_lease_leader",
-    "postgres_scheduler_state",
     "task",
 ]

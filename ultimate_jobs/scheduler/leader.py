@@ -5,25 +5,23 @@
 out and how a standby notices the lease lapsed. ``term`` changes whenever the lease is taken afresh
 (not renewed), so the scheduler knows its in-memory watermarks may be stale.
 
-Not ``pg_try_advisory_lock``: an advisory lock belongs to a Postgres session, and the executor is a
-pool — the lock would be dropped when the connection went back, and every node would read itself as
-leader. The lease is a row, and needs no connection affinity.
+The lease itself is the driver's (``driver.leader``: a row in ``x_job_scheduler_leases`` on Postgres, a
+map on the memory driver); :class:`LeaseLeader` holds this scheduler's side of it — its holder name,
+its TTL and the terms it counted. :class:`MemoryLeader` is always the leader, for tests only.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
 import uuid
 from typing import Protocol
 
 from ..clock import Clock
 from ..conf import job_clock
-from ..drivers.postgres.executor import Executor
+from ..drivers.base import JobDriver, LeaderStore
 from ..durations import Duration, parse_duration
-from ..errors import InvariantError
-from . import sql
+from ..errors import InvariantError, NotImplementedOnDriverError
 
 DEFAULT_LEASE_TTL_MS = 30_000
 LEADER_LEASE_NAME = "scheduler"
@@ -79,41 +77,18 @@ class _Terms:
         self._acquired_at = None
 
 
-class MemoryLease:
-    """A lease row held in one process, which several :class:`MemoryLeader` instances contend for
-    (tests of failover; ``jobs_dev``)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.holder: str | None = None
-        self.acquired_at_ms = 0
-        self.expires_at_ms = 0
-
-
 class MemoryLeader:
-    """The in-memory default. With no ``lease`` it is always the leader — for tests and ``jobs_dev``
-    only: two processes with this default both lead. With a shared :class:`MemoryLease` it behaves
-    like the Postgres lease inside one process.
+    """Always the leader, holding no lease — for tests only: two schedulers with it both lead, and only
+    the watermark fence stands between them.
 
-    >>> leader = MemoryLeader()                       # always the leader
-    >>> shared = MemoryLease()
-    >>> a, b = MemoryLeader(lease=shared, clock=clock), MemoryLeader(lease=shared, clock=clock)
+    >>> leader = MemoryLeader()
     """
 
     durable = False
 
-    def __init__(
-        self,
-        *,
-        lease: MemoryLease | None = None,
-        holder: str | None = None,
-        ttl: Duration = DEFAULT_LEASE_TTL_MS,
-        clock: Clock | None = None,
-    ) -> None:
-        self.lease = lease
+    def __init__(self, *, holder: str | None = None, ttl: Duration = DEFAULT_LEASE_TTL_MS) -> None:
         self.holder = holder or default_holder()
         self.ttl_ms = _ttl(ttl)
-        self._clock = clock
         self._terms = _Terms()
 
     @property
@@ -125,38 +100,24 @@ class MemoryLeader:
         return self._terms.term
 
     def acquire(self) -> bool:
-        if self.lease is None:
-            self._terms.landed(0)
-            return True
-        now = (self._clock or job_clock()).now_ms()
-        lease = self.lease
-        with lease.lock:
-            if lease.holder is not None and lease.holder != self.holder and lease.expires_at_ms > now:
-                self._terms.lost()
-                return False
-            if lease.holder != self.holder or lease.expires_at_ms <= now:
-                lease.holder, lease.acquired_at_ms = self.holder, now
-            lease.expires_at_ms = now + self.ttl_ms
-            self._terms.landed(lease.acquired_at_ms)
-            return True
+        self._terms.landed(0)
+        return True
 
     def release(self) -> None:
         self._terms.lost()
-        if self.lease is None:
-            return
-        with self.lease.lock:
-            if self.lease.holder == self.holder:
-                self.lease.holder, self.lease.expires_at_ms = None, 0
 
 
-class PostgresLeaseLeader:
-    """The lease row ``x_job_scheduler_leases[name]``, taken and renewed with ``SQL_LEADER_ACQUIRE``.
-    Build it with :func:`postgres_lease_leader`."""
+class LeaseLeader:
+    """The lease ``name`` in ``driver.leader``, taken and renewed for ``holder``. Build it with
+    :func:`lease_leader`. Durable when the driver's lease store is (Postgres): then every scheduler
+    process against that database contends for the one lease."""
 
-    durable = True
-
-    def __init__(self, executor: Executor, *, ttl_ms: int, holder: str, clock: Clock | None, name: str) -> None:
-        self.executor = executor
+    def __init__(
+        self, driver: JobDriver, *, store: LeaderStore, ttl_ms: int, holder: str, clock: Clock | None, name: str
+    ) -> None:
+        self.driver = driver
+        self.store = store
+        self.durable = store.durable
         self.ttl_ms = ttl_ms
         self.holder = holder
         self.name = name
@@ -171,56 +132,47 @@ class PostgresLeaseLeader:
     def term(self) -> int:
         return self._terms.term
 
-    def _params(self) -> dict[str, object]:
+    def acquire(self, *, rollup: bool = False) -> bool:
+        """Take or renew the lease. With ``rollup``, the driver also folds its counters in the same round
+        trip when the lease lands (``LeaderStore.acquire``) — the leader's once-a-minute duty."""
         now = (self._clock or job_clock()).now_ms()
-        return {"name": self.name, "holder": self.holder, "now": now, "ttl": self.ttl_ms}
-
-    def acquire(self) -> bool:
-        rows = self.executor.query(sql.SQL_LEADER_ACQUIRE, self._params())
-        return self._answer(rows[0][0] if rows else None)
-
-    def acquire_and_rollup(self) -> tuple[bool, int]:
-        """:meth:`acquire` and, when it lands, the counter rollup in the same statement (the leader's
-        once-a-minute duty, at no statement of its own). Answers (leading, buckets folded)."""
-        [(acquired_at, folded)] = self.executor.query(sql.SQL_LEADER_ACQUIRE_ROLLUP, self._params())
-        return self._answer(acquired_at), int(folded)
-
-    def _answer(self, acquired_at: int | None) -> bool:
-        if acquired_at is None:
+        lease = self.store.acquire(self.name, self.holder, ttl_ms=self.ttl_ms, now_ms=now, rollup=rollup)
+        if lease is None:
             self._terms.lost()
             return False
-        self._terms.landed(int(acquired_at))
+        self._terms.landed(lease.acquired_at_ms)
         return True
 
     def release(self) -> None:
         self._terms.lost()
-        self.executor.query(sql.SQL_LEADER_RELEASE, {"name": self.name, "holder": self.holder})
+        self.store.release(self.name, self.holder)
 
 
-def memory_leader(
-    *,
-    lease: MemoryLease | None = None,
-    holder: str | None = None,
-    ttl: Duration = DEFAULT_LEASE_TTL_MS,
-    clock: Clock | None = None,
-) -> MemoryLeader:
-    """The in-memory leader (always the leader without a shared ``lease``): tests and ``jobs_dev`` only."""
-    return MemoryLeader(lease=lease, holder=holder, ttl=ttl, clock=clock)
+def memory_leader(*, holder: str | None = None, ttl: Duration = DEFAULT_LEASE_TTL_MS) -> MemoryLeader:
+    """The always-leader: tests only."""
+    return MemoryLeader(holder=holder, ttl=ttl)
 
 
-def postgres_lease_leader(
-    executor: Executor,
+def lease_leader(
+    driver: JobDriver,
     *,
     ttl: Duration = DEFAULT_LEASE_TTL_MS,
     holder: str | None = None,
     clock: Clock | None = None,
     name: str = LEADER_LEASE_NAME,
-) -> PostgresLeaseLeader:
-    """The leader for any real deployment: a lease row with an expiry in ``x_job_scheduler_leases``,
-    renewed every third of ``ttl`` (30 s: every 10 s). A SIGKILLed leader's lease lapses after ``ttl``
-    and a standby takes over at its next ask.
+) -> LeaseLeader:
+    """The leader over ``driver``'s lease store — what :func:`~ultimate_jobs.job_scheduler` uses unless
+    told otherwise: a lease with an expiry (on Postgres a row in ``x_job_scheduler_leases``), renewed
+    every third of ``ttl`` (30 s: every 10 s). A SIGKILLed leader's lease lapses after ``ttl`` and a
+    standby takes over at its next ask. ``X_NOT_IMPLEMENTED`` when the driver has no lease store.
 
-    >>> from ultimate_jobs.drivers.postgres.executor import django_executor
-    >>> leader = postgres_lease_leader(django_executor("default"), ttl="30s")
+    >>> leader = lease_leader(job_driver(), ttl="30s")
     """
-    return PostgresLeaseLeader(executor, ttl_ms=_ttl(ttl), holder=holder or default_holder(), clock=clock, name=name)
+    store = driver.leader
+    if store is None:
+        raise NotImplementedOnDriverError(
+            f"driver {driver.name!r} declares leader=None (no lease store for a leader election); pass "
+            "job_scheduler(leader=...) a Leader of your own",
+            {"driver": driver.name},
+        )
+    return LeaseLeader(driver, store=store, ttl_ms=_ttl(ttl), holder=holder or default_holder(), clock=clock, name=name)

@@ -5,10 +5,12 @@ One lifecycle, as the worker's: :meth:`JobScheduler.start`, :meth:`JobScheduler.
 :meth:`JobScheduler.drain` (accept → close) and :meth:`JobScheduler.run_once` — one round — which
 tests drive directly on a frozen clock.
 
-An idle round reads no store and resolves no cron: while it leads, the scheduler holds every task's
-watermark and next due instant in memory, loaded once when it starts leading. The only statements
-of an idle minute are the lease renewals, one every third of the TTL (6 a minute at the default
-30 s), the once-a-minute counter rollup riding on one of them.
+Everything it stores is the driver's: the lease (``driver.leader``), the watermarks and the fire
+(``driver.scheduler_state``), the counter rollup (``introspect.rollup_counters``, or riding on a lease
+renewal). An idle round reads no store and resolves no cron: while it leads, the scheduler holds every
+task's watermark and next due instant in memory, loaded once when it starts leading. The only
+statements of an idle minute are the lease renewals, one every third of the TTL (6 a minute at the
+default 30 s), the once-a-minute counter rollup riding on one of them.
 """
 
 from __future__ import annotations
@@ -23,20 +25,19 @@ from typing import Literal
 from .. import registry
 from ..clock import Clock
 from ..conf import job_clock
-from ..drivers.base import JobDriver
+from ..drivers.base import Fire, JobDriver, SchedulerStore
 from ..durations import Duration, parse_duration
-from ..errors import InvariantError
+from ..errors import InvariantError, NotImplementedOnDriverError
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..logs import log_event
 from .catchup import plan_fires
-from .leader import Leader, MemoryLeader, PostgresLeaseLeader
-from .state import Fire, MemorySchedulerState, SchedulerState
+from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, lease_leader
 from .task import TaskHandle
 
 TICK_INTERVAL_MS = 1_000
 PAUSE_RECHECK_MS = 5_000
 FIRE_RETRY_MS = 5_000
 ROLLUP_EVERY_MS = 60_000
-DEFAULT_DRAIN_DEADLINE_MS = 25_000
 
 SchedulerPhase = Literal["idle", "running", "draining", "stopped"]
 _NEVER = 2**63 - 1
@@ -56,7 +57,7 @@ class SchedulerStats:
 
 
 class JobScheduler:
-    """A scheduler over ``driver``, ``leader`` and ``state``. Build it with :func:`job_scheduler`.
+    """A scheduler over ``driver``, its ``leader`` and the driver's ``state``. Build it with :func:`job_scheduler`.
 
     >>> scheduler = job_scheduler(driver=driver, clock=clock, tasks=[nightly_digest])
     >>> scheduler.start(loop=False)
@@ -69,7 +70,7 @@ class JobScheduler:
         *,
         driver: JobDriver,
         leader: Leader,
-        state: SchedulerState,
+        state: SchedulerStore,
         tasks: Sequence[TaskHandle] | None,
         clock: Clock,
         tick_interval_ms: int,
@@ -126,13 +127,15 @@ class JobScheduler:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def check_durable(self) -> None:
-        """Refuse the in-memory leader or state against Postgres: two processes would both lead, and a
-        redeploy would forget every watermark (catch-up would have nothing to measure from)."""
-        if self.driver.name == "postgres" and not (self.leader.durable and self.state.durable):
+        """Refuse a leader or state that dies with the process over a driver whose own store outlives it
+        (Postgres): two processes would both lead, and a redeploy would forget every watermark (catch-up
+        would have nothing to measure from)."""
+        own = self.driver.scheduler_state
+        if own is not None and own.durable and not (self.leader.durable and self.state.durable):
             raise InvariantError(
-                "the scheduler is on the Postgres driver with the in-memory "
-                f"{'leader' if not self.leader.durable else 'state'}, which exists for tests and jobs_dev only; "
-                "pass leader=postgres_lease_leader(executor) and state=postgres_scheduler_state(executor) "
+                f"the scheduler is on the {self.driver.name!r} driver, whose scheduler state is durable, with "
+                f"{'a leader' if not self.leader.durable else 'a state'} that exists for tests only; "
+                "leave leader= and state= to job_scheduler() — it uses the driver's lease and watermarks "
                 "(scheduler_from_settings() does)",
                 {"leader_durable": self.leader.durable, "state_durable": self.state.durable},
             )
@@ -270,10 +273,7 @@ class JobScheduler:
         rollup = now >= self._next_rollup
         carrier = self._rollup_carrier() if rollup else None
         try:
-            if carrier is not None:
-                leading, _ = carrier.acquire_and_rollup()
-            else:
-                leading = self.leader.acquire()
+            leading = carrier.acquire(rollup=True) if carrier is not None else self.leader.acquire()
         except Exception as exc:
             self._next_ask = now + self.tick_interval_ms  # ask again next round
             log_event(logging.WARNING, "jobs.scheduler.lease-failed", holder=self.leader.holder, error=repr(exc))
@@ -294,17 +294,11 @@ class JobScheduler:
                 self._rollup()
             self.stats.rollups += 1
 
-    def _rollup_carrier(self) -> PostgresLeaseLeader | None:
-        """The leader, when it can fold the counters in its renewal: a Postgres lease on the database
-        the Postgres driver writes its counters to (else the rollup is the driver's own call)."""
-        from ..drivers.postgres.driver import PostgresDriver
-
+    def _rollup_carrier(self) -> LeaseLeader | None:
+        """The leader, when its lease is this driver's: then the driver folds the counters in the
+        renewal itself (else the rollup is ``introspect.rollup_counters``, a call of its own)."""
         leader = self.leader
-        if (
-            isinstance(leader, PostgresLeaseLeader)
-            and isinstance(self.driver, PostgresDriver)
-            and self.driver.alias == leader.executor.alias
-        ):
+        if isinstance(leader, LeaseLeader) and leader.driver is self.driver:
             return leader
         return None
 
@@ -362,7 +356,7 @@ class JobScheduler:
                     break
                 requests = task.requests(planned.occurrence_ms, now_ms=now)
                 fire = Fire(task.name, watermark, planned.watermark_ms, planned.occurrence_ms, requests, now)
-                result = self.state.fire(fire, driver=self.driver)
+                result = self.state.fire(fire)
                 if result.outcome == "paused":
                     self.stats.paused += 1
                     self._due[task.name] = now + PAUSE_RECHECK_MS  # the resume's latency
@@ -407,7 +401,7 @@ def job_scheduler(
     *,
     driver: JobDriver,
     leader: Leader | None = None,
-    state: SchedulerState | None = None,
+    state: SchedulerStore | None = None,
     tasks: Sequence[TaskHandle] | None = None,
     clock: Clock | None = None,
     tick_interval: Duration = TICK_INTERVAL_MS,
@@ -415,17 +409,12 @@ def job_scheduler(
 ) -> JobScheduler:
     """Build the scheduler role. ``driver`` is required; ``tasks`` defaults to every registered task.
 
-    The defaults for ``leader`` (always the leader) and ``state`` (watermarks in a dict) are for tests
-    and ``jobs_dev`` only — both fail silently in a deployment, and :meth:`JobScheduler.run` refuses them
-    against Postgres. A real deployment passes the durable pair:
+    ``leader`` defaults to a lease in the driver's own lease store (:func:`lease_leader` over
+    ``driver.leader``, 30 s TTL) and ``state`` to the driver's own watermarks (``driver.scheduler_state``):
+    on Postgres both are rows, so every scheduler process against the database contends for one lease and
+    a redeploy reads where the last one stopped. A driver with no scheduler state is ``X_NOT_IMPLEMENTED``.
 
-    >>> from ultimate_jobs.drivers.postgres.executor import django_executor
-    >>> executor = django_executor("default")
-    >>> scheduler = job_scheduler(
-    ...     driver=job_driver(),
-    ...     leader=postgres_lease_leader(executor),
-    ...     state=postgres_scheduler_state(executor),
-    ... )
+    >>> scheduler = job_scheduler(driver=job_driver())
     >>> scheduler.run()        # blocks; SIGTERM drains
     """
     if driver is None:
@@ -435,12 +424,20 @@ def job_scheduler(
         raise InvariantError(f"job_scheduler: tick_interval must be positive, got {tick_ms} ms", {})
     if tasks is not None and not all(isinstance(t, TaskHandle) for t in tasks):
         raise InvariantError("job_scheduler(tasks=...) takes TaskHandles (what @task returns)", {})
+    chosen = clock or job_clock()
+    store = state if state is not None else driver.scheduler_state
+    if store is None:
+        raise NotImplementedOnDriverError(
+            f"driver {driver.name!r} declares scheduler_state=None (it stores no watermarks); run the scheduler "
+            "on the Postgres or memory driver",
+            {"driver": driver.name},
+        )
     return JobScheduler(
         driver=driver,
-        leader=leader or MemoryLeader(),
-        state=state or MemorySchedulerState(),
+        leader=leader if leader is not None else lease_leader(driver, ttl=DEFAULT_LEASE_TTL_MS, clock=chosen),
+        state=store,
         tasks=tasks,
-        clock=clock or job_clock(),
+        clock=chosen,
         tick_interval_ms=tick_ms,
         drain_deadline_ms=parse_duration(drain_deadline, field="drain_deadline"),
     )

@@ -7,8 +7,9 @@
 
 The suite builds a fresh driver per test from ``make_driver(clock)`` over a :class:`FrozenClock`
 (the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.drivers.base`.
-A test of an optional capability asks for the ``introspect`` or ``leases`` fixture, which skips,
-with its reason, only when the driver declares that capability ``None``. Each test expects an
+A test of an optional capability asks for the ``introspect``, ``leases``, ``leader_store`` or
+``scheduler_state`` fixture, which skips, with its reason, only when the driver declares that capability
+``None``. Each test expects an
 empty store: a driver over a database truncates (or rolls back) in its ``make_driver`` fixture.
 See ``docs/conformance.md``.
 """
@@ -19,10 +20,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ..drivers.base import JobDriver, JobIntrospection, LeaseStore
+from ..drivers.base import JobDriver, JobIntrospection, LeaderStore, LeaseStore, SchedulerStore
 from .clock import FrozenClock
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
+from .conformance_scheduler import SchedulerContract
 from .conformance_support import (
     JOB,
     QUEUE,
@@ -30,6 +32,7 @@ from .conformance_support import (
     claim,
     claim_one,
     claimed_ids,
+    declared,
     enqueue_finished,
     finish,
     fixed_id,
@@ -50,9 +53,11 @@ __all__ = [
     "LeaseContract",
     "OperatorContract",
     "QueueContract",
+    "SchedulerContract",
     "claim",
     "claim_one",
     "claimed_ids",
+    "declared",
     "enqueue_finished",
     "finish",
     "fixed_id",
@@ -127,7 +132,7 @@ class LeaseContract:
         assert leases.holders(KEY) == ["h2"]
 
 
-class DriverConformance(QueueContract, OperatorContract, LeaseContract):
+class DriverConformance(QueueContract, OperatorContract, LeaseContract, SchedulerContract):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 
     Override ``visibility_timeout_ms`` when ``make_driver`` builds a driver whose ``workers()`` rows
@@ -159,15 +164,19 @@ class DriverConformance(QueueContract, OperatorContract, LeaseContract):
     @pytest.fixture
     def introspect(self, driver: JobDriver) -> JobIntrospection:
         """``driver.introspect``; the test skips only when the driver declares it ``None``."""
-        surface = driver.introspect
-        if surface is None:
-            pytest.skip(f"driver {driver.name!r} declares introspect=None (no operator surface)")
-        return surface
+        return declared(driver, driver.introspect, "introspect", "no operator surface")
 
     @pytest.fixture
     def leases(self, driver: JobDriver) -> LeaseStore:
         """``driver.leases``; the test skips only when the driver declares it ``None``."""
-        store = driver.leases
-        if store is None:
-            pytest.skip(f"driver {driver.name!r} declares leases=None (no fleet lease store)")
-        return store
+        return declared(driver, driver.leases, "leases", "no fleet lease store")
+
+    @pytest.fixture
+    def leader_store(self, driver: JobDriver) -> LeaderStore:
+        """``driver.leader``; the test skips only when the driver declares it ``None``."""
+        return declared(driver, driver.leader, "leader", "no leader lease store")
+
+    @pytest.fixture
+    def scheduler_state(self, driver: JobDriver) -> SchedulerStore:
+        """``driver.scheduler_state``; the test skips only when the driver declares it ``None``."""
+        return declared(driver, driver.scheduler_state, "scheduler_state", "no scheduler storage")

@@ -31,7 +31,6 @@ from ..drivers.base import (
     NackOptions,
     Progress,
     StepRecord,
-    TaskFire,
     WorkerInfo,
     job_cursor,
 )
@@ -723,15 +722,3 @@ class OperatorContract:
         assert driver.ack(new.id, new.ref)
         assert introspect.record_progress(new.id, new.ref, half) is False
         assert record(introspect, new.id).progress == late
-
-    def test_task_fires_keep_the_last_dispatch_per_task(self, introspect: JobIntrospection, clock: FrozenClock) -> None:
-        assert introspect.task_fires() == []
-        introspect.record_task_fire(task="conformance.b", occurrence_ms=1_000)
-        clock.advance(5)
-        introspect.record_task_fire(task="conformance.a", occurrence_ms=2_000)
-        introspect.record_task_fire(task="conformance.b", occurrence_ms=3_000)
-        fires: list[TaskFire] = sorted(introspect.task_fires(), key=lambda f: f.task)
-        assert fires == [
-            TaskFire(task="conformance.a", occurrence_ms=2_000, fired_at_ms=clock.now_ms()),
-            TaskFire(task="conformance.b", occurrence_ms=3_000, fired_at_ms=clock.now_ms()),
-        ]

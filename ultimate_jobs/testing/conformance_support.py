@@ -10,7 +10,7 @@ import itertools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -27,6 +27,7 @@ VT = 10_000
 """The visibility timeout every scenario claims with (ms)."""
 
 _keys = itertools.count(1)
+T = TypeVar("T")
 
 
 def fixed_id(prefix: str, n: int) -> str:
@@ -151,3 +152,14 @@ def settle_done(driver: JobDriver, name: str = JOB, *, duration_ms: int | None =
     job = claim_one(driver)
     assert job.id == job_id and driver.ack(job.id, job.ref, duration_ms=duration_ms)
     return job_id
+
+
+def declared(driver: JobDriver, capability: T | None, attribute: str, meaning: str) -> T:
+    """A capability the driver declares (``driver.leases``, …), or a skip of the test asking for it,
+    saying why.
+
+    >>> store = declared(driver, driver.leader, "leader", "no leader lease store")
+    """
+    if capability is None:
+        pytest.skip(f"driver {driver.name!r} declares {attribute}=None ({meaning})")
+    return capability

@@ -14,7 +14,6 @@ from django.db import IntegrityError, connections, transaction
 
 from ...clock import Clock, system_clock
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ...ids import new_id
 from ...logs import log_event
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
@@ -34,7 +33,8 @@ from ..base import (
 )
 from . import sql
 from .executor import Executor, django_executor, from_jsonb, jsonb
-from .rows import claimed_job, job_record, step_record, worker_row
+from .rows import claimed_job, enqueue_rows, job_record, step_record, worker_row
+from .scheduler import PostgresLeaderStore, PostgresSchedulerStore
 from .wake import QueueWake, conninfo_for, pool_probe, start_queue_wake
 
 # SQL_CLAIM's registry parameters when the claim carries no registry row (the upsert writes nothing).
@@ -69,6 +69,8 @@ class PostgresDriver:
 
         self._introspect = PostgresIntrospection(self)
         self._leases = PostgresLeaseStore(self)
+        self._leader = PostgresLeaderStore(self)
+        self._scheduler_state = PostgresSchedulerStore(self)
         self._wake_lock = threading.Lock()
         self._listeners: list[Callable[[str], None]] = []
         self._wake: QueueWake | None = None
@@ -80,6 +82,14 @@ class PostgresDriver:
     @property
     def leases(self) -> PostgresLeaseStore:
         return self._leases
+
+    @property
+    def leader(self) -> PostgresLeaderStore:
+        return self._leader
+
+    @property
+    def scheduler_state(self) -> PostgresSchedulerStore:
+        return self._scheduler_state
 
     def _now(self) -> int:
         return self.clock.now_ms()
@@ -363,29 +373,6 @@ class PostgresDriver:
             wake, self._wake = self._wake, None
         if wake is not None:
             wake.stop()
-
-
-def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
-    """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none."""
-    return [
-        {
-            "ord": i,
-            "id": r.id or new_id(),
-            "run_id": r.run_id or new_id(),
-            "name": r.name,
-            "queue": r.queue,
-            "tenant_id": r.tenant_id,
-            "idempotency_key": r.idempotency_key,
-            "input": dict(r.input),
-            "max_attempts": r.max_attempts,
-            "priority": r.priority,
-            "run_at_ms": r.run_at_ms,
-            "enqueued_by": r.enqueued_by,
-            "traceparent": r.traceparent,
-            "concurrency_key": r.concurrency_key,
-        }
-        for i, r in enumerate(requests)
-    ]
 
 
 def canonical_id(value: str) -> str:

@@ -2,9 +2,9 @@
 codes included, over the ``SQL_*`` statements of :mod:`.sql_operator`.
 
 Every operation is one statement — a refusal is decided in Python from what that statement saw, so
-the row the refusal names is the row the statement locked. The exceptions wrap their statements in
-``transaction.atomic`` (a savepoint inside the caller's transaction): a requeue, whose unique
-violation must not abort the caller's transaction, and the counter rollup, one statement per tier.
+the row the refusal names is the row the statement locked. A requeue wraps its statement in
+``transaction.atomic`` (a savepoint inside the caller's transaction): its unique violation must not
+abort the caller's transaction.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from ...errors import (
 )
 from ...logs import log_event
 from ..base import (
-    COUNTER_TIERS,
     LIVE_STATES,
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
@@ -289,20 +288,8 @@ class PostgresIntrospection:
         return [CounterTotals(*row) for row in self._query(sql.SQL_COUNTER_TOTALS, {"since": since_ms})]
 
     def rollup_counters(self) -> int:
-        """Fold buckets past their tier's retention into the next tier (one statement per tier, in
-        one transaction, narrowest first); the last tier's are dropped. Answers the buckets folded."""
-        folded = 0
-        now = self._now()
-        with transaction.atomic(using=self._d.alias):
-            for tier, (width, keep) in enumerate(COUNTER_TIERS):
-                params = {"width": width, "keep": keep, "now": now}
-                if tier + 1 < len(COUNTER_TIERS):
-                    params["wider"] = COUNTER_TIERS[tier + 1][0]
-                    [(count,)] = self._query(sql.SQL_ROLLUP_COUNTERS, params)
-                else:
-                    [(count,)] = self._query(sql.SQL_DROP_COUNTERS, params)
-                folded += count
-        return folded
+        [(folded,)] = self._query(sql.SQL_ROLLUP_COUNTERS, {"now": self._now()})
+        return int(folded)
 
     # -- progress and task fires ---------------------------------------------------------------
 
@@ -321,9 +308,6 @@ class PostgresIntrospection:
 
     def task_fires(self) -> builtins.list[TaskFire]:
         return [TaskFire(*row) for row in self._query(sql.SQL_TASK_FIRES, {"limit": MAX_TASK_FIRES})]
-
-    def record_task_fire(self, *, task: str, occurrence_ms: int) -> None:
-        self._query(sql.SQL_RECORD_TASK_FIRE, {"task": task, "occurrence": occurrence_ms, "now": self._now()})
 
 
 def _uuid(value: str) -> str | None:

@@ -1,11 +1,13 @@
-"""Row → record conversions shared by the driver and its introspection: one column list, one reader."""
+"""Row ↔ record conversions shared by the driver, its introspection and its scheduler storage: one column
+list, one reader, one writer of request rows."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, JobRecord, Progress, StepRecord, WorkerInfo
+from ...ids import new_id
+from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, EnqueueRequest, JobRecord, Progress, StepRecord, WorkerInfo
 from .executor import from_jsonb, jsonb
 
 # Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms;
@@ -110,3 +112,26 @@ def worker_row(info: WorkerInfo) -> dict[str, Any]:
         "in_flight": jsonb(list(info.in_flight[:MAX_WORKER_IN_FLIGHT])),
         "heartbeat": info.heartbeat_at_ms,
     }
+
+
+def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
+    """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none."""
+    return [
+        {
+            "ord": i,
+            "id": r.id or new_id(),
+            "run_id": r.run_id or new_id(),
+            "name": r.name,
+            "queue": r.queue,
+            "tenant_id": r.tenant_id,
+            "idempotency_key": r.idempotency_key,
+            "input": dict(r.input),
+            "max_attempts": r.max_attempts,
+            "priority": r.priority,
+            "run_at_ms": r.run_at_ms,
+            "enqueued_by": r.enqueued_by,
+            "traceparent": r.traceparent,
+            "concurrency_key": r.concurrency_key,
+        }
+        for i, r in enumerate(requests)
+    ]

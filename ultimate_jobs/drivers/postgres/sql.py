@@ -29,7 +29,7 @@ CLAIM_RECORD_WORKER = RECORD_WORKER_UPSERT.replace("%(", "%(w_").replace(
 )
 
 # The request rows of an enqueue, one per job, as every statement that inserts jobs reads them
-# (%(rows)s is the JSON array driver.enqueue_rows() builds).
+# (%(rows)s is the JSON array rows.enqueue_rows() builds).
 ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
         ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
         input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,

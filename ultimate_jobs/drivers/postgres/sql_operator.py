@@ -9,6 +9,7 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 
 from __future__ import annotations
 
+from ..base import COUNTER_TIERS
 from .rows import JOB_COLUMNS, STEP_COLUMNS
 from .sql import LIVE_STATES_SQL, RECORD_WORKER_UPSERT, WAKE_CHANNEL
 
@@ -358,40 +359,55 @@ GROUP BY c.job
 ORDER BY c.job COLLATE "C"
 """
 
-# SQL_ROLLUP_COUNTERS — fold one tier into the next in ONE statement: every %(width)s-wide bucket that
-# ended %(keep)s or more before now is deleted, and its counts are added into the %(wider)s-wide
-# bucket that contains its start (x_job_counters_bucket_uniq, ON CONFLICT adds). Idempotent: a folded
-# bucket is gone. Answers how many buckets were folded.
-SQL_ROLLUP_COUNTERS = """
-WITH expired AS (
+_TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
+
+# The counter rollup's one algorithm, as CTEs every rollup statement shares (SQL_ROLLUP_COUNTERS, and
+# SQL_LEADER_ACQUIRE_ROLLUP in .sql_scheduler): the statement defines ``rollup_gate`` before them — a
+# relation that is empty when the rollup must not run. Every bucket past its tier's retention
+# (COUNTER_TIERS: 1-minute kept 24 h, 5-minute 7 d, 1-hour 30 d; a bucket is past it once it ENDED
+# keep ms or more before %(now)s) is deleted, and its counts are added into the narrowest wider tier
+# whose bucket containing it is still inside that tier's retention — the state folding tier by tier
+# reaches, in one step — or dropped when none is. A destination bucket is never one the statement
+# deletes, so no row is touched twice. Idempotent: a folded bucket is gone (x_job_counters_bucket_uniq,
+# ON CONFLICT adds). ``expired`` holds the buckets folded or dropped.
+ROLLUP_COUNTERS_CTES = f"""tiers AS (
+    SELECT * FROM (VALUES {_TIERS}) AS t(width_ms, keep_ms)
+),
+expired AS (
     DELETE FROM x_job_counters c
-    WHERE c.width_ms = %(width)s
-      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - %(keep)s) / 1000.0)
-    RETURNING c.job, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms, c.done, c.retried, c.failed,
-              c.dead, c.duration_ms
+    USING tiers t
+    WHERE EXISTS (SELECT 1 FROM rollup_gate) AND c.width_ms = t.width_ms
+      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
+    RETURNING c.job, c.width_ms, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms,
+              c.done, c.retried, c.failed, c.dead, c.duration_ms
+),
+placed AS (
+    SELECT e.*, (
+        SELECT t.width_ms FROM tiers t
+        WHERE t.width_ms > e.width_ms
+          AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
+        ORDER BY t.width_ms
+        LIMIT 1
+    ) AS dest
+    FROM expired e
 ),
 folded AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-    SELECT e.job, %(wider)s, to_timestamp((e.bucket_ms - mod(e.bucket_ms, %(wider)s)) / 1000.0),
-           sum(e.done), sum(e.retried), sum(e.failed), sum(e.dead), sum(e.duration_ms)
-    FROM expired e
-    GROUP BY e.job, e.bucket_ms - mod(e.bucket_ms, %(wider)s)
+    SELECT p.job, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0),
+           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms)
+    FROM placed p
+    WHERE p.dest IS NOT NULL
+    GROUP BY p.job, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest)
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
         dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
-)
-SELECT count(*) FROM expired
-"""
+)"""
 
-# SQL_DROP_COUNTERS — the last tier has nowhere to fold: delete its buckets that ended %(keep)s or
-# more before now. Answers how many were dropped.
-SQL_DROP_COUNTERS = """
-WITH expired AS (
-    DELETE FROM x_job_counters c
-    WHERE c.width_ms = %(width)s
-      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - %(keep)s) / 1000.0)
-    RETURNING 1
-)
+# SQL_ROLLUP_COUNTERS — introspect.rollup_counters(): the rollup (ROLLUP_COUNTERS_CTES, always gated
+# open) at %(now)s, in ONE statement. Answers how many buckets were folded or dropped.
+SQL_ROLLUP_COUNTERS = f"""
+WITH rollup_gate AS (SELECT 1),
+{ROLLUP_COUNTERS_CTES}
 SELECT count(*) FROM expired
 """
 
@@ -414,12 +430,4 @@ SELECT f.task, (extract(epoch from f.occurrence_at) * 1000)::bigint, (extract(ep
 FROM x_job_task_fires f
 ORDER BY f.task COLLATE "C"
 LIMIT %(limit)s
-"""
-
-# SQL_RECORD_TASK_FIRE — the scheduler's record of a fire that went through driver.enqueue: one row
-# per task (primary key), replaced by each fire.
-SQL_RECORD_TASK_FIRE = """
-INSERT INTO x_job_task_fires AS f (task, occurrence_at, fired_at)
-VALUES (%(task)s, to_timestamp(%(occurrence)s / 1000.0), to_timestamp(%(now)s / 1000.0))
-ON CONFLICT (task) DO UPDATE SET occurrence_at = excluded.occurrence_at, fired_at = excluded.fired_at
 """

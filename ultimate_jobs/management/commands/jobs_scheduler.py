@@ -13,7 +13,7 @@ from ...scheduler.boot import scheduler_from_settings
 class Command(RoleCommand):
     help = (
         "Run the task scheduler: fire every registered task's occurrences while this process holds the "
-        "leader lease; SIGTERM drains it. Refuses the in-memory leader/state on the Postgres driver."
+        "leader lease (the driver's own lease and watermarks); SIGTERM drains it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

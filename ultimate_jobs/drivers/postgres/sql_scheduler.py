@@ -1,0 +1,148 @@
+"""Every statement of the scheduler's storage — the leader lease, the watermarks and the fire — verbatim,
+one constant each (``driver.leader`` and ``driver.scheduler_state``).
+
+The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch ms
+and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
+``now()``), times read back as epoch ms. The enqueue half of ``SQL_SCHEDULER_FIRE`` is ``SQL_ENQUEUE``'s
+own request recordset and insert (ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ), with its wake channel and
+horizon; the leader's rollup is ``SQL_ROLLUP_COUNTERS``'s own CTEs (ROLLUP_COUNTERS_CTES).
+"""
+
+from __future__ import annotations
+
+from .sql import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
+from .sql_operator import ROLLUP_COUNTERS_CTES
+
+__all__ = [
+    "SQL_LEADER_ACQUIRE",
+    "SQL_LEADER_ACQUIRE_ROLLUP",
+    "SQL_LEADER_CURRENT",
+    "SQL_LEADER_RELEASE",
+    "SQL_SCHEDULER_FIRE",
+    "SQL_SCHEDULER_LOAD",
+    "SQL_SCHEDULER_WATERMARKS",
+]
+
+# -- the leader lease ------------------------------------------------------------------------------
+
+# The lease upsert both acquire statements share: take or renew the lease %(name)s for %(holder)s until
+# now + %(ttl)s (primary key). It lands when the row is absent, already this holder's, or expired; a
+# live lease of another holder is left alone and the upsert answers no row. Concurrent acquirers
+# serialise on the row lock (ON CONFLICT re-checks the WHERE against the committed row), so one wins. A
+# renewal of a live lease keeps its acquired_at; a new term (a fresh row, a takeover, a lapsed lease
+# re-taken) starts it at now. Answers the lease as epoch ms.
+_LEASE_UPSERT = """INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
+VALUES (%(name)s, %(holder)s, to_timestamp(%(now)s / 1000.0), to_timestamp((%(now)s + %(ttl)s) / 1000.0))
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > excluded.acquired_at
+                       THEN l.acquired_at ELSE excluded.acquired_at END,
+    expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at <= excluded.acquired_at
+RETURNING l.name, l.holder, (extract(epoch from l.acquired_at) * 1000)::bigint AS acquired_ms,
+          (extract(epoch from l.expires_at) * 1000)::bigint AS expires_ms"""
+
+# SQL_LEADER_ACQUIRE — driver.leader.acquire(): the lease upsert above, alone. Answers the lease (name,
+# holder, acquired_at ms, expires_at ms), or no row while another holder's lease is live.
+SQL_LEADER_ACQUIRE = _LEASE_UPSERT
+
+# SQL_LEADER_ACQUIRE_ROLLUP — driver.leader.acquire(rollup=True): the lease upsert and, only when the
+# lease landed (rollup_gate is the landed lease), the counter rollup of SQL_ROLLUP_COUNTERS at %(now)s
+# in the same statement: what the leader sends once a minute instead of a plain renewal, so an idle
+# scheduler spends nothing beyond its renewals. Answers the lease and the buckets folded or dropped,
+# or no row while another holder's lease is live (then nothing was folded).
+SQL_LEADER_ACQUIRE_ROLLUP = f"""
+WITH lease AS (
+    {_LEASE_UPSERT}
+),
+rollup_gate AS (SELECT 1 FROM lease),
+{ROLLUP_COUNTERS_CTES}
+SELECT name, holder, acquired_ms, expires_ms, (SELECT count(*) FROM expired) FROM lease
+"""
+
+# SQL_LEADER_RELEASE — hand the lease back (a clean stop): a standby takes it at its next ask rather
+# than after the TTL. Only this holder's row (primary key); a lease another holder took meanwhile is
+# left alone. Answers a row when one was released.
+SQL_LEADER_RELEASE = "DELETE FROM x_job_scheduler_leases WHERE name = %(name)s AND holder = %(holder)s RETURNING 1"
+
+# SQL_LEADER_CURRENT — the stored lease of %(name)s, live or lapsed (primary key).
+SQL_LEADER_CURRENT = """
+SELECT name, holder, (extract(epoch from acquired_at) * 1000)::bigint, (extract(epoch from expires_at) * 1000)::bigint
+FROM x_job_scheduler_leases
+WHERE name = %(name)s
+"""
+
+# -- the watermarks --------------------------------------------------------------------------------
+
+# SQL_SCHEDULER_LOAD — what a scheduler reads once when it becomes leader: the watermark of every task
+# in %(tasks)s, arming the ones that have none at now (arming moves the watermark and is not a fire).
+# Primary key; ON CONFLICT DO NOTHING leaves a watermark another scheduler armed first — the
+# statement's snapshot cannot show that row, so the caller re-reads a task it did not get back
+# (SQL_SCHEDULER_WATERMARKS). Answers (task, watermark ms, armed now).
+SQL_SCHEDULER_LOAD = """
+WITH armed AS (
+    INSERT INTO x_job_task_watermarks (task, watermark, updated_at)
+    SELECT t.task, to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0)
+    FROM unnest(%(tasks)s::text[]) AS t(task)
+    ON CONFLICT (task) DO NOTHING
+    RETURNING task, watermark
+)
+SELECT w.task, (extract(epoch from w.watermark) * 1000)::bigint, false
+FROM x_job_task_watermarks w
+WHERE w.task = ANY(%(tasks)s::text[])
+UNION ALL
+SELECT a.task, (extract(epoch from a.watermark) * 1000)::bigint, true
+FROM armed a
+"""
+
+# SQL_SCHEDULER_WATERMARKS — the stored watermarks of %(tasks)s (primary key).
+SQL_SCHEDULER_WATERMARKS = """
+SELECT task, (extract(epoch from watermark) * 1000)::bigint
+FROM x_job_task_watermarks
+WHERE task = ANY(%(tasks)s::text[])
+"""
+
+# -- the fire --------------------------------------------------------------------------------------
+
+# SQL_SCHEDULER_FIRE — fire ONE occurrence in ONE statement. The fence: the watermark of %(task)s moves
+# to %(watermark)s only while it still holds %(previous)s — the value the firing scheduler read — and
+# the task is not paused (x_job_paused_tasks, primary key); a second scheduler firing the same
+# occurrence waits on the row lock, re-reads the moved row and matches nothing. Then the occurrence's
+# job rows are inserted and the fire is recorded in x_job_task_fires (one row per task, primary key) —
+# all or none, so a crash cannot fire an occurrence twice and a refused fence writes nothing. The rows
+# are SQL_ENQUEUE's shape and rules: nothing is inserted under an id that already names a row, nor under
+# a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx) — ON
+# CONFLICT DO NOTHING covers both. Each queue the occurrence filled with a row due within
+# WAKE_DUE_WITHIN_MS is announced once with pg_notify('x_jobs_wake', queue); a refused fire announces
+# nothing. Answers (moved, paused, inserted, announced).
+SQL_SCHEDULER_FIRE = f"""
+WITH moved AS (
+    UPDATE x_job_task_watermarks w
+    SET watermark = to_timestamp(%(watermark)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0)
+    WHERE w.task = %(task)s AND w.watermark = to_timestamp(%(previous)s / 1000.0)
+      AND NOT EXISTS (SELECT 1 FROM x_job_paused_tasks p WHERE p.task = %(task)s)
+    RETURNING w.task
+),
+req AS (
+    SELECT r.*
+    FROM {ENQUEUE_RECORDSET}
+    WHERE EXISTS (SELECT 1 FROM moved)
+),
+ins AS (
+    {INSERT_JOBS_FROM_REQ}
+    RETURNING queue, run_at
+),
+fired AS (
+    INSERT INTO x_job_task_fires AS f (task, occurrence_at, fired_at)
+    SELECT task, to_timestamp(%(occurrence)s / 1000.0), to_timestamp(%(now)s / 1000.0) FROM moved
+    ON CONFLICT (task) DO UPDATE SET occurrence_at = excluded.occurrence_at, fired_at = excluded.fired_at
+),
+wake AS (
+    SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
+    FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
+)
+SELECT (SELECT count(*) FROM moved),
+       EXISTS (SELECT 1 FROM x_job_paused_tasks p WHERE p.task = %(task)s),
+       (SELECT count(*) FROM ins),
+       (SELECT count(*) FROM wake)
+"""
