@@ -19,7 +19,7 @@ import pydantic
 import pytest
 from pydantic import SecretStr
 
-from tests.conftest import Env, installed
+from tests.conftest import AnyJobsEnv, Env, installed
 from ultimate_jobs import JobRun, job, operator, task
 from ultimate_jobs.drivers.base import WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -66,7 +66,8 @@ def postgres_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env[PostgresDriver
         yield env
 
 
-def build_scenario(env: Env[PostgresDriver]) -> Scenario:
+def build_scenario(env: AnyJobsEnv | Env[PostgresDriver]) -> Scenario:
+    """The shop's queues, on whichever driver ``env`` installed (the memory driver or Postgres)."""
     gateway = {"up": False}
     calls: dict[str, int] = {}
 

@@ -78,7 +78,7 @@ def test_the_json_view_answers_400_with_the_code(
 
 
 @BAD
-@pytest.mark.parametrize("param", ["q", "queue", "name", "tenant"])
+@pytest.mark.parametrize("param", ["q", "queue", "name", "tenant", "tenant_id", "idempotency_key", "created_from"])
 def test_the_admin_lists_answer_400(pg: Env[PostgresDriver], staff: Client, param: str, value: str) -> None:
     for page in ("admin:ultimate_jobs_job_changelist", "admin:ultimate_jobs_deadletter_changelist"):
         response = staff.get(reverse(page), {param: value})

@@ -12,6 +12,7 @@ from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
+from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
@@ -147,6 +148,19 @@ class ReadOnlyAdmin(_ModelAdmin):
         LogEntry.objects.log_actions(
             user_id=request.user.pk or 0,  # an admin view's user is logged in
             queryset=[obj],  # log_actions reads only .pk and str() of each
+            action_flag=DELETION if removed else CHANGE,
+            change_message=message,
+        )
+
+    def log_bulk(self, request: HttpRequest, target: str, message: str, *, removed: bool = False) -> None:
+        """One entry in Django's admin log for an action over a filter rather than named rows: on this
+        page's model, with no object id and ``target`` (``requeue-many state=dead, queue=payments``) as
+        its text."""
+        LogEntry.objects.create(
+            user_id=request.user.pk or 0,
+            content_type=ContentType.objects.get_for_model(self.model, for_concrete_model=False),
+            object_id=None,
+            object_repr=target[:200],
             action_flag=DELETION if removed else CHANGE,
             change_message=message,
         )

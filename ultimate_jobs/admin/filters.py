@@ -1,106 +1,240 @@
-"""List filters and the paginator of the job lists, built for a big ``x_jobs``.
+"""What the job lists take from the query string, and the filters they offer beside the table.
 
-No filter asks the table for its choices: a ``SELECT DISTINCT queue`` over millions of rows on every
-page load is the thing to avoid. States are the fixed eight, queues and names come from the
-declarations, and the tenant — unbounded — is typed in. The paginator counts at most
-:data:`COUNT_CAP` rows.
+Every filter is an argument of ``operator.list_jobs``, so the lists show what ``manage.py jobs list``
+shows on every driver with introspection. No filter asks the driver for its choices (a ``SELECT
+DISTINCT queue`` over millions of rows on every page load is the thing to avoid): states are the fixed
+eight, queues and job names come from the declarations, and the tenant, the idempotency key and the
+creation dates are typed in.
+
+>>> query = parse_query(request.GET, state=None)
+>>> operator.list_jobs(**query.arguments(), limit=50)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
 
-from django.contrib import admin
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
-from django.core.paginator import Paginator
-from django.db import models
-from django.http import HttpRequest
-from django.utils.functional import cached_property
+from django.http import QueryDict
+from django.utils import timezone
 
 from .. import registry
 from ..definition import JobHandle
+from ..drivers.base import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
+from ..errors import JobPageInvalidError
+from ..operator.arguments import check_instant, check_state
 from ..operator.queues import declared_queues
 
-COUNT_CAP = 10_000
+SEARCH = "q"
+STATE = "state__exact"  # the name the admin's state filter always had: the queues page links with it
+TEXT_FILTERS = ("queue", "name", "tenant_id", "idempotency_key")
+CREATED = ("created_from", "created_to")
+DRILL_DOWN = ("created_at__year", "created_at__month", "created_at__day")
+CURSORS = ("after", "before")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-if TYPE_CHECKING:
-    _Paginator = Paginator[Any]
-else:  # Paginator is generic for the type checker only
-    _Paginator = Paginator
+def id_prefix(term: str) -> str | None:
+    """The start of a job id's canonical text (lowercase, dashed) that ``term`` spells — hex digits, in
+    either case, dashes optional — or ``None`` when no id starts with it."""
+    digits = term.strip().lower().replace("-", "")
+    if not digits or len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    parts = [digits[:8], digits[8:12], digits[12:16], digits[16:20], digits[20:]]
+    return "-".join(p for p in parts if p)
 
 
-class CappedPaginator(_Paginator):
-    """Counts at most ``COUNT_CAP + 1`` rows (``SELECT count(*) FROM (… LIMIT n)``), so an unfiltered page
-    of a table with millions of rows costs a bounded index walk; the page says "10000+" past the cap."""
+@dataclass(frozen=True)
+class ListQuery:
+    """One list page's filters, checked: what the operator is asked, and how the page names them."""
 
-    @cached_property
-    def count(self) -> int:
-        rows = self.object_list
-        if isinstance(rows, models.QuerySet):
-            return rows[: COUNT_CAP + 1].count()
-        return len(rows)
+    term: str = ""
+    state: JobState | None = None
+    queue: str | None = None
+    name: str | None = None
+    tenant_id: str | None = None
+    idempotency_key: str | None = None
+    id_prefix: str | None = None
+    created_from_ms: int | None = None
+    created_to_ms: int | None = None
+    after: str | None = None
+    before: str | None = None
+    empty: bool = False  # two filters no row can meet at once (a searched key and another typed one)
+    params: dict[str, str] = field(default_factory=dict)  # the query string, as the page keeps it
 
-
-class _ExactFilter(admin.SimpleListFilter):
-    """Equality on one column; the choices come from :meth:`known`, never from the table."""
-
-    def known(self) -> set[str]:
-        raise NotImplementedError
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = self.known()
-        current = self.value()
-        if current:
-            names.add(current)  # a queue nothing declares now still shows as selected
-        return [(n, n) for n in sorted(names)]
-
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(**{str(self.parameter_name): value}) if value else queryset
-
-
-class QueueFilter(_ExactFilter):
-    """By queue: every declared queue (``x_jobs_state_queue_idx`` carries it with a state)."""
-
-    title = "queue"
-    parameter_name = "queue"
-
-    def known(self) -> set[str]:
-        return set(declared_queues())
-
-
-class JobNameFilter(_ExactFilter):
-    """By job name: every job this process declares."""
-
-    title = "job"
-    parameter_name = "name"
-
-    def known(self) -> set[str]:
-        return {h.name for h in registry.registered("job") if isinstance(h, JobHandle)}
-
-
-class TenantFilter(admin.SimpleListFilter):
-    """By tenant: an exact tenant id typed into a box (tenants are unbounded; no list of them)."""
-
-    title = "tenant"
-    parameter_name = "tenant_id"
-    template = "admin/ultimate_jobs/filters/input.html"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("", "")]  # one dummy choice: a filter with no lookups is not shown
-
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
-        value = (self.value() or "").strip()
-        return queryset.filter(tenant_id=value) if value else queryset
-
-    def choices(self, changelist: ChangeList) -> Iterator[Any]:
-        keep = [(k, v) for k, v in changelist.params.items() if k not in (self.parameter_name, PAGE_VAR)]
-        yield {  # the admin's choice keys, plus the fields the input template needs
-            "selected": self.value() is None,
-            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
-            "display": "All",
-            "hidden": keep,
-            "value": self.value() or "",
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``operator.list_jobs`` (every one but ``limit``)."""
+        return {
+            "state": self.state,
+            "queue": self.queue,
+            "name": self.name,
+            "tenant_id": self.tenant_id,
+            "idempotency_key": self.idempotency_key,
+            "id_prefix": self.id_prefix,
+            "created_from_ms": self.created_from_ms,
+            "created_to_ms": self.created_to_ms,
+            "after": self.after,
+            "before": self.before,
         }
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter or search narrows the list (the page's fixed state aside)."""
+        return any(k not in CURSORS for k in self.params)
+
+    def bulk_filter(self, state: JobState | None) -> dict[str, Any] | None:
+        """The filter of an ``operator.*_many`` call over every row this list matches, or ``None`` when a
+        bulk filter cannot say it: no state, or a search, key or creation date (a bulk filter takes a
+        state, a queue, a job name and a tenant only)."""
+        state = state or self.state
+        if state is None or self.empty or self.term or self.idempotency_key:
+            return None
+        if self.created_from_ms is not None or self.created_to_ms is not None:
+            return None
+        return {"state": state, "queue": self.queue, "name": self.name, "tenant_id": self.tenant_id}
+
+    def url(self, **changes: str | None) -> str:
+        """This page's query string with ``changes`` (``None`` drops a key); the cursors are dropped
+        unless set, so a new filter starts at the newest page."""
+        params = {k: v for k, v in self.params.items() if k not in CURSORS}
+        for key, value in changes.items():
+            if value is None:
+                params.pop(key, None)
+            else:
+                params[key] = value
+        return "?" + urlencode(params) if params else "?"
+
+
+def parse_query(get: QueryDict, *, state: JobState | None) -> ListQuery:
+    """The filters of a list's query string; ``state`` is the page's own (the dead letters'), which
+    no parameter overrides. Text no filter can use is ``X_JOB_PAGE_INVALID`` (the caller answers 400):
+    a state that is none of the eight, an instant that is none, a day that does not exist, both cursors.
+    Unknown parameters are ignored."""
+    known = (SEARCH, STATE, *TEXT_FILTERS, *CREATED, *DRILL_DOWN, *CURSORS)
+    params: dict[str, str] = {}
+    for name in known:
+        values = get.getlist(name)
+        if values and str(values[-1]).strip():
+            params[name] = str(values[-1])
+    if state is not None:
+        params.pop(STATE, None)
+    text = {k: params.get(k) for k in TEXT_FILTERS}
+    term = params.get(SEARCH, "").strip()
+    prefix = id_prefix(term) if term else None
+    key, empty = text["idempotency_key"], False
+    if term and prefix is None:  # not an id: an exact idempotency key
+        empty = key is not None and key != term
+        key = term
+    if "after" in params and "before" in params:
+        raise JobPageInvalidError("pass after or before, never both", {"filter": "after"})
+    start, end = created_range(params)
+    return ListQuery(
+        term=term,
+        state=state or (check_state(params[STATE]) if STATE in params else None),
+        queue=text["queue"],
+        name=text["name"],
+        tenant_id=text["tenant_id"].strip() if text["tenant_id"] else None,
+        idempotency_key=key,
+        id_prefix=prefix,
+        created_from_ms=start,
+        created_to_ms=end,
+        after=params.get("after"),
+        before=params.get("before"),
+        empty=empty,
+        params=params,
+    )
+
+
+def created_range(params: dict[str, str]) -> tuple[int | None, int | None]:
+    """``[from, to)`` in epoch ms: the typed ``created_from``/``created_to`` (what ``jobs list
+    --created-from/--created-to`` take) narrowed by a date drill-down (``created_at__year`` …, a
+    year, month or day in the current time zone — the admin's links of old)."""
+    start = check_instant(params["created_from"], what="created_from") if "created_from" in params else None
+    end = check_instant(params["created_to"], what="created_to") if "created_to" in params else None
+    drilled = drill_down(params)
+    if drilled is not None:
+        start = drilled[0] if start is None else max(start, drilled[0])
+        end = drilled[1] if end is None else min(end, drilled[1])
+    return start, end
+
+
+def drill_down(params: dict[str, str]) -> tuple[int, int] | None:
+    """The span of ``created_at__year`` (with ``__month``, ``__day``) in the current time zone, or
+    ``None`` without a year. The parts are checked in range first (``_support.bad_dates``); a day the
+    month does not have is ``X_JOB_PAGE_INVALID``."""
+    year, month, day = (params.get(k) for k in DRILL_DOWN)
+    if year is None:
+        return None
+    zone = timezone.get_current_timezone()
+    try:
+        if month is None:
+            first = datetime(int(year), 1, 1, tzinfo=zone)
+            after = first.replace(year=first.year + 1)
+        elif day is None:
+            first = datetime(int(year), int(month), 1, tzinfo=zone)
+            after = first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
+        else:
+            first = datetime(int(year), int(month), int(day), tzinfo=zone)
+            after = first + timedelta(days=1)
+    except ValueError:
+        raise JobPageInvalidError(
+            f"{year}-{month or 1}-{day or 1} is not a date; pick a day the month has", {"filter": DRILL_DOWN[2]}
+        ) from None
+    return _ms(first), _ms(after)
+
+
+def _ms(at: datetime) -> int:
+    """Epoch ms of ``at``, inside the instants a filter takes (year 1 in a zone east of UTC starts
+    before the first one)."""
+    return min(max((at - _EPOCH) // timedelta(milliseconds=1), MIN_INSTANT_MS), MAX_INSTANT_MS)
+
+
+# -- the filters beside the table ----------------------------------------------------------------
+
+
+def sidebar(query: ListQuery, *, with_state: bool) -> list[dict[str, Any]]:
+    """The filters the template renders, in order: state (unless the page has its own), queue, job,
+    tenant, idempotency key, created. A choice filter carries ``choices`` (label, link, selected); a
+    typed one ``inputs`` (name, value, placeholder) and the parameters its form carries along."""
+    found = []
+    if with_state:
+        found.append(_choices(query, "state", STATE, list(JOB_STATES)))
+    found.append(_choices(query, "queue", "queue", sorted(declared_queues())))
+    jobs = sorted(h.name for h in registry.registered("job") if isinstance(h, JobHandle))
+    found.append(_choices(query, "job", "name", jobs))
+    found.append(_typed(query, "tenant", [("tenant_id", "exact tenant id")]))
+    found.append(_typed(query, "idempotency key", [("idempotency_key", "exact key")]))
+    created = [("created_from", "from: 2026-01-31 or …T09:30Z"), ("created_to", "before: 2026-02-01")]
+    found.append(_typed(query, "created", created, also=DRILL_DOWN))
+    drilled = "-".join(query.params[k].zfill(2) for k in DRILL_DOWN if k in query.params)
+    found[-1]["note"] = f"in {drilled} ({timezone.get_current_timezone_name()})" if drilled else None
+    return found
+
+
+def _choices(query: ListQuery, title: str, param: str, values: list[str]) -> dict[str, Any]:
+    current = query.params.get(param)
+    if current and current not in values:
+        values = sorted([*values, current])  # a queue nothing declares now still shows as selected
+    choices = [{"label": "All", "url": query.url(**{param: None}), "selected": current is None}]
+    choices += [{"label": v, "url": query.url(**{param: v}), "selected": v == current} for v in values]
+    return {"title": title, "choices": choices}
+
+
+def _typed(
+    query: ListQuery, title: str, fields: list[tuple[str, str]], *, also: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A filter typed into boxes; ``also`` names parameters its clear link drops too."""
+    names = [name for name, _ in fields]
+    keep = [(k, v) for k, v in query.params.items() if k not in names and k not in CURSORS]
+    inputs = [{"name": n, "value": query.params.get(n, ""), "placeholder": p} for n, p in fields]
+    dropped = [*names, *also]
+    active = any(k in query.params for k in dropped)
+    return {
+        "title": title,
+        "inputs": inputs,
+        "hidden": keep,
+        "clear": query.url(**dict.fromkeys(dropped)) if active else None,
+        "note": None,
+    }

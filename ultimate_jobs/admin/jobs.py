@@ -1,206 +1,279 @@
 """The job pages: every job, the dead-letter queue, and one job's page (its step timeline, error stack,
-progress and attempts). The lists read ``x_jobs`` through the models; the job page and every action go
-through ``ultimate_jobs.operator``."""
+progress and attempts). They read through ``ultimate_jobs.operator`` — the lists ``list_jobs``, the job
+page ``inspect_job`` — so they show the rows ``manage.py jobs list`` shows, on every driver with
+introspection; every action goes through the operator too. A driver without introspection shows the
+operator's ``X_NOT_IMPLEMENTED`` on the page."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.options import ShowFacets
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, URLPattern, path, reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
 from .. import operator
-from ..drivers.base import LIVE_STATES
-from ..errors import JobArgumentInvalidError, UltimateError
+from ..drivers.base import MAX_BULK_ROWS, MAX_JOB_PAGE, JobState
+from ..errors import JobArgumentInvalidError, JobNotFoundError, UltimateError
 from ..models import DeadLetter, Job
-from ..operator import JobActionResult, JobDetail
+from ..operator import BulkOutcome, JobActionResult, JobDetail, JobRow
 from ..operator.arguments import check_job_id, check_name, shown
-from ..redaction import scrub, secret_values
-from ._format import (
-    EMPTY,
-    badge_html,
-    code_html,
-    id_html,
-    now_ms,
-    pretty_json,
-    time_html,
-)
+from ._format import now_ms
 from ._support import Outcome, ReadOnlyAdmin, bad_dates, bad_query, per_row, refusal, report
-from .filters import CappedPaginator, JobNameFilter, QueueFilter, TenantFilter
+from .filters import CURSORS, SEARCH, ListQuery, parse_query, sidebar
+from .job_page import job_page, step_choices
 
-FINISHED_STATES = ("done", "failed", "dead", "cancelled")
 MAX_STEP_PICK = 50  # rows the retry-from-step form inspects at once
 OPERATED = "through ultimate_jobs.operator"
+NOTHING_SELECTED = "Items must be selected in order to perform actions on them. No items have been changed."
+BULK: dict[str, tuple[str, Callable[..., BulkOutcome]]] = {
+    "retry": ("Re-queued", operator.requeue_many),
+    "promote": ("Promoted", operator.promote_many),
+    "remove": ("Removed", operator.remove_many),
+}
+"""The actions that can act on every row a list matches, and the operator's bulk call for each (one call:
+at most ``MAX_BULK_ROWS`` rows; the message says how many remain)."""
 
 
-def id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
-    """The uuid range whose text starts with ``term`` (dashes optional), so an id prefix rides the
-    primary key; ``None`` when ``term`` cannot start an id."""
-    digits = term.strip().lower().replace("-", "")
-    if not digits or len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
-        return None
-    pad = 32 - len(digits)
-    return uuid.UUID(digits + "0" * pad), uuid.UUID(digits + "f" * pad)
+@dataclass(frozen=True)
+class Selection:
+    """What an action acts on: the selected job ids, or (``across``) every row the list's filter matches."""
+
+    ids: tuple[str, ...]
+    across: bool
+    query: ListQuery
 
 
 class JobPagesAdmin(ReadOnlyAdmin):
-    """What the jobs list and the dead letters share: a big-table list, the job page, per-row actions."""
+    """What the jobs list and the dead letters share: a list read through ``operator.list_jobs``, paged
+    by its cursors, the job page, and the actions."""
 
-    date_hierarchy = "created_at"
-    ordering = ("-created_at", "-id")  # x_jobs_created_idx
-    search_fields = ("idempotency_key",)  # replaced by get_search_results; present so the box shows
-    search_help_text = "A job id (or its first characters) or an exact idempotency key."
-    paginator = CappedPaginator
-    show_full_result_count = False
-    show_facets = ShowFacets.NEVER  # a count per choice is a scan per choice
+    actions = None  # Django's queryset actions are off: these pages act through the operator
+    page_state: JobState | None = None  # the state every row of the list has (the dead letters': "dead")
+    job_actions: dict[str, str] = {}  # name -> the menu's label
     list_per_page = 50
-    change_list_template = "admin/ultimate_jobs/job_list.html"
-
-    deferred: tuple[str, ...] = ("input", "progress", "last_error")
+    search_help_text = "A job id or its first characters (hex digits, dashes optional), or an exact idempotency key."
+    empty_text = "No jobs yet."
 
     # -- the list ------------------------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        refused = bad_query(request) or bad_dates(request, self.date_hierarchy)
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        refused = bad_query(request) or bad_dates(request, "created_at")
         if refused is not None:
             return refused
+        try:
+            query = parse_query(request.GET, state=self.page_state)
+        except UltimateError as exc:
+            return refusal(exc)
+        offered = self.offered(request)
+        if request.method == "POST" and offered:  # with none offered, a POST shows the list, as Django does
+            return self.take_action(request, query, offered)
+        return self.list_page(request, query, offered, extra_context)
+
+    def offered(self, request: HttpRequest) -> dict[str, str]:
+        """The actions this user may run here: every one with the change permission, none without."""
+        return dict(self.job_actions) if self.has_operate_permission(request) else {}
+
+    def list_page(
+        self, request: HttpRequest, query: ListQuery, offered: dict[str, str], extra: dict[str, Any] | None
+    ) -> HttpResponse:
+        page: operator.JobPageView | None = None
+        problem: UltimateError | None = None
+        if not query.empty:
+            try:
+                page = operator.list_jobs(**query.arguments(), limit=self.list_per_page)
+            except UltimateError as exc:
+                if exc.code == "X_JOB_PAGE_INVALID":  # a cursor no page produced
+                    return refusal(exc)
+                problem = exc  # X_NOT_IMPLEMENTED on a driver with no introspect, an unreachable database
+        rows = page.rows if page is not None else ()
+        across = bool(set(offered) & set(BULK)) and query.bulk_filter(self.page_state) is not None
+        context = {
+            "rows": [{"row": r, "url": self.url("change", r.id)} for r in rows],
+            "page": page,
+            "problem": problem,
+            "query": query,
+            "filters": sidebar(query, with_state=self.page_state is None),
+            "search_hidden": [(k, v) for k, v in query.params.items() if k not in (SEARCH, *CURSORS)],
+            "search_help_text": self.search_help_text,
+            "action_choices": list(offered.items()),
+            "can_across": across and page is not None and page.next is not None,
+            "newer_url": query.url(before=page.previous) if page is not None and page.previous else None,
+            "older_url": query.url(after=page.next) if page is not None and page.next else None,
+            "empty_text": self.empty_text,
+            "bulk_max": f"{MAX_BULK_ROWS:,}",
+            **(extra or {}),
+        }
         title = str(self.opts.verbose_name_plural).capitalize()
-        return super().changelist_view(
-            request, {"title": title, "uj_tabs": self.tabs(request), **(extra_context or {})}
-        )
-
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Job]:
-        # The list never shows the input, progress or stack: leave them in the table.
-        return super().get_queryset(request).defer(*self.deferred)
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: models.QuerySet[Job], search_term: str
-    ) -> tuple[models.QuerySet[Job], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        match = Q(idempotency_key=term)
-        bounds = id_range(term)
-        if bounds is not None:
-            match |= Q(id__gte=bounds[0], id__lte=bounds[1])
-        return queryset.filter(match), False
-
-    @admin.display(description="job", ordering="id")
-    def job(self, obj: Job) -> SafeString:
-        """The name, and under it the whole id (a UUIDv7's first characters are its creation time, shared
-        by every job enqueued in the same minute, so a shortened id would not tell them apart)."""
-        return format_html('<span class="uj-job-name">{}</span><br>{}', obj.name, id_html(obj.pk))
-
-    @admin.display(description="state", ordering="state")
-    def state_badge(self, obj: Job) -> SafeString:
-        """The state, and under it the last error's code while one is on the row."""
-        if not obj.last_code:
-            return badge_html(obj.state)
-        return format_html("{}<br>{}", badge_html(obj.state), code_html(obj.last_code))
-
-    @admin.display(description="attempts")
-    def attempts_of(self, obj: Job) -> str:
-        return f"{obj.attempts} / {obj.max_attempts}"
-
-    @admin.display(description="queue · tenant", ordering="queue")
-    def queue_tenant(self, obj: Job) -> SafeString:
-        """The queue, and under it the tenant the job runs for (when it has one)."""
-        if obj.tenant_id is None:
-            return format_html("{}", obj.queue)
-        return format_html(
-            '{}<div class="uj-sub">tenant <span class="uj-mono">{}</span></div>', obj.queue, obj.tenant_id
-        )
-
-    @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Job) -> SafeString:
-        return time_html(obj.created_at)
-
-    @admin.display(description="runs at", ordering="run_at")
-    def runs_at(self, obj: Job) -> SafeString:
-        if obj.state not in ("ready", "delayed"):
-            return EMPTY
-        return time_html(obj.run_at)
+        return self.render_page(request, "admin/ultimate_jobs/job_list.html", title, context)
 
     # -- actions -------------------------------------------------------------------------------
 
-    def response_action(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> HttpResponse | None:
-        """A 400 for an action this page does not offer this user, or a selected key that is no job id,
-        before Django filters the rows on it (a key Postgres cannot compare with a uuid would be a 500)."""
+    def take_action(self, request: HttpRequest, query: ListQuery, offered: dict[str, str]) -> HttpResponse:
+        """A POST from the list: the chosen action on the selected rows (or on every matching row). An
+        action the page does not offer, a selected key that is no job id, or more than a page of them, is
+        a 400 before any row moves."""
+        names = request.POST.getlist("action")
         try:
-            offered = self.get_actions(request)
-            for name in request.POST.getlist("action"):
-                if name and name not in offered:  # "" is the menu's blank choice: Django's "No action selected"
+            for name in names:
+                if name and name not in offered:  # "" is the menu's blank choice: "No action selected"
                     raise JobArgumentInvalidError(
                         f"this page offers no action {shown(name)}; pick one of {', '.join(offered)}",
                         {"argument": "action", "value": shown(name)},
                     )
-            for key in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
-                check_job_id(key)
+            keys = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+            if len(keys) > MAX_JOB_PAGE:
+                raise JobArgumentInvalidError(
+                    f"{len(keys)} rows selected; act on at most {MAX_JOB_PAGE} at once, or on every matching row",
+                    {"argument": helpers.ACTION_CHECKBOX_NAME, "max": MAX_JOB_PAGE},
+                )
+            ids = tuple(dict.fromkeys(check_job_id(key) for key in keys))
         except UltimateError as exc:
             return refusal(exc)
-        return super().response_action(request, queryset)
+        index = request.POST.get("index", "0")
+        chosen = names[int(index)] if index.isdigit() and int(index) < len(names) else ""
+        back = HttpResponseRedirect(request.get_full_path())
+        across = request.POST.get("select_across") == "1"
+        if not chosen:
+            messages.warning(request, "No action selected.")
+            return back
+        if not ids and not across:
+            messages.warning(request, NOTHING_SELECTED)
+            return back
+        selection = Selection(ids=ids, across=across, query=query)
+        if chosen in ("retry", "cancel", "promote"):
+            return self.act_rows(request, selection, chosen) or back
+        act: Callable[[HttpRequest, Selection], HttpResponse | None] = getattr(self, f"act_{chosen}")
+        return act(request, selection) or back
 
     def run_action(
         self,
         request: HttpRequest,
-        rows: list[Job],
+        ids: tuple[str, ...] | list[str],
         *,
         did: str,
         act: Callable[[str], JobActionResult],
         log: str,
         removed: bool = False,
+        scoped: bool = True,
     ) -> Outcome[JobActionResult]:
-        """``act`` on each row through the operator: each success logged in the admin log, each refusal
-        reported with its code; the other rows go on."""
-        by_key = {str(row.pk): row for row in rows}
-        outcome = per_row(by_key, act)
+        """``act`` on each job through the operator, each read first (``inspect_job``) for the admin log
+        and — when ``scoped`` — refused unless it is still of the page's state (a dead letter retried
+        since the page was loaded is no longer one). Each success is logged, each refusal reported with
+        its code; the other rows go on."""
+        rows: dict[str, JobRow] = {}
+
+        def one(key: str) -> JobActionResult:
+            row = operator.inspect_job(key).job
+            if scoped and self.page_state is not None and row.state != self.page_state:
+                raise JobNotFoundError(
+                    f"job {key} is {row.state}, not {self.page_state} any more; reload the page",
+                    {"job_id": key, "state": row.state},
+                )
+            rows[key] = row
+            return act(key)
+
+        outcome = per_row(ids, one)
         for key, result in outcome.done:
             state = f"; now {result.job.state}" if result.job is not None else ""
-            self.log_operation(request, by_key[key], f"{log} {OPERATED}{state}", removed=removed)
+            self.log_operation(request, self.log_object(rows[key]), f"{log} {OPERATED}{state}", removed=removed)
         report(request, outcome, did=did, noun="job", describe=str)
         return outcome
 
-    @admin.action(description="Retry selected jobs", permissions=["operate"])
-    def retry(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> None:
-        self.run_action(request, list(queryset), did="Retried", act=operator.retry_job, log="Retried")
+    def act_across(self, request: HttpRequest, selection: Selection, action: str) -> HttpResponse | None:
+        """``action`` on every row the list's filter matches: one call of the operator's bulk action
+        (``requeue_many`` …, at most ``MAX_BULK_ROWS`` rows), logged once."""
+        flt = selection.query.bulk_filter(self.page_state)
+        if flt is None or action not in BULK:
+            return refusal(
+                JobArgumentInvalidError(
+                    f"{action} acts on the selected rows only here (every matching row needs a state filter, no "
+                    "search, key or dates, and retry, promote or remove); select the rows instead",
+                    {"argument": "select_across", "action": action},
+                )
+            )
+        did, call = BULK[action]
+        described = ", ".join(f"{k}={v}" for k, v in flt.items() if v is not None)
+        try:
+            outcome = call(**flt)
+        except UltimateError as exc:
+            messages.error(request, f"{exc.code} — {exc.message}")
+            return None
+        moved = f"{outcome.affected} job{'' if outcome.affected == 1 else 's'}"
+        more = f"; {outcome.remaining} more remain: run it again" if outcome.remaining else ""
+        messages.success(request, f"{did} {moved} matching {described}{more}")
+        if outcome.affected:
+            self.log_bulk(
+                request,
+                f"{outcome.action} {described}",
+                f"{did} {moved} ({outcome.action}, {described}) {OPERATED}",
+                removed=action == "remove",
+            )
+        return None
 
-    @admin.action(description="Cancel selected jobs", permissions=["operate"])
-    def cancel(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> None:
+    def row_actions(self, request: HttpRequest) -> dict[str, tuple[str, Callable[[str], JobActionResult], str]]:
+        """Each action on one job by name: what the message says it did, the operator call, the log's verb."""
         reason = f"cancelled from the admin by {request.user.get_username()}"
-        self.run_action(
-            request, list(queryset), did="Cancelled", act=lambda k: operator.cancel_job(k, reason), log="Cancelled"
-        )
+        return {
+            "retry": ("Retried", operator.retry_job, "Retried"),
+            "cancel": ("Cancelled", lambda k: operator.cancel_job(k, reason), "Cancelled"),
+            "promote": ("Promoted", operator.promote_job, "Promoted"),
+            "remove": ("Removed", operator.remove_job, "Removed"),
+        }
 
-    @admin.action(description="Promote selected jobs (run now)", permissions=["operate"])
-    def promote(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> None:
-        self.run_action(request, list(queryset), did="Promoted", act=operator.promote_job, log="Promoted")
+    def act_rows(self, request: HttpRequest, selection: Selection, action: str) -> HttpResponse | None:
+        """Retry, cancel or promote: on each selected row, or on every matching row."""
+        if selection.across:
+            return self.act_across(request, selection, action)
+        did, act, log = self.row_actions(request)[action]
+        self.run_action(request, selection.ids, did=did, act=act, log=log)
+        return None
 
-    @admin.action(description="Remove selected jobs…", permissions=["operate"])
-    def remove(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> TemplateResponse | None:
-        rows = list(queryset)
+    def act_remove(self, request: HttpRequest, selection: Selection) -> HttpResponse | None:
         if request.POST.get("post") != "yes":
+            across = selection.query.bulk_filter(self.page_state) if selection.across else None
             return self.render_page(
                 request,
                 "admin/ultimate_jobs/remove_confirmation.html",
                 "Remove jobs?",
-                {"rows": rows, "action": "remove", "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME},
+                {
+                    "rows": [] if selection.across else [d.job for d in self.details(selection.ids)],
+                    "ids": selection.ids,
+                    "across": selection.across,
+                    "across_filter": ", ".join(f"{k}={v}" for k, v in (across or {}).items() if v is not None),
+                    "action": "remove",
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                },
             )
-        self.run_action(request, rows, did="Removed", act=operator.remove_job, log="Removed", removed=True)
+        if selection.across:
+            return self.act_across(request, selection, "remove")
+        did, act, log = self.row_actions(request)["remove"]
+        self.run_action(request, selection.ids, did=did, act=act, log=log, removed=True)
         return None
+
+    def details(self, ids: tuple[str, ...]) -> list[JobDetail]:
+        """Each job ``ids`` names that a queue still holds, read through the operator."""
+        found = []
+        for job_id in ids:
+            try:
+                found.append(operator.inspect_job(job_id))
+            except UltimateError:
+                continue  # gone since the page was loaded: the action itself reports it
+        return found
+
+    def log_object(self, row: JobRow) -> Job:
+        """An unsaved row standing for ``row`` in the admin log (its key, and ``name id (state)``)."""
+        obj: Job = self.model(pk=uuid.UUID(row.id), name=row.name, state=row.state)
+        return obj
 
     # -- the job page --------------------------------------------------------------------------
 
@@ -208,6 +281,13 @@ class JobPagesAdmin(ReadOnlyAdmin):
         info = f"{self.opts.app_label}_{self.opts.model_name}"
         act = path("<path:object_id>/act/", self.admin_site.admin_view(self.act_view), name=f"{info}_act")
         return [act, *super().get_urls()]
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Job | None:
+        """The job the history page names, read through the operator (``None`` once no queue holds it)."""
+        try:
+            return self.log_object(operator.inspect_job(object_id).job)
+        except UltimateError:
+            return None
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -224,10 +304,11 @@ class JobPagesAdmin(ReadOnlyAdmin):
             if exc.code == "X_JOB_NOT_FOUND":
                 messages.warning(request, f"No queue holds job {job_id} (removed?).")
                 return HttpResponseRedirect(self.url("changelist"))
-            raise
-        now = now_ms()
+            page = "admin/ultimate_jobs/includes/page_base.html"  # the operator's refusal, in the page's frame
+            return self.render_page(request, page, f"Job {job_id}", {"problem": exc})
         title = f"{detail.job.name} {job_id}"
-        return self.render_page(request, "admin/ultimate_jobs/job_detail.html", title, job_page(detail, now, self))
+        context = job_page(detail, now_ms(), self.url)
+        return self.render_page(request, "admin/ultimate_jobs/job_detail.html", title, context)
 
     def check_key(self, object_id: str) -> str:
         """A job page's object id is a job id (``X_JOB_ID_INVALID`` otherwise), in its canonical text."""
@@ -242,13 +323,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
         if not self.has_operate_permission(request):
             raise PermissionDenied
         action = request.POST.get("action", "")
-        reason = f"cancelled from the admin by {request.user.get_username()}"
-        choices: dict[str, tuple[str, Callable[[str], JobActionResult], str]] = {
-            "retry": ("Retried", operator.retry_job, "Retried"),
-            "cancel": ("Cancelled", lambda k: operator.cancel_job(k, reason), "Cancelled"),
-            "promote": ("Promoted", operator.promote_job, "Promoted"),
-            "remove": ("Removed", operator.remove_job, "Removed"),
-        }
+        choices = self.row_actions(request)
         try:
             job_id = self.check_key(object_id)
             if action == "retry_from_step":
@@ -263,115 +338,43 @@ class JobPagesAdmin(ReadOnlyAdmin):
                 )
         except UltimateError as exc:
             return refusal(exc)
-        try:
-            current = operator.inspect_job(job_id).job
-            row = self.model(pk=uuid.UUID(job_id), name=current.name, state=current.state)
-        except UltimateError:
-            row = self.model(pk=uuid.UUID(job_id), name="?", state="?")
-        outcome = self.run_action(request, [row], did=did, act=act, log=log, removed=action == "remove")
-        if action == "remove" and outcome.done:
+        removed = action == "remove"
+        outcome = self.run_action(request, [job_id], did=did, act=act, log=log, removed=removed, scoped=False)
+        if removed and outcome.done:
             return HttpResponseRedirect(self.url("changelist"))
         return HttpResponseRedirect(self.url("change", job_id))
 
 
-def job_page(detail: JobDetail, now: int, model_admin: JobPagesAdmin) -> dict[str, Any]:
-    """The job page's context: the row, a timeline of its steps (bars placed on the run's span), the
-    error, progress and attempts, and which actions apply to its state."""
-    job = detail.job
-    steps = list(detail.steps)
-    span_start = min((s.started_at_ms for s in steps), default=job.created_at_ms)
-    ends = [s.finished_at_ms or s.wake_at_ms or now for s in steps]
-    span_end = max([*ends, span_start + 1])
-    span = span_end - span_start
-    timeline = []
-    for step, end in zip(steps, ends, strict=True):
-        left = (step.started_at_ms - span_start) * 100 / span
-        width = max((end - step.started_at_ms) * 100 / span, 0.6)
-        timeline.append(
-            {
-                "step": step,
-                "left": f"{left:.2f}",
-                "width": f"{min(width, 100 - left):.2f}",
-                "offset_ms": step.started_at_ms - span_start,
-                "output": pretty_json(step.output) if step.output is not None else None,
-                "meta": pretty_json(dict(step.meta)) if step.meta else None,
-            }
-        )
-    progress = job.progress
-    percent = None
-    if progress is not None and progress.total:
-        percent = max(0.0, min(100.0, progress.done * 100 / progress.total))
-    try:
-        json_url: str | None = reverse("ultimate_jobs:job", args=[job.id])
-    except NoReverseMatch:
-        json_url = None
-    return {
-        "job": job,
-        "detail": detail,
-        "timeline": timeline,
-        "span_ms": span,
-        "error": detail.error,
-        "progress": progress,
-        "percent": f"{percent:.1f}" if percent is not None else None,
-        "input_json": pretty_json(job.input),
-        "finished": job.state in FINISHED_STATES,
-        "failed_here": job.state in ("dead", "failed") and detail.error is not None,
-        "can_retry": job.state in FINISHED_STATES,
-        "can_cancel": job.state in LIVE_STATES,
-        "can_promote": job.state in ("delayed", "ready") and job.run_at_ms > now,
-        "can_remove": job.state != "running",
-        "act_url": model_admin.url("act", job.id),
-        "history_url": model_admin.url("history", job.id),
-        "changelist_url": model_admin.url("changelist"),
-        "json_url": json_url,
-    }
-
-
 @admin.register(Job)
 class JobAdmin(JobPagesAdmin):
-    """Every job, newest first: filter by state, queue, job and tenant; search an id prefix or an
-    idempotency key; retry, cancel, promote or remove the selection."""
+    """Every job, newest first: filter by state, queue, job, tenant, key and creation date; search an id
+    prefix or an idempotency key; retry, cancel, promote or remove the selection — or every matching
+    row."""
 
-    list_display = ("job", "queue_tenant", "state_badge", "attempts_of", "created", "runs_at")
-    list_display_links = ("job",)
-    list_filter = ("state", QueueFilter, JobNameFilter, TenantFilter)
-    actions = ["retry", "cancel", "promote", "remove"]
+    job_actions = {
+        "retry": "Retry selected jobs",
+        "cancel": "Cancel selected jobs",
+        "promote": "Promote selected jobs (run now)",
+        "remove": "Remove selected jobs…",
+    }
 
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(JobPagesAdmin):
     """The dead-letter queue: why each job died, and retry — whole, or from a step — or remove."""
 
-    list_display = ("job", "queue_tenant", "error_head", "died")
-    list_display_links = ("job",)
-    list_filter = (QueueFilter, JobNameFilter, TenantFilter)
-    actions = ["retry", "retry_from_step", "remove"]
-    deferred = ("progress", "last_error")  # the input stays: it names the secrets to scrub
+    page_state = "dead"
+    job_actions = {
+        "retry": "Retry selected jobs",
+        "retry_from_step": "Retry selected jobs from a step…",
+        "remove": "Remove selected jobs…",
+    }
+    empty_text = "No dead letters: no job has run out of attempts."
 
-    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Job]:
-        return super().get_queryset(request).annotate(error_head=Left("last_error", 240))
-
-    @admin.display(description="why it died")
-    def error_head(self, obj: Job) -> SafeString:
-        """The code (when the error had one) and the error's first line, scrubbed of the values of the
-        job's secret input fields as every operator surface is (:mod:`ultimate_jobs.redaction`)."""
-        head = scrubbed(obj, (getattr(obj, "error_head", None) or "").split("\n", 1)[0])
-        if not head and not obj.last_code:
-            return EMPTY
-        code = format_html("{}<br>", code_html(obj.last_code)) if obj.last_code else ""
-        return format_html('{}<span class="uj-error-head" title="{}">{}</span>', code, head, head)
-
-    @admin.display(description="died", ordering="finished_at")
-    def died(self, obj: Job) -> SafeString:
-        """When, and after how many of its attempts (fewer than all: a terminal error)."""
-        return format_html(
-            '{}<div class="uj-sub">attempt {} of {}</div>', time_html(obj.finished_at), obj.attempts, obj.max_attempts
-        )
-
-    @admin.action(description="Retry selected jobs from a step…", permissions=["operate"])
-    def retry_from_step(self, request: HttpRequest, queryset: models.QuerySet[Job]) -> HttpResponse | None:
-        rows = list(queryset[: MAX_STEP_PICK + 1])
-        if len(rows) > MAX_STEP_PICK:
+    def act_retry_from_step(self, request: HttpRequest, selection: Selection) -> HttpResponse | None:
+        if selection.across:
+            return self.act_across(request, selection, "retry_from_step")
+        if len(selection.ids) > MAX_STEP_PICK:
             messages.error(request, f"Pick at most {MAX_STEP_PICK} jobs to retry from a step.")
             return None
         step = request.POST.get("step", "").strip()
@@ -382,7 +385,7 @@ class DeadLetterAdmin(JobPagesAdmin):
                 return refusal(exc)
             self.run_action(
                 request,
-                rows,
+                selection.ids,
                 did=f"Retried from step “{step}”",
                 act=lambda k: operator.retry_from_step(k, step),
                 log=f"Retried from step {step!r}",
@@ -392,28 +395,9 @@ class DeadLetterAdmin(JobPagesAdmin):
             request,
             "admin/ultimate_jobs/retry_from_step.html",
             "Retry from a step",
-            {**step_choices(rows), "action": "retry_from_step", "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME},
+            {
+                **step_choices(self.details(selection.ids)),
+                "action": "retry_from_step",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            },
         )
-
-
-def scrubbed(obj: Job, text: str) -> str:
-    """``text`` without the clear values of ``obj``'s sealed secret input fields."""
-    if not text:
-        return text
-    return str(scrub(text, secret_values(obj.input)))
-
-
-def step_choices(rows: list[Job]) -> dict[str, Any]:
-    """Each selected job with its steps (read through the operator), and every step name among them in
-    the order the runs started them — the choices of the retry-from-step form."""
-    order: dict[str, int] = {}
-    picked = []
-    for row in rows:
-        try:
-            steps = operator.inspect_job(str(row.pk)).steps
-        except UltimateError:
-            steps = ()
-        for step in steps:
-            order[step.name] = min(order.get(step.name, step.seq), step.seq)
-        picked.append({"row": row, "steps": [s.name for s in steps]})
-    return {"picked": picked, "step_names": sorted(order, key=lambda n: (order[n], n))}

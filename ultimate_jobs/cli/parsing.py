@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import re
-from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ..drivers.base import JOB_STATES, MAX_INSTANT_MS, MAX_JOB_PAGE, MIN_INSTANT_MS
+from ..drivers.base import JOB_STATES, MAX_JOB_PAGE
 from ..errors import UltimateError
 from ..operator import MANIFEST_FILE
-from ..operator.arguments import shown
+from ..operator.arguments import check_instant
 from ..operator.queues import stats_window_ms
 
 EXIT_OK = 0
@@ -32,35 +30,14 @@ class UsageParser(CommandParser):
         raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
 
 
-_EPOCH_MS = re.compile(r"-?[0-9]+")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def instant_ms(value: str) -> int:
     """An instant for ``--created-from/--created-to``: epoch ms, an ISO date (midnight UTC) or an ISO
     datetime (UTC unless it names an offset), between 0001-01-01 and 9999-12-31 — anything else is a
-    usage error, never a query."""
-    text = value.strip()
+    usage error, never a query (:func:`~ultimate_jobs.operator.arguments.check_instant`)."""
     try:
-        if _EPOCH_MS.fullmatch(text):
-            ms = int(text)
-        else:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text else None
-            if parsed is None:
-                day = date.fromisoformat(text)
-                parsed = datetime(day.year, day.month, day.day)
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            ms = (parsed - _EPOCH) // timedelta(milliseconds=1)
-    except (ValueError, OverflowError):  # not an instant, or an int of more digits than Python reads
-        raise argparse.ArgumentTypeError(
-            f"{shown(value)} is not an instant; write 2026-01-31, 2026-01-31T09:30:00Z or epoch milliseconds"
-        ) from None
-    if not MIN_INSTANT_MS <= ms <= MAX_INSTANT_MS:
-        raise argparse.ArgumentTypeError(
-            f"{shown(value)} is outside 0001-01-01..9999-12-31 (epoch ms {MIN_INSTANT_MS}..{MAX_INSTANT_MS})"
-        )
-    return ms
+        return check_instant(value)
+    except UltimateError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def duration(value: str) -> str:

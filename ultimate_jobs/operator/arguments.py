@@ -12,9 +12,17 @@ JobArgumentInvalidError: X_JOB_ARGUMENT_INVALID: the queue name is blank; …
 from __future__ import annotations
 
 import re
+from datetime import UTC, date, datetime, timedelta
 
-from ..drivers.base import MAX_FILTER_CHARS, filter_text_problem
-from ..errors import JobArgumentInvalidError, JobIdInvalidError
+from ..drivers.base import (
+    JOB_STATES,
+    MAX_FILTER_CHARS,
+    MAX_INSTANT_MS,
+    MIN_INSTANT_MS,
+    JobState,
+    filter_text_problem,
+)
+from ..errors import JobArgumentInvalidError, JobIdInvalidError, JobPageInvalidError
 
 SHOWN_CHARS = 40
 """How much of a refused value a message quotes: enough to recognise it, never a megabyte echoed back."""
@@ -84,3 +92,50 @@ def check_reason(value: object) -> str | None:
 def _text_problem(value: object) -> str | None:
     """Why ``value`` is no text a row can hold (:func:`filter_text_problem`, or not text at all)."""
     return filter_text_problem(value) if isinstance(value, str) else f"is {shown(value)}, not text"
+
+
+def check_state(value: object) -> JobState:
+    """``value`` when it is one of the eight job states, else ``X_JOB_PAGE_INVALID`` (a list filter)."""
+    for state in JOB_STATES:
+        if value == state:
+            return state
+    raise JobPageInvalidError(
+        f"state {shown(value)} is not a job state; one of {', '.join(JOB_STATES)}", {"filter": "state"}
+    )
+
+
+_EPOCH_MS = re.compile(r"-?[0-9]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def check_instant(value: str, *, what: str = "instant") -> int:
+    """Epoch milliseconds from text — epoch ms, an ISO date (midnight UTC) or an ISO datetime (UTC unless
+    it names an offset) between 0001-01-01 and 9999-12-31 — or ``X_JOB_PAGE_INVALID`` naming ``what``
+    (the filter it was given for). What ``jobs list --created-from`` and the list views take.
+
+    >>> check_instant("2026-01-31")
+    1769817600000
+    """
+    text = value.strip()
+    try:
+        if _EPOCH_MS.fullmatch(text):
+            ms = int(text)
+        else:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text else None
+            if parsed is None:
+                day = date.fromisoformat(text)
+                parsed = datetime(day.year, day.month, day.day)
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            ms = (parsed - _EPOCH) // timedelta(milliseconds=1)
+    except (ValueError, OverflowError):  # not an instant, or an int of more digits than Python reads
+        raise JobPageInvalidError(
+            f"{shown(value)} is not an instant; write 2026-01-31, 2026-01-31T09:30:00Z or epoch milliseconds",
+            {"filter": what},
+        ) from None
+    if not MIN_INSTANT_MS <= ms <= MAX_INSTANT_MS:
+        raise JobPageInvalidError(
+            f"{shown(value)} is outside 0001-01-01..9999-12-31 (epoch ms {MIN_INSTANT_MS}..{MAX_INSTANT_MS})",
+            {"filter": what},
+        )
+    return ms
