@@ -116,7 +116,18 @@ def every_admin_page(client: Client, dead: list[str]) -> dict[str, str]:
 
 
 def every_json_view(client: Client, dead: list[str]) -> dict[str, str]:
-    urls = ["/jobs/dead-letters", "/jobs/queues", *(f"/jobs/job/{job_id}" for job_id in dead)]
+    urls = [
+        "/jobs/list",
+        "/jobs/list?state=dead",
+        "/jobs/dead-letters",
+        "/jobs/queues",
+        "/jobs/workers",
+        "/jobs/tasks",
+        "/jobs/stats",
+        "/jobs/manifest",
+        "/jobs/outbox",
+        *(f"/jobs/job/{job_id}" for job_id in dead),
+    ]
     views = {}
     for url in urls:
         response = client.get(url)
