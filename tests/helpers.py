@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from ultimate_jobs.drivers.base import QueueStats
+
 T = TypeVar("T")
 
 _UNSET = object()
@@ -39,3 +41,15 @@ def eventually(fn: Callable[[], T], timeout: float = 5.0, interval: float = 0.01
     if last_error is not None:
         raise AssertionError(f"condition not met within {timeout}s: {last_error}") from last_error
     raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+
+
+class BareDriver:
+    """A hand-rolled driver with the queue protocol's reads and no operator surface (``introspect`` is
+    ``None``): what the operator answers ``X_NOT_IMPLEMENTED`` on. Its stats hold one queue, ``default``,
+    with two ready rows."""
+
+    name = "bare"
+    introspect = None
+
+    def stats(self) -> list[QueueStats]:
+        return [QueueStats(queue="default", ready=2)]

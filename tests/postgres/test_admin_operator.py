@@ -21,9 +21,9 @@ from django.urls import reverse
 
 from tests.admin_scenario import Scenario, build_scenario
 from tests.conftest import AnyJobsEnv
+from tests.helpers import BareDriver
 from ultimate_jobs import JobRun, job, operator
 from ultimate_jobs.conf import set_job_driver
-from ultimate_jobs.drivers.base import QueueStats
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -181,16 +181,6 @@ def test_the_job_page_and_its_history_read_through_the_operator(any_jobs: AnyJob
     history = client.get(reverse("admin:ultimate_jobs_job_history", args=[shop.dead_id]))
     assert history.status_code == 200
     assert "Retried through ultimate_jobs.operator; now ready" in history.content.decode()
-
-
-class BareDriver:
-    """A driver with the queue protocol's reads and no operator surface."""
-
-    name = "bare"
-    introspect = None
-
-    def stats(self) -> list[QueueStats]:
-        return [QueueStats(queue="default", ready=2)]
 
 
 def test_a_driver_without_introspection_shows_not_implemented_on_the_page(any_jobs: AnyJobsEnv, client: Client) -> None:

@@ -17,9 +17,9 @@ from django.test import Client
 
 from tests.admin_scenario import CARD_TOKEN, Scenario, build_scenario, postgres_env
 from tests.conftest import Env
+from tests.helpers import BareDriver
 from ultimate_jobs import operator
 from ultimate_jobs.conf import set_job_driver
-from ultimate_jobs.drivers.base import QueueStats
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -216,16 +216,6 @@ def test_both_cursors_at_once_are_refused(shop: Scenario) -> None:
     page = client.get("/jobs/list", {"limit": "2"}).json()
     response = client.get("/jobs/list", {"after": page["next"], "before": page["next"]})
     assert response.status_code == 400 and response.json()["error"]["code"] == "X_JOB_PAGE_INVALID"
-
-
-class BareDriver:
-    """A driver with the queue protocol's reads and no operator surface."""
-
-    name = "bare"
-    introspect = None
-
-    def stats(self) -> list[QueueStats]:
-        return [QueueStats(queue="default", ready=2)]
 
 
 def test_a_driver_without_introspection_is_501_where_a_read_needs_it(shop: Scenario) -> None:
