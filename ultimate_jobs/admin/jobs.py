@@ -239,8 +239,10 @@ class JobPagesAdmin(ReadOnlyAdmin):
         return None
 
     def act_remove(self, request: HttpRequest, selection: Selection) -> HttpResponse | None:
+        across = selection.query.bulk_filter(self.page_state) if selection.across else None
+        if selection.across and across is None:  # refused before a confirmation asks about it
+            return self.act_across(request, selection, "remove")
         if request.POST.get("post") != "yes":
-            across = selection.query.bulk_filter(self.page_state) if selection.across else None
             return self.render_page(
                 request,
                 "admin/ultimate_jobs/remove_confirmation.html",
