@@ -106,5 +106,6 @@ def retry_table() -> Iterator[None]:
     try:
         yield
     finally:
+        # private, and the only way: the public API only adds classifications, and this undoes a test's
         errors._RETRY.clear()
         errors._RETRY.update(saved)

@@ -72,6 +72,7 @@ def shoot(page: Page, name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_an_operator_retries_a_dead_letter_and_it_runs(
     live_server: object, pg: Env[PostgresDriver], page: Page
 ) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 
 from demo_project.shop.models import Order
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.postgres
+
+ORDER_COLUMNS = ("org_id", "number", "status", "charges", "emailed")
 
 JOB_COLUMNS = ("job", "id", "state", "attempts", "outcomes", "note")
 
@@ -35,22 +39,49 @@ def job_rows(output: str) -> dict[str, dict[str, str]]:
     return {row["job"]: row for row in table_rows(output)}
 
 
-@pytest.fixture
-def output() -> str:
+def shop_orders() -> list[tuple[Any, ...]]:
+    return sorted(Order.objects.values_list(*ORDER_COLUMNS))
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What one ``shop_demo`` run printed and the orders it left behind."""
+
+    output: str
+    orders: list[tuple[Any, ...]]
+
+    def order(self, org_id: str, number: str) -> dict[str, Any]:
+        (found,) = [o for o in self.orders if o[:2] == (org_id, number)]
+        return dict(zip(ORDER_COLUMNS, found, strict=True))
+
+
+@pytest.fixture(scope="session")
+def demo(django_db_setup: None, django_db_blocker: Any) -> DemoRun:
+    """ONE ``shop_demo`` run for the whole test session (it takes seconds): the tests below read what it
+    printed and the orders it left, read before the tables are flushed again — as a transactional test's
+    teardown would, so the demo's rows reach no other test."""
     out = StringIO()
-    call_command("shop_demo", stdout=out)
-    return out.getvalue()
+    with django_db_blocker.unblock():
+        call_command("shop_demo", stdout=out)
+        orders = shop_orders()
+        call_command("flush", verbosity=0, interactive=False)
+    return DemoRun(out.getvalue(), orders)
 
 
-def test_fulfil_order_charges_once_replays_and_sleeps(output: str) -> None:
-    row = job_rows(output)["fulfil_order"]
+@pytest.fixture
+def output(demo: DemoRun) -> str:
+    return demo.output
+
+
+def test_fulfil_order_charges_once_replays_and_sleeps(demo: DemoRun) -> None:
+    row = job_rows(demo.output)["fulfil_order"]
     assert row["state"] == "done"
     assert row["attempts"] == "2 of 3"
     assert row["outcomes"] == "retried → suspended → completed"
     assert "charges=1" in row["note"]
     assert "slept 3d" in row["note"]
-    order = Order.objects.get(org_id="org-acme", number="1001")
-    assert (order.charges, order.emailed, order.status) == (1, 2, Order.Status.FULFILLED)
+    order = demo.order("org-acme", "1001")
+    assert (order["charges"], order["emailed"], order["status"]) == (1, 2, Order.Status.FULFILLED)
 
 
 def test_retried_job_succeeds(output: str) -> None:
@@ -78,10 +109,11 @@ def test_cross_tenant_report_counts_every_org(output: str) -> None:
     assert "3 orders across 2 orgs" in row["note"]
 
 
-def test_a_second_run_starts_from_a_clean_shop(output: str) -> None:
-    after_first = sorted(Order.objects.values_list("org_id", "number", "status", "charges", "emailed"))
+@pytest.mark.django_db(transaction=True)  # this one runs the demo again, on committed rows
+def test_a_second_run_starts_from_a_clean_shop(demo: DemoRun) -> None:
+    call_command("shop_demo", stdout=StringIO())  # the session's run left its rows: the demo clears its own
     call_command("shop_demo", stdout=StringIO())
-    assert sorted(Order.objects.values_list("org_id", "number", "status", "charges", "emailed")) == after_first
+    assert shop_orders() == demo.orders
     assert Order.objects.get(org_id="org-acme", number="1001").charges == 1
 
 

@@ -166,6 +166,7 @@ def test_a_rolled_back_enqueue_never_runs_and_a_committed_one_runs_once(children
         assert "ERROR" not in child.stderr, child.describe()
 
 
+@pytest.mark.slow
 def test_a_relay_sigkilled_before_publishing_is_replaced_and_the_job_runs_once(
     children: Start, staging: Staging
 ) -> None:
@@ -193,6 +194,7 @@ def test_a_relay_sigkilled_before_publishing_is_replaced_and_the_job_runs_once(
     assert "ERROR" not in b.stderr, b.describe()
 
 
+@pytest.mark.slow
 def test_a_relay_sigkilled_between_publish_and_mark_republishes_into_the_finished_job(
     children: Start, staging: Staging
 ) -> None:
@@ -213,6 +215,7 @@ def test_a_relay_sigkilled_between_publish_and_mark_republishes_into_the_finishe
     assert "ERROR" not in b.stderr, b.describe()
 
 
+@pytest.mark.slow
 def test_two_relays_over_a_thousand_staged_rows_publish_every_job_exactly_once(
     children: Start, staging: Staging
 ) -> None:

@@ -272,6 +272,7 @@ def marked_at(job_id: str, kind: str) -> Any:
     return query("SELECT at FROM e2e_effects WHERE job_key = %s", [f"{kind}:{job_id}"])[0][0]
 
 
+@pytest.mark.slow
 def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(spawn: Spawn, pg: PgJobs) -> None:
     job_id = pg.jobs.hold_retry.enqueue({"key": "sigkill-retry"}).id
     (a,) = start_workers(spawn, "A", vt="2s")
@@ -290,6 +291,7 @@ def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(
     assert marked_at(job_id, "again") >= lease_until, "B re-claimed the row before A's lease lapsed"
 
 
+@pytest.mark.slow
 def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn, pg: PgJobs) -> None:
     job_id = pg.jobs.hold_once.enqueue({"key": "sigkill-once"}).id
     (a,) = start_workers(spawn, "A", vt="2s")
@@ -308,6 +310,7 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn
     assert counted == [(1,)]
 
 
+@pytest.mark.slow
 def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_once(spawn: Spawn, pg: PgJobs) -> None:
     (a,) = start_workers(spawn, "A")  # the default 30 s visibility timeout: a lapse would take that long
     job_id = pg.jobs.hold_retry.enqueue({"key": "sigterm"}).id
@@ -329,6 +332,7 @@ def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_onc
     assert markers(job_id) == [("running", a.pid, 1), ("again", b.pid, 1)], b.describe()
 
 
+@pytest.mark.slow
 def test_four_workers_complete_five_thousand_jobs_exactly_once(spawn: Spawn, pg: PgJobs) -> None:
     requests = [pg.jobs.record_effect.build_request({"key": f"bulk-{i:05d}"}) for i in range(BULK_JOBS)]
     for start in range(0, BULK_JOBS, BULK_BATCH):
@@ -356,6 +360,7 @@ def test_four_workers_complete_five_thousand_jobs_exactly_once(spawn: Spawn, pg:
         assert "ERROR" not in worker.stderr, worker.describe()
 
 
+@pytest.mark.slow
 def test_two_processes_enqueueing_one_key_at_once_make_one_live_row(spawn: Spawn, pg: PgJobs) -> None:
     racers = [spawn(name, "-m", "tests.e2e.pg_enqueue", str(RACE_LOCK)) for name in ("R1", "R2")]
     for racer in racers:

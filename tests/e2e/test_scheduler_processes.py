@@ -99,6 +99,7 @@ def assert_every_second_once(rows: list[tuple[int, int, datetime]]) -> None:
     assert occurrences == list(range(occurrences[0], occurrences[-1] + 1000, 1000)), "an occurrence is missing"
 
 
+@pytest.mark.slow
 def test_a_sigkilled_leaders_standby_takes_over_after_the_ttl_and_fires_what_it_missed_once(spawn: Any) -> None:
     a, b = start_schedulers(spawn, "A", "B")
     holder = eventually(lambda: (lease() or ("",))[0], timeout=START_S, interval=POLL_S)
@@ -138,6 +139,7 @@ def test_a_sigkilled_leaders_standby_takes_over_after_the_ttl_and_fires_what_it_
         assert "ERROR" not in child.stderr, child.describe()
 
 
+@pytest.mark.slow
 def test_two_schedulers_fire_every_occurrence_exactly_once_and_a_drained_leader_hands_over_at_once(
     spawn: Any,
 ) -> None:

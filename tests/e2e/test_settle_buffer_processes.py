@@ -159,6 +159,7 @@ def test_a_sigterm_drain_flushes_every_buffered_settle_before_the_process_exits(
     assert "ERROR" not in worker.stderr, worker.describe()
 
 
+@pytest.mark.slow
 def test_a_sigkill_loses_no_landed_settle_and_the_buffered_ones_run_again(slow_worker: SlowWorker, pg: PgJobs) -> None:
     enqueue(pg, "kill", KILL_JOBS)
     a = slow_worker("A", ack_delay_ms=3_000, vt="2s")  # each flush outlasts the lease of what it settles

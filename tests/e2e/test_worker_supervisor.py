@@ -148,6 +148,7 @@ def stop(supervisor: Child) -> float:
     return elapsed
 
 
+@pytest.mark.slow
 def test_two_processes_share_a_backlog_and_each_job_runs_once(fleet: Fleet) -> None:
     supervisor = fleet.start("--processes", "2", concurrency=4)
     pids = serving(supervisor, 2)
@@ -163,6 +164,7 @@ def test_two_processes_share_a_backlog_and_each_job_runs_once(fleet: Fleet) -> N
     assert "ERROR" not in supervisor.stderr, supervisor.describe()
 
 
+@pytest.mark.slow
 def test_a_sigkilled_child_is_replaced_and_the_backlog_still_drains(fleet: Fleet) -> None:
     supervisor = fleet.start("--processes", "2", concurrency=2, vt="2s")
     first = serving(supervisor, 2)
@@ -191,6 +193,7 @@ def test_a_sigkilled_child_is_replaced_and_the_backlog_still_drains(fleet: Fleet
     stop(supervisor)
 
 
+@pytest.mark.slow
 def test_max_jobs_recycles_the_child_and_no_job_is_lost_or_run_twice(fleet: Fleet) -> None:
     supervisor = fleet.start("--processes", "1", "--max-jobs", "5", concurrency=2)
     seen: list[int] = []
@@ -213,6 +216,7 @@ def test_max_jobs_recycles_the_child_and_no_job_is_lost_or_run_twice(fleet: Flee
     assert "ERROR" not in supervisor.stderr, supervisor.describe()
 
 
+@pytest.mark.slow
 def test_sigterm_drains_every_child_and_the_supervisor_exits_zero_inside_the_bound(fleet: Fleet) -> None:
     supervisor = fleet.start("--processes", "2", concurrency=1)
     pids = serving(supervisor, 2)

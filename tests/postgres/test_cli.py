@@ -474,6 +474,7 @@ def test_a_driver_without_introspect(pg: Env[PostgresDriver]) -> None:
 # -- the command line itself -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_process_exit_codes(pg: Env[PostgresDriver], jobs_declared: dict[str, JobHandle[Any, Any]]) -> None:
     dead = dead_job(pg, jobs_declared["steps"])
     env = {

@@ -168,6 +168,7 @@ PROCESSES = [
 ]
 
 
+@pytest.mark.slow
 def test_the_real_manage_py_exits_with_the_status_and_no_traceback(pg: Env[PostgresDriver], tmp_path: Path) -> None:
     env = {
         **os.environ,

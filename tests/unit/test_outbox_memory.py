@@ -532,7 +532,20 @@ def test_a_pass_that_throws_is_logged_and_the_loop_re_arms(outbox: Outbox, caplo
     assert relay.state == "stopped"
 
 
-def test_a_stage_wakes_the_relay_without_waiting_for_the_poll(outbox: Outbox) -> None:
+def test_a_stage_wakes_the_relay_without_waiting_for_the_poll(outbox: Outbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    unsubscribed: list[bool] = []
+    subscribe = outbox.store.subscribe
+
+    def subscribe_and_note_the_unsubscribe(listener: Any) -> Callable[[], None]:
+        unsubscribe = subscribe(listener)
+
+        def noted() -> None:
+            unsubscribed.append(True)
+            unsubscribe()
+
+        return noted
+
+    monkeypatch.setattr(outbox.store, "subscribe", subscribe_and_note_the_unsubscribe)
     relay = outbox.relay(interval="1s", idle_poll_max="60s")
     relay.start()
     try:
@@ -541,7 +554,7 @@ def test_a_stage_wakes_the_relay_without_waiting_for_the_poll(outbox: Outbox) ->
         eventually(lambda: staged.id in outbox.env.driver.rows, timeout=WAIT)
     finally:
         relay.stop()
-    assert outbox.store._listeners == []  # stop() unsubscribed
+    assert unsubscribed == [True]  # stop() unsubscribed
 
 
 class ScriptedWake(threading.Event):
@@ -565,6 +578,8 @@ def test_an_idle_relay_backs_off_doubling_to_the_ceiling_and_a_wake_resets_it(ou
     outbox.staged("o-1")
     relay = outbox.relay(interval="200ms")
     wake = ScriptedWake(relay, passes=9, woken=frozenset({5}))
+    # Private, and the only way: the loop's waits are real Event waits, so reading their lengths without
+    # sleeping through them means scripting the loop's own event and running the loop on this thread.
     relay._wake = wake
     relay._loop()  # on this thread, until the scripted wake stops it
     # busy (the staged row), then idle doubling to 2 s; woken during the 6th wait: pass now, floor again
@@ -576,7 +591,7 @@ def test_a_full_batch_passes_again_at_once(outbox: Outbox) -> None:
     outbox.staged("o-1", "o-2", "o-3")
     relay = outbox.relay(interval="200ms", batch_size=1)
     wake = ScriptedWake(relay, passes=1)
-    relay._wake = wake
+    relay._wake = wake  # private, as above: the waits are read off the loop's own event
     relay._loop()
     assert relay.stats.passes == 4 and relay.stats.published == 3  # three full batches, no wait between
     assert wake.waits == [400]  # the fourth pass found nothing: idle
@@ -649,6 +664,8 @@ def test_a_later_deadline_bounds_a_stop_already_waiting_and_the_earliest_wins(
     later.start()
     sooner = threading.Thread(target=lambda: answers.append(relay.stop(now + 1_000)))
     sooner.start()
+    # Private, and the only way to know both stops have bound their deadline before the clock moves: a
+    # bound stop has nothing public to show until the deadline passes, which is what this test is about.
     eventually(lambda: relay._deadline_at == now + 1_000, timeout=WAIT)  # the earliest deadline is bound
     assert answers == []
     with caplog.at_level(logging.ERROR, logger="ultimate_jobs"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -139,13 +140,22 @@ def test_bad_construction_is_refused() -> None:
         unreachable_wake(redial_min_ms=500, redial_max_ms=100)
 
 
-def test_the_session_conninfo_keeps_the_callers_keepalives_and_adds_the_rest() -> None:
+def test_the_session_conninfo_keeps_the_callers_keepalives_and_adds_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    dialled: list[str] = []
+
+    def refuse(conninfo: str, **_: Any) -> None:
+        dialled.append(conninfo)
+        raise psycopg.OperationalError("no server here")
+
+    monkeypatch.setattr("ultimate_jobs.drivers.postgres.wake.psycopg.connect", refuse)
     wake = QueueWake(
         conninfo="postgresql://app@db.internal:6432/shop?keepalives_idle=5",
         probe=lambda p: None,
         on_wake=lambda q: None,
     )
-    params = conninfo_to_dict(wake._conninfo)
+    assert wake.run_once() > 0  # one dial, refused: back off
+    (conninfo,) = dialled
+    params = conninfo_to_dict(conninfo)
     assert (params["host"], params["port"], params["dbname"], params["user"]) == ("db.internal", "6432", "shop", "app")
     assert params["keepalives_idle"] == "5"
     assert (params["keepalives"], params["application_name"]) == ("1", "ultimate_jobs.wake")

@@ -625,6 +625,7 @@ def test_limiter_state_stays_as_small_as_the_work(jobs: AnyJobsEnv) -> None:
     for n in range(3_000):
         assert limiter.admit(queue=QUEUE, tenant_id=f"org-{n}")
         limiter.release(queue=QUEUE, tenant_id=f"org-{n}")
+    # Private, and the only way: what is asserted is the memory the limiter keeps, which nothing public shows.
     assert limiter._tenant == {} and limiter._queue == {}
     assert len(limiter._starts) == 3_000  # every window still live: all kept
 
@@ -797,6 +798,8 @@ def test_a_handed_back_row_gets_a_pass_when_due_and_the_timer_is_forgotten(
     assert worker.run_once() == 3
     assert worker.wait_idle(WAIT)
     assert [e.outcome for e in worker.executions] == ["retried"] * 3
+    # Private, and the only way with run_once() driving passes: the armed timers and the kick they set
+    # are read where the loop would consume them (the loop itself waits on a real Event).
     assert len(worker._handbacks) == 3  # one kick armed per row coming due inside a minute
     worker._wake.clear()
 
@@ -952,6 +955,8 @@ def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: AnyJobsEnv, probe: 
     finally:
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
     assert worker.state == "stopped"
+    # private, and the only way: the loop's thread has no public handle, and the drain's answer is about the
+    # jobs in flight, not the thread
     assert worker._loop_thread is not None and not worker._loop_thread.is_alive()
 
 
@@ -1142,7 +1147,8 @@ def test_a_queue_whose_attempts_average_50ms_claims_only_its_free_slots(
     assert worker.wait_idle(WAIT)
     assert row(jobs, slow_id).state == "done"
     eventually(lambda: worker.stats.completed == 1, timeout=WAIT)
-    # the average moves just after the completion is counted, on the thread that finished the flight
+    # the average moves just after the completion is counted, on the thread that finished the flight;
+    # private, and the only way to wait for it: the next claim is what shows it, and that is the assertion
     eventually(lambda: worker._avg_ms[QUEUE] == body_ms / 20, timeout=WAIT)
     assert worker.executions[0].duration_ms == body_ms
 
