@@ -1,7 +1,8 @@
 """The tables, one model each, ``db_table`` set to the spec's names. Migrations are the one schema
 truth; the Postgres driver reads and writes them through its ``SQL_*`` constants
-(``ultimate_jobs.drivers.postgres.sql``, ``sql_operator``, ``sql_scheduler``), and the admin reads them
-through these models. Nothing else may write these tables behind the driver's back."""
+(``ultimate_jobs.drivers.postgres.sql``, ``sql_operator``, ``sql_scheduler``); the admin reads and acts
+through ``ultimate_jobs.operator``, the models giving its pages their place and permissions. Nothing
+else may write these tables behind the driver's back."""
 
 from __future__ import annotations
 
