@@ -427,7 +427,7 @@ def test_run_refuses_a_leader_or_state_that_dies_with_the_process_against_postgr
         sched.run(install_signals=False)
     assert caught.value.code == "X_INVARIANT"
     assert "leave leader= and state= to job_scheduler()" in caught.value.message
-    assert sched.phase == "idle"  # refused before it started
+    assert sched.state == "idle"  # refused before it started
     in_memory = MemoryDriver(clock=pg.clock).scheduler_state
     half = job_scheduler(driver=pg.driver, tasks=[], state=in_memory)
     with pytest.raises(InvariantError):
@@ -448,6 +448,6 @@ def test_the_command_refuses_an_in_memory_leader_against_postgres(pg: PgEnv, mon
 def test_scheduler_from_settings_builds_on_the_drivers_own_lease_and_watermarks(pg: PgEnv) -> None:
     built = scheduler_from_settings(lease_ttl="6s", tick_interval="250ms", drain_deadline="5s")
     assert isinstance(built.leader, LeaseLeader) and built.leader.store is pg.driver.leader
-    assert built.state is pg.driver.scheduler_state and built.leader.durable and built.state.durable
+    assert built.store is pg.driver.scheduler_state and built.leader.durable and built.store.durable
     assert (built.leader.ttl_ms, built.tick_interval_ms, built.drain_deadline_ms) == (6_000, 250, 5_000)
     built.check_durable()

@@ -647,38 +647,6 @@ def test_stop_joins_the_pass_in_flight(outbox: Outbox) -> None:
     assert relay.run_once() == 0  # a stopped relay passes no more
 
 
-def test_a_later_deadline_bounds_a_stop_already_waiting_and_the_earliest_wins(
-    outbox: Outbox, caplog: pytest.LogCaptureFixture
-) -> None:
-    driver = GatedDriver(outbox.env.driver)
-    outbox.staged("o-1")
-    relay = outbox.relay(driver=driver)
-    relay.start()
-    assert driver.entered.wait(WAIT)
-    answers: list[bool] = []
-    manual = threading.Thread(target=lambda: answers.append(relay.stop()))  # unbounded: waits for the pass
-    manual.start()
-    eventually(lambda: relay.state == "draining", timeout=WAIT)  # the manual stop is waiting
-    now = outbox.env.clock.now_ms()
-    later = threading.Thread(target=lambda: answers.append(relay.stop(now + 10_000)))
-    later.start()
-    sooner = threading.Thread(target=lambda: answers.append(relay.stop(now + 1_000)))
-    sooner.start()
-    # Private, and the only way to know both stops have bound their deadline before the clock moves: a
-    # bound stop has nothing public to show until the deadline passes, which is what this test is about.
-    eventually(lambda: relay._deadline_at == now + 1_000, timeout=WAIT)  # the earliest deadline is bound
-    assert answers == []
-    with caplog.at_level(logging.ERROR, logger="ultimate_jobs"):
-        outbox.env.clock.advance(1_000)  # it passes with the pass still in flight: every wait ends
-        for thread in (manual, later, sooner):
-            thread.join(WAIT)
-            assert not thread.is_alive()
-    assert answers == [False, False, False]
-    assert [r.getMessage() for r in caplog.records].count("jobs.outbox.drain-abandoned") == 1
-    assert relay.state == "stopped"
-    driver.gate.set()
-
-
 def test_accept_stops_polling_and_close_waits_out_the_pass(outbox: Outbox) -> None:
     outbox.staged("o-1")
     relay = outbox.relay()

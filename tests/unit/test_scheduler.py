@@ -385,7 +385,7 @@ def test_a_drained_scheduler_hands_the_lease_back(jobs: JobsEnv, tick: JobHandle
     sched.run_once()
     assert lease_holder(jobs) == "a"
     assert sched.drain() is True
-    assert sched.phase == "stopped" and lease_holder(jobs) is None
+    assert sched.state == "stopped" and lease_holder(jobs) is None
     jobs.clock.advance(HOUR)
     assert sched.run_once() == 0  # stopped: dispatches nothing
 
@@ -429,7 +429,7 @@ def test_accept_stops_a_round_before_its_next_fire(jobs: JobsEnv, tick: JobHandl
     jobs.clock.advance(5 * HOUR)  # the first one's lease lapsed long ago
     holder.append(scheduler(jobs, [catching_up]))
     assert holder[0].run_once() == 1  # the fire in flight lands; the other four wait for the next leader
-    assert holder[0].phase == "draining"
+    assert holder[0].state == "draining"
 
 
 # -- building and lifecycle refusals -----------------------------------------------------------
@@ -460,8 +460,8 @@ def test_the_defaults_are_every_registered_task_and_the_drivers_own_lease_and_wa
     names = [t.name for t in sched.tasks()]
     assert registered.name in names and "nightly_sales_report" in names  # the demo app's tasks.py, autodiscovered
     assert isinstance(sched.leader, LeaseLeader) and sched.leader.store is jobs.driver.leader
-    assert sched.state is jobs.driver.scheduler_state
-    assert not sched.leader.durable and not sched.state.durable  # the memory driver's: this process only
+    assert sched.store is jobs.driver.scheduler_state
+    assert not sched.leader.durable and not sched.store.durable  # the memory driver's: this process only
 
 
 @pytest.fixture
@@ -478,4 +478,4 @@ def test_the_loop_runs_rounds_until_stopped(jobs: JobsEnv, looping: list[JobSche
     sched.start()
     eventually(lambda: sched.stats.rounds >= 3)
     sched.stop()
-    assert sched.phase == "stopped"
+    assert sched.state == "stopped"

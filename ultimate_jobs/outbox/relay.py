@@ -16,23 +16,23 @@ the statements' pace — and while idle the wait doubles to the ceiling; the sto
 
 The relay knows only ``enqueue_many``: it publishes onto whatever driver it is handed.
 
-One lifecycle, as the worker's: :meth:`OutboxRelay.start`, :meth:`OutboxRelay.stop` (joins the pass in
-flight; a deadline binds late), :meth:`OutboxRelay.accept` / :meth:`OutboxRelay.close` (the two drain
-phases), :meth:`OutboxRelay.run` (a command's blocking run with SIGTERM/SIGINT drain) and
-:meth:`OutboxRelay.run_once`, one pass, which tests drive directly.
+The lifecycle is every role's (:class:`ultimate_jobs.lifecycle.RoleLifecycle`): ``start``, ``accept`` /
+``close`` (the two drain phases; close joins the pass in flight — a pass is a publish followed by a
+mark, and returning between the two would close the database under the row about to be marked),
+``drain``, ``stop``, ``run`` (a command's blocking run with SIGTERM/SIGINT drain); :meth:`OutboxRelay.run_once`
+is one pass, which tests drive directly.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal as os_signal
 import socket
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from django import db
@@ -43,17 +43,13 @@ from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, UltimateError, retry_class
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
 from ..logs import log_event
 from ..polling import idle_ceiling_for
 from .store import OutboxRecord, OutboxStore, publish_request
 
 RELAY_INTERVAL_MS = 200
 RELAY_BATCH_SIZE = 100
-STOP_POLL_S = 0.05  # how often a stop waiting on a pass re-reads its (late-bound) deadline
-LOOP_JOIN_S = 5.0
-
-RelayState = Literal["idle", "running", "draining", "stopped"]
 
 
 @dataclass(slots=True)
@@ -80,8 +76,10 @@ class PassResult:
     released: int = 0
 
 
-class OutboxRelay:
+class OutboxRelay(RoleLifecycle):
     """A relay from ``store`` onto ``driver``. Build it with :func:`outbox_relay`."""
+
+    event_prefix = "jobs.outbox.relay"
 
     def __init__(
         self,
@@ -103,33 +101,23 @@ class OutboxRelay:
         self.batch_size = batch_size
         self.drain_deadline_ms = drain_deadline_ms
         self.relay_id = relay_id
-        self.state: RelayState = "idle"
         self.stats = RelayStats()
-        self._cond = threading.Condition()
+        self._init_lifecycle()
+        self._accepting = True  # an unstarted relay still runs passes by hand (run_once), until accept
         self._pass_lock = threading.Lock()  # one pass at a time, whoever calls run_once
         self._in_pass = False
-        self._accepting = True
-        self._deadline_at: int | None = None
-        self._wake = threading.Event()
-        self._loop_thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._drain_requested = threading.Event()
-        self._stopped = threading.Event()
-        self._teardown_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<OutboxRelay {self.relay_id} {self.store.name}→{self.driver.name} {self.state}>"
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
 
-    def start(self, *, loop: bool = True) -> None:
-        """Subscribe to the store's wake and start the loop (``loop=False`` leaves passes to
-        :meth:`run_once`, as tests do)."""
-        with self._cond:
-            if self.state != "idle":
-                raise InvariantError(f"relay {self.relay_id} is {self.state}; build a new one to start again", {})
-            self.state = "running"
-            self._accepting = True
+    def _ident(self) -> dict[str, Any]:
+        return {"relay_id": self.relay_id}
+
+    def _begin(self) -> None:
+        """Subscribe to the store's wake."""
         subscribe = getattr(self.store, "subscribe", None)
         if callable(subscribe):
             self._unsubscribe = subscribe(self._on_wake)
@@ -141,96 +129,19 @@ class OutboxRelay:
             driver=self.driver.name,
             batch_size=self.batch_size,
         )
-        if loop:
-            self._loop_thread = threading.Thread(target=self._loop, name=f"jobs-relay-{self.relay_id}", daemon=True)
-            self._loop_thread.start()
 
-    def run(self, *, install_signals: bool = True) -> None:
-        """Start, then block until a SIGTERM/SIGINT drain (or :meth:`stop`) has finished. For commands;
-        ``install_signals=False`` opts out of the drain hooks for a caller that drives its own teardown."""
-        if install_signals:
-            for signum in (os_signal.SIGTERM, os_signal.SIGINT):
-                os_signal.signal(signum, self._on_signal)
-        self.start()
-        while not self._stopped.is_set():
-            if self._drain_requested.wait(timeout=0.5):
-                self.close(self.drain_deadline_ms)
-        log_event(logging.INFO, "jobs.outbox.relay.stopped", relay_id=self.relay_id)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.accept(reason=os_signal.Signals(signum).name)
-        self._drain_requested.set()
-
-    def accept(self, *, reason: str = "stop") -> None:
-        """The drain's first phase: stop polling. Returns at once; the pass in flight carries on."""
-        with self._cond:
-            if not self._accepting:
-                return
-            self._accepting = False
-            if self.state in ("idle", "running"):
-                self.state = "draining"
-            in_pass = self._in_pass
-        self._wake.set()
-        log_event(logging.INFO, "jobs.outbox.relay.draining", relay_id=self.relay_id, signal=reason, in_pass=in_pass)
-
-    def close(self, deadline_ms: int | None) -> bool:
-        """The drain's second phase: wait out the pass in flight for up to ``deadline_ms`` (``None`` = as
-        long as it takes), then stop. Answers whether the pass finished."""
-        return self.stop(None if deadline_ms is None else self.clock.now_ms() + deadline_ms)
-
-    def drain(self, deadline_ms: int | None = None, *, reason: str = "drain") -> bool:
-        """Both phases, as SIGTERM runs them, within the drain deadline."""
-        self.accept(reason=reason)
-        return self.close(self.drain_deadline_ms if deadline_ms is None else deadline_ms)
-
-    def stop(self, deadline_at_ms: int | None = None) -> bool:
-        """Stop polling and JOIN the pass in flight — a pass is a publish followed by a mark, and a
-        caller that returned between the two would close the database under the row it was about to
-        mark. ``deadline_at_ms`` (a clock instant) bounds the wait and binds LATE: a later ``stop(d)``
-        — a shutdown landing on a manual stop — bounds the wait already in flight, and the earliest
-        deadline wins. Answers whether the pass finished (``False``: ``jobs.outbox.drain-abandoned``)."""
-        with self._cond:
-            if deadline_at_ms is not None:
-                current = self._deadline_at
-                self._deadline_at = deadline_at_ms if current is None else min(current, deadline_at_ms)
-                self._cond.notify_all()
-        self.accept(reason="stop")
-        with self._cond:
-            while self._in_pass:
-                deadline = self._deadline_at
-                if deadline is None:
-                    self._cond.wait(STOP_POLL_S)
-                    continue
-                remaining_ms = deadline - self.clock.now_ms()
-                if remaining_ms <= 0:
-                    break
-                self._cond.wait(min(remaining_ms / 1000, STOP_POLL_S))
-            finished = not self._in_pass
-        self._teardown(finished)
-        return finished
+    def _busy(self) -> bool:
+        return self._in_pass  # a pass is a publish followed by a mark: never release the database between
 
     def _teardown(self, finished: bool) -> None:
-        with self._teardown_lock:
-            if self._stopped.is_set():
-                return
-            if not finished:
-                log_event(logging.ERROR, "jobs.outbox.drain-abandoned", relay_id=self.relay_id)
-            self._wake.set()
-            thread = self._loop_thread
-            if finished and thread is not None and thread is not threading.current_thread():
-                thread.join(LOOP_JOIN_S)
-            if self._unsubscribe is not None:
-                self._unsubscribe()
-                self._unsubscribe = None
-            with self._cond:
-                self.state = "stopped"
-            self._stopped.set()
+        self._wake.set()
+        if finished:
+            self._join_loop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
     # -- the loop ------------------------------------------------------------------------------
-
-    def kick(self) -> None:
-        """Ask for one pass now; a kick during a pass asks for one more behind it, never a second loop."""
-        self._wake.set()
 
     def _on_wake(self, _payload: str) -> None:
         self.kick()
@@ -380,10 +291,6 @@ class OutboxRelay:
             if lost:
                 self.stats.claims_lost += len(lost)
                 log_event(logging.WARNING, "jobs.outbox.claim-lost", relay_id=self.relay_id, ids=lost, op="release")
-
-    def wait_stopped(self, timeout: float | None = None) -> bool:
-        """Block until the relay reached ``stopped`` (tests); answers whether it did in ``timeout`` seconds."""
-        return self._stopped.wait(timeout)
 
 
 _PERMANENT_ERRORS: tuple[type[BaseException], ...] = (

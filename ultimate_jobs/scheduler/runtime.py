@@ -16,19 +16,19 @@ default 30 s), the once-a-minute counter rollup riding on one of them.
 from __future__ import annotations
 
 import logging
-import signal as os_signal
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
 from .. import registry
 from ..clock import Clock
 from ..conf import job_clock
+from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import Fire, JobDriver, SchedulerStore
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
 from ..logs import log_event
 from .catchup import plan_fires
 from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, lease_leader
@@ -39,7 +39,6 @@ PAUSE_RECHECK_MS = 5_000
 FIRE_RETRY_MS = 5_000
 ROLLUP_EVERY_MS = 60_000
 
-SchedulerPhase = Literal["idle", "running", "draining", "stopped"]
 _NEVER = 2**63 - 1
 
 
@@ -56,14 +55,17 @@ class SchedulerStats:
     terms: int = 0
 
 
-class JobScheduler:
-    """A scheduler over ``driver``, its ``leader`` and the driver's ``state``. Build it with :func:`job_scheduler`.
+class JobScheduler(RoleLifecycle):
+    """A scheduler over ``driver``, its ``leader`` and its ``store`` (the driver's scheduler state unless
+    another is given). Build it with :func:`job_scheduler`.
 
     >>> scheduler = job_scheduler(driver=driver, clock=clock, tasks=[nightly_digest])
     >>> scheduler.start(loop=False)
     >>> clock.advance(86_400_000); scheduler.run_once()     # one round: answers the occurrences fired
     1
     """
+
+    event_prefix = "jobs.scheduler"
 
     def __init__(
         self,
@@ -78,11 +80,10 @@ class JobScheduler:
     ) -> None:
         self.driver = driver
         self.leader = leader
-        self.state = state
+        self.store = state
         self.clock = clock
         self.tick_interval_ms = tick_interval_ms
         self.drain_deadline_ms = drain_deadline_ms
-        self.phase: SchedulerPhase = "idle"
         self.stats = SchedulerStats()
         self._declared = tuple(tasks) if tasks is not None else None
         self._tasks: dict[str, TaskHandle] = {}
@@ -94,14 +95,9 @@ class JobScheduler:
         self._next_ask = 0
         self._term: int | None = None
         self._next_rollup = 0
-        self._accepting = False
+        self._init_lifecycle()
         self._in_round = False
         self._round_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._wake = threading.Event()
-        self._drain_requested = threading.Event()
-        self._stopped = threading.Event()
-        self._loop_thread: threading.Thread | None = None
 
     # -- what tests and the CLI read -----------------------------------------------------------
 
@@ -131,105 +127,63 @@ class JobScheduler:
         (Postgres): two processes would both lead, and a redeploy would forget every watermark (catch-up
         would have nothing to measure from)."""
         own = self.driver.scheduler_state
-        if own is not None and own.durable and not (self.leader.durable and self.state.durable):
+        if own is not None and own.durable and not (self.leader.durable and self.store.durable):
             raise InvariantError(
                 f"the scheduler is on the {self.driver.name!r} driver, whose scheduler state is durable, with "
                 f"{'a leader' if not self.leader.durable else 'a state'} that exists for tests only; "
                 "leave leader= and state= to job_scheduler() — it uses the driver's lease and watermarks "
                 "(scheduler_from_settings() does)",
-                {"leader_durable": self.leader.durable, "state_durable": self.state.durable},
+                {"leader_durable": self.leader.durable, "state_durable": self.store.durable},
             )
 
-    def start(self, *, loop: bool = True) -> None:
-        """Start dispatching (``loop=False`` leaves rounds to :meth:`run_once`, as tests do)."""
-        if self.phase != "idle":
-            raise InvariantError(f"scheduler {self.leader.holder} is {self.phase}; build a new one to start again", {})
-        self._accepting = True
-        self.phase = "running"
+    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
+
+    def _ident(self) -> dict[str, Any]:
+        return {"holder": self.leader.holder}
+
+    def _before_run(self) -> None:
+        self.check_durable()
+
+    def _begin(self) -> None:
         log_event(
             logging.INFO,
             "jobs.scheduler.started",
             holder=self.leader.holder,
             tasks=[t.name for t in self.tasks()],
-            durable=self.leader.durable and self.state.durable,
+            durable=self.leader.durable and self.store.durable,
         )
-        if loop:
-            self._loop_thread = threading.Thread(target=self._loop, name="jobs-scheduler", daemon=True)
-            self._loop_thread.start()
 
-    def run(self, *, install_signals: bool = True) -> None:
-        """Refuse a non-durable setup on Postgres, start, then block until a SIGTERM/SIGINT drain (or
-        :meth:`stop`) has finished. For commands."""
-        self.check_durable()
-        if install_signals:
-            for signum in (os_signal.SIGTERM, os_signal.SIGINT):
-                os_signal.signal(signum, self._on_signal)
-        self.start()
-        while not self._stopped.is_set():
-            if self._drain_requested.wait(timeout=0.5):
-                self.close(self.drain_deadline_ms)
-        log_event(logging.INFO, "jobs.scheduler.stopped", holder=self.leader.holder)
+    def _busy(self) -> bool:
+        return self._in_round  # a round stops before its next fire once draining
 
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.accept(reason=os_signal.Signals(signum).name)
-        self._drain_requested.set()
+    def _abandoned(self) -> dict[str, Any]:
+        return {"kept_lease": True}
 
-    def accept(self, *, reason: str = "stop") -> None:
-        """The drain's first phase: dispatch nothing more. A round in flight stops before its next fire."""
-        with self._cond:
-            if self.phase in ("draining", "stopped"):
-                return
-            self._accepting = False
-            self.phase = "draining"
-            in_round = self._in_round
-        self._wake.set()
-        log_event(logging.INFO, "jobs.scheduler.draining", holder=self.leader.holder, signal=reason, in_round=in_round)
-
-    def close(self, deadline_ms: int | None) -> bool:
-        """The drain's second phase: wait for the round in flight (up to ``deadline_ms``; ``None`` = as
-        long as it takes), then hand the lease back and reach ``stopped``. A round still enqueueing at
-        the deadline KEEPS the lease — promoting a standby onto an occurrence this node is mid-dispatch
-        for is the double fire election exists to prevent; the lease row lapses on its own. Answers
-        whether the round finished."""
-        with self._cond:
-            self._accepting = False
-            if self.phase == "stopped":
-                return True
-            self.phase = "draining"
-            budget = None if deadline_ms is None else deadline_ms / 1000
-            finished = self._cond.wait_for(lambda: not self._in_round, budget)
-        self._wake.set()
-        if finished:
-            if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
-                self._loop_thread.join(timeout=5)
-            try:
-                self.leader.release()
-            except Exception as exc:  # the lease lapses on its own; a standby waits one TTL instead
-                log_event(logging.WARNING, "jobs.scheduler.release-failed", holder=self.leader.holder, error=repr(exc))
-            self._leading = False
-            self._watermarks = None
-        else:  # the round still runs on its own thread: leave it its state; the process exits under it
-            log_event(logging.ERROR, "jobs.scheduler.drain-abandoned", holder=self.leader.holder, kept_lease=True)
-        self.phase = "stopped"
-        self._stopped.set()
-        return finished
-
-    def drain(self, deadline_ms: int | None = None, *, reason: str = "drain") -> bool:
-        """Both phases, as SIGTERM runs them: :meth:`accept`, then :meth:`close` within the drain deadline."""
-        self.accept(reason=reason)
-        return self.close(self.drain_deadline_ms if deadline_ms is None else deadline_ms)
-
-    def stop(self) -> None:
-        """Stop dispatching, wait — unbounded — for the round in flight, and hand the lease back."""
-        self.close(None)
+    def _teardown(self, finished: bool) -> None:
+        """Hand the lease back — unless a round is still enqueueing past the deadline: then KEEP it.
+        Promoting a standby onto an occurrence this node is mid-dispatch for is the double fire election
+        exists to prevent; the lease row lapses on its own, and the round keeps its state."""
+        if not finished:
+            return
+        self._join_loop()
+        try:
+            self.leader.release()
+        except Exception as exc:  # the lease lapses on its own; a standby waits one TTL instead
+            log_event(logging.WARNING, "jobs.scheduler.release-failed", holder=self.leader.holder, error=repr(exc))
+        self._leading = False
+        self._watermarks = None
 
     def _loop(self) -> None:
-        while self._accepting:
-            try:
-                self.run_once()
-            except Exception as exc:
-                log_event(logging.ERROR, "jobs.scheduler.round-failed", holder=self.leader.holder, error=repr(exc))
-            self._wake.wait(self.tick_interval_ms / 1000)
+        try:
+            while self._accepting:
+                release_stale_connections()  # a round that broke the connection must not break every one after
+                try:
+                    self.run_once()
+                except Exception as exc:
+                    log_event(logging.ERROR, "jobs.scheduler.round-failed", holder=self.leader.holder, error=repr(exc))
+                self._wake.wait(self.tick_interval_ms / 1000)
+        finally:
+            close_thread_connections()  # the loop thread's one database connection goes with it
 
     # -- one round -----------------------------------------------------------------------------
 
@@ -332,7 +286,7 @@ class JobScheduler:
         """Read every task's watermark once (arming new tasks at now) and resolve each next occurrence."""
         tasks = {t.name: t for t in self.tasks()}
         try:
-            watermarks = self.state.load(list(tasks), now_ms=now)
+            watermarks = self.store.load(list(tasks), now_ms=now)
         except Exception as exc:
             log_event(logging.WARNING, "jobs.scheduler.load-failed", holder=self.leader.holder, error=repr(exc))
             return False
@@ -356,7 +310,7 @@ class JobScheduler:
                     break
                 requests = task.requests(planned.occurrence_ms, now_ms=now)
                 fire = Fire(task.name, watermark, planned.watermark_ms, planned.occurrence_ms, requests, now)
-                result = self.state.fire(fire)
+                result = self.store.fire(fire)
                 if result.outcome == "paused":
                     self.stats.paused += 1
                     self._due[task.name] = now + PAUSE_RECHECK_MS  # the resume's latency

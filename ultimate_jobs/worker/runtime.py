@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal as os_signal
 import socket
 import threading
 import uuid
@@ -18,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from .. import registry
 from ..clock import Clock, SystemClock, Timer
@@ -29,7 +28,7 @@ from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions, Wor
 from ..durations import Duration, parse_duration
 from ..errors import ClaimQueuesEmptyError, ConcurrencyUnenforceableError, InvariantError, JobDrainedError
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
@@ -50,8 +49,6 @@ RECENT_EXECUTIONS = 1_000
 POLL_INTERVAL_MS = 250
 HANDBACK_TIMER_WINDOW_MS = 60_000
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
-
-WorkerState = Literal["idle", "running", "draining", "stopped"]
 
 
 @dataclass(slots=True)
@@ -82,8 +79,10 @@ _STAT_BY_OUTCOME = {
 }
 
 
-class JobWorker:
+class JobWorker(RoleLifecycle):
     """A worker over ``driver``. Build it with :func:`job_worker`."""
+
+    event_prefix = "jobs.worker"
 
     def __init__(
         self,
@@ -115,27 +114,22 @@ class JobWorker:
         self.drain_deadline_ms = drain_deadline_ms
         self.worker_id = worker_id
         self.host = socket.gethostname()
-        self.state: WorkerState = "idle"
         self.stats = WorkerStats()
         # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
         self.executions: deque[JobExecution] = deque(maxlen=RECENT_EXECUTIONS)
         self._acks = SettleBuffer(driver)
         self._limiter = Limiter(limits, clock)
-        self._lock = threading.Condition()
+        self._init_lifecycle()
+        self._lock = self._cond  # guards the flights; notified whenever one ends
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
-        self._busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
+        self._occupied: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
         self._settling = 0  # completions whose slot moved on before their settle landed
         self._avg_ms: dict[str, float] = dict.fromkeys(self.queues, 0.0)  # recent attempt duration, per queue
         self._pools: dict[str, SlotPool[InFlight]] = {}
-        self._wake = threading.Event()
-        self._accepting = False
         self._started_ms = 0
         self._timers: list[Timer] = []
         self._handbacks: set[Timer] = set()
-        self._loop_thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._drain_requested = threading.Event()
-        self._stopped = threading.Event()
         self._drop = frozenset[str]()
         self._beat_running = threading.Lock()
         self._beat_due = threading.Event()
@@ -144,13 +138,13 @@ class JobWorker:
         self._hand_back_on_close = False
         self._recorded_ms = 0  # when this worker's registry row was last written
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
 
-    def start(self, *, loop: bool = True) -> None:
-        """Refuse an unenforceable declaration, register, arm the heartbeat, start the claim loop
-        (``loop=False`` leaves passes to :meth:`run_once`, as tests do)."""
-        if self.state != "idle":
-            raise InvariantError(f"worker {self.worker_id} is {self.state}; build a new one to start again", {})
+    def _ident(self) -> dict[str, Any]:
+        return {"worker_id": self.worker_id}
+
+    def _begin(self) -> None:
+        """Refuse an unenforceable declaration, register, arm the heartbeat, subscribe to the wake."""
         handles = [h for h in registry.registered("job") if isinstance(h, JobHandle)]
         if self.driver.leases is None:
             declaring = sorted(h.name for h in handles if h.concurrency is not None)
@@ -167,8 +161,6 @@ class JobWorker:
         self._drop = drop_exhausted_names()
         prime_counters(self.queues)
         self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}", run=self._execute) for q in self.queues}
-        self._accepting = True
-        self.state = "running"
         self._started_ms = self.clock.now_ms()
         self._record_worker()
         if isinstance(self.clock, SystemClock):
@@ -179,37 +171,13 @@ class JobWorker:
         if callable(subscribe):
             self._unsubscribe = subscribe(self._on_wake)
         log_event(logging.INFO, "jobs.worker.started", worker_id=self.worker_id, queues=self.queues, slots=self.slots)
-        if loop:
-            self._loop_thread = threading.Thread(target=self._loop, name=f"jobs-worker-{self.worker_id}", daemon=True)
-            self._loop_thread.start()
 
-    def run(self, *, install_signals: bool = True) -> None:
-        """Start, then block until a SIGTERM/SIGINT drain (or :meth:`stop`) has finished. For commands."""
-        if install_signals:
-            for signum in (os_signal.SIGTERM, os_signal.SIGINT):
-                os_signal.signal(signum, self._on_signal)
-        self.start()
-        while not self._stopped.is_set():
-            if self._drain_requested.wait(timeout=0.5):
-                self.close(self.drain_deadline_ms)
-        log_event(logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.accept(reason=os_signal.Signals(signum).name)
-        self._drain_requested.set()
-
-    def accept(self, *, reason: str = "stop") -> None:
-        """The drain's first phase: stop claiming and abort every held job's signal with ``X_DRAINING``,
-        so a body that unwinds is interrupted — back to ready at once, the attempt uncounted."""
+    def _on_accept(self, reason: str) -> dict[str, Any]:
+        """Abort every held job's signal with ``X_DRAINING``, so a body that unwinds is interrupted — back
+        to ready at once, the attempt uncounted — and hand buffered claims back when the close begins."""
         with self._lock:
-            if self.state in ("draining", "stopped"):
-                return
-            self._accepting = False
-            self.state = "draining"
             self._hand_back_on_close = True
             flights = list(self._flights.values())
-        self._wake.set()
-        log_event(logging.INFO, "jobs.worker.draining", worker_id=self.worker_id, signal=reason, in_flight=len(flights))
         for flight in flights:
             flight.signal.abort(
                 JobDrainedError(
@@ -217,26 +185,26 @@ class JobWorker:
                     {"worker_id": self.worker_id, "signal": reason},
                 )
             )
+        return {"in_flight": len(flights)}
 
-    def close(self, deadline_ms: int | None) -> bool:
-        """The drain's second phase: wait for in-flight work up to ``deadline_ms`` (``None`` = as long as it
-        takes), then close the driver and reach ``stopped``. Answers whether every job finished."""
+    def _busy(self) -> bool:
+        return bool(self._flights)
+
+    def _before_wait(self) -> None:
         with self._lock:
-            self._accepting = False
-            if self.state == "stopped":
-                return True
-            if self.state != "draining":
-                self.state = "draining"
             hand_back = self._hand_back_on_close
         if hand_back:
             self._hand_back_buffered()
-        with self._lock:
-            budget = None if deadline_ms is None else deadline_ms / 1000
-            finished = self._lock.wait_for(lambda: not self._flights, budget)
-            abandoned = [f.job.id for f in self._flights.values()]
-        if not finished:
-            self.stats.abandoned += len(abandoned)
-            log_event(logging.ERROR, "jobs.worker.drain-abandoned", worker_id=self.worker_id, job_ids=abandoned)
+
+    def _abandoned(self) -> dict[str, Any]:
+        abandoned = [f.job.id for f in self._flights.values()]
+        self.stats.abandoned += len(abandoned)
+        return {"job_ids": abandoned}
+
+    def _teardown(self, finished: bool) -> None:
+        """Stop the timers and the wake, join the loop, shut the pools (waiting for their threads only
+        when the jobs finished), flush the settle buffer, stop the heartbeat, leave the registry, close
+        the driver."""
         self._wake.set()
         with self._lock:
             timers = [*self._timers, *self._handbacks]
@@ -245,8 +213,7 @@ class JobWorker:
             timer.cancel()
         if self._unsubscribe is not None:
             self._unsubscribe()
-        if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
-            self._loop_thread.join(timeout=5)
+        self._join_loop()
         for pool in self._pools.values():
             pool.shutdown(wait=finished)
         if not self._acks.close():
@@ -259,24 +226,8 @@ class JobWorker:
         if introspect is not None:
             introspect.remove_worker(self.worker_id)
         self.driver.close()
-        self.state = "stopped"
-        self._stopped.set()
-        return finished
-
-    def drain(self, deadline_ms: int | None = None, *, reason: str = "drain") -> bool:
-        """Both phases, as SIGTERM runs them: :meth:`accept`, then :meth:`close` within the drain deadline."""
-        self.accept(reason=reason)
-        return self.close(self.drain_deadline_ms if deadline_ms is None else deadline_ms)
-
-    def stop(self) -> None:
-        """Stop claiming and wait — unbounded, aborting nothing — for the jobs this worker holds."""
-        self.close(None)
 
     # -- the claim loop ------------------------------------------------------------------------
-
-    def kick(self) -> None:
-        """Ask for one pass now; a kick during a pass asks for one more behind it, never a second loop."""
-        self._wake.set()
 
     def _on_wake(self, queue: str) -> None:
         if queue in self.queues:
@@ -346,7 +297,7 @@ class JobWorker:
         claim-ahead buffer while the queue's jobs are short. While every slot is busy the buffer is
         refilled only once half of it has drained, so a claim takes many rows, not one per finished job
         (its round trip costs the same either way)."""
-        busy, slots = self._busy[queue], self.slots[queue]
+        busy, slots = self._occupied[queue], self.slots[queue]
         ahead = self.claim_ahead[queue] if self._avg_ms[queue] < CLAIM_AHEAD_SHORT_JOB_MS else 0
         room = slots + ahead - busy
         if busy >= slots and room * 2 < ahead:
@@ -374,7 +325,7 @@ class JobWorker:
                     JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id})
                 )
             self._flights[job.claim] = flight
-            self._busy[job.queue] += 1
+            self._occupied[job.queue] += 1
         self._pools[job.queue].submit(flight)
         return 1
 
@@ -400,7 +351,7 @@ class JobWorker:
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
         # the slot is free now, whether or not the settle has landed
         with self._lock:
-            self._busy[job.queue] -= 1
+            self._occupied[job.queue] -= 1
             if execution is not None and execution.deferred and not flight.landed:
                 flight.body_done = True
                 self._settling += 1
@@ -454,7 +405,7 @@ class JobWorker:
                 self.stats.interrupted += 1
                 self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
                 with self._lock:
-                    self._busy[job.queue] -= 1
+                    self._occupied[job.queue] -= 1
                 self._finish(flight, None)
 
     def _account(self, execution: JobExecution) -> None:
