@@ -1,7 +1,8 @@
 """The worker role: per-queue pools, lease heartbeat, deadlines, limits and the two-phase drain."""
 
 from ..polling import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
-from .runtime import JOBS_CONCURRENCY_DEFAULT, POLL_INTERVAL_MS, JobWorker, WorkerStats, job_worker
+from .build import JOBS_CONCURRENCY_DEFAULT, POLL_INTERVAL_MS, job_worker
+from .runtime import JobWorker, WorkerStats
 
 __all__ = [
     "IDLE_POLL_CEILING_MS",

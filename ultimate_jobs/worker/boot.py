@@ -10,7 +10,8 @@ from django.utils.module_loading import import_string
 from ..conf import job_driver, jobs_settings
 from ..durations import Duration
 from ..errors import InvariantError
-from .runtime import JobWorker, job_worker
+from .build import job_worker
+from .runtime import JobWorker
 
 
 def context_factory(path: str | None) -> Callable[[], Any]:

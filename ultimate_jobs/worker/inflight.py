@@ -73,7 +73,7 @@ def renew_round(worker: JobWorker) -> None:
             if flight.settling:
                 continue
             if now - flight.last_renewed_ms >= worker.visibility_timeout_ms:
-                _lease_lost(worker, flight, f"no renewal landed for a whole window ({exc!r})")
+                lease_lost(worker, flight, f"no renewal landed for a whole window ({exc!r})")
             else:
                 log_event(logging.WARNING, "jobs.heartbeat.failed", error=repr(exc), **flight.fields())
         return
@@ -120,10 +120,11 @@ def _unowned(worker: JobWorker, flight: InFlight) -> None:
             )
         )
         return
-    _lease_lost(worker, flight, "the row is no longer held by this claim")
+    lease_lost(worker, flight, "the row is no longer held by this claim")
 
 
-def _lease_lost(worker: JobWorker, flight: InFlight, why: str) -> None:
+def lease_lost(worker: JobWorker, flight: InFlight, why: str) -> None:
+    """Mark ``flight``'s lease lost, count it and abort its body with ``X_JOB_LEASE_LOST`` (once)."""
     if flight.lost:
         return
     flight.lost = True

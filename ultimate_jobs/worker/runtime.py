@@ -1,18 +1,17 @@
-"""``job_worker()``: claim work for its queues, run each job in a slot, keep every lease alive, stop
-bodies on deadlines, and drain in two phases on SIGTERM/SIGINT.
+"""The worker: claim work for its queues, run each job in a slot, keep every lease alive, stop bodies on
+deadlines, and drain in two phases on SIGTERM/SIGINT.
 
-One lifecycle: :meth:`JobWorker.start`, :meth:`JobWorker.stop` (waits, aborts nothing),
-:meth:`JobWorker.drain` (accept → close, bounded by the drain deadline) and
-:meth:`JobWorker.run_once` — one pass — which tests drive directly.
+Its lifecycle is every role's (:class:`ultimate_jobs.lifecycle.RoleLifecycle`); its heartbeat and
+registry row live in :mod:`.heartbeat`, its options and defaults in :mod:`.build` (``job_worker()``),
+and this module keeps the claim loop, dispatch into slots, the claim-ahead buffer and accounting.
+:meth:`JobWorker.run_once` — one pass — is what tests drive directly.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,34 +20,28 @@ from typing import Any
 
 from .. import registry
 from ..clock import Clock, SystemClock, Timer
-from ..conf import job_clock
 from ..dbconn import close_thread_connections, release_stale_connections
 from ..definition import JobHandle
-from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions, WorkerInfo
-from ..durations import Duration, parse_duration
-from ..errors import ClaimQueuesEmptyError, ConcurrencyUnenforceableError, InvariantError, JobDrainedError
+from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions
+from ..errors import ConcurrencyUnenforceableError, JobDrainedError
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
+from ..lifecycle import RoleLifecycle
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
 from ..polling import IDLE_POLL_CEILING_MS, idle_ceiling_for
 from ..signals import CancelSignal
 from .acks import SettleBuffer
-from .inflight import InFlight, hooks_for, renew_round
+from .heartbeat import Heartbeat
+from .inflight import InFlight, hooks_for
 from .pool import SlotPool
 
-JOBS_CONCURRENCY_DEFAULT = 8
-CLAIM_AHEAD_PER_SLOT = 4  # the default claim-ahead buffer: this many claimed jobs per slot, at most CLAIM_AHEAD_MAX
-CLAIM_AHEAD_MAX = 64
 # Claim ahead only for short jobs: a buffered job waits for a slot, and behind long bodies another worker
 # could have started it at once. Past this average duration a queue claims for its free slots only.
 CLAIM_AHEAD_SHORT_JOB_MS = 50
 SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
-POLL_INTERVAL_MS = 250
 HANDBACK_TIMER_WINDOW_MS = 60_000
-DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 
 
 @dataclass(slots=True)
@@ -79,7 +72,7 @@ _STAT_BY_OUTCOME = {
 }
 
 
-class JobWorker(RoleLifecycle):
+class JobWorker(Heartbeat, RoleLifecycle):
     """A worker over ``driver``. Build it with :func:`job_worker`."""
 
     event_prefix = "jobs.worker"
@@ -449,183 +442,7 @@ class JobWorker(RoleLifecycle):
         with self._lock:
             return list(self._flights.values())
 
-    def _heartbeat(self) -> None:
-        if self._beat_thread is None:  # a test clock: beat on the caller's thread
-            self._beat()
-            return
-        if self._beat_running.locked():
-            renew_round_check_windows(self)  # the last beat still hangs
-            return
-        self._beat_due.set()
-
-    def _beat(self) -> None:
-        with self._beat_running:
-            renew_round(self)
-            # the claim loop carries the registry row every heartbeat interval; write it here only when
-            # the loop has not (every slot busy: no claim runs)
-            self._record_worker(unless_within_ms=self.heartbeat_interval_ms * 3 // 2)
-
-    def _beat_loop(self) -> None:
-        """The heartbeat's own long-lived thread (with one database connection): beats when due."""
-        try:
-            while True:
-                self._beat_due.wait()
-                self._beat_due.clear()
-                if self._beat_stop.is_set():
-                    return
-                try:
-                    self._beat()
-                except Exception as exc:
-                    log_event(logging.ERROR, "jobs.heartbeat.failed", worker_id=self.worker_id, error=repr(exc))
-                release_stale_connections()
-        finally:
-            close_thread_connections()
-
-    def _worker_info(self) -> WorkerInfo:
-        return WorkerInfo(
-            id=self.worker_id,
-            host=self.host,
-            pid=os.getpid(),
-            started_at_ms=self._started_ms,
-            queues=self.queues,
-            slots=sum(self.slots.values()),
-            in_flight=tuple(f.job.id for f in self.in_flight()),
-            heartbeat_at_ms=self.clock.now_ms(),
-        )
-
-    def _registry_row_due(self, *, after_ms: int) -> WorkerInfo | None:
-        """This worker's registry row when the last one written is ``after_ms`` old, else ``None``."""
-        if self.driver.introspect is None or self.clock.now_ms() - self._recorded_ms < after_ms:
-            return None
-        return self._worker_info()
-
-    def _record_worker(self, *, unless_within_ms: int = 0) -> None:
-        """Write the registry row — unless the claim loop carried one within ``unless_within_ms``."""
-        info = self._registry_row_due(after_ms=unless_within_ms)
-        introspect = self.driver.introspect
-        if info is None or introspect is None:
-            return
-        try:
-            introspect.record_worker(info)
-            self._recorded_ms = info.heartbeat_at_ms
-        except Exception as exc:
-            log_event(logging.WARNING, "jobs.worker.registry-failed", worker_id=self.worker_id, error=repr(exc))
-
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
         with self._lock:
             return self._lock.wait_for(lambda: not self._flights, timeout)
-
-
-def renew_round_check_windows(worker: JobWorker) -> None:
-    """While a heartbeat hangs, still catch leases whose whole window passed with nothing landing."""
-    from .inflight import _lease_lost
-
-    now = worker.clock.now_ms()
-    for flight in worker.in_flight():
-        if not flight.settling and not flight.lost and now - flight.last_renewed_ms >= worker.visibility_timeout_ms:
-            _lease_lost(worker, flight, "the heartbeat hung for a whole window")
-
-
-def _slots_for(queues: Sequence[str], concurrency: int | Mapping[str, int] | None) -> dict[str, int]:
-    def check(value: object, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvariantError(f"job_worker: {where} must be a whole number >= 1, got {value!r}", {})
-        return value
-
-    if concurrency is None:
-        return dict.fromkeys(queues, JOBS_CONCURRENCY_DEFAULT)
-    if isinstance(concurrency, int):
-        return dict.fromkeys(queues, check(concurrency, "concurrency"))
-    return {q: check(concurrency.get(q, JOBS_CONCURRENCY_DEFAULT), f"concurrency[{q!r}]") for q in queues}
-
-
-def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, int] | None) -> dict[str, int]:
-    def check(value: object, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvariantError(f"job_worker: {where} must be a whole number >= 0, got {value!r}", {})
-        return value
-
-    if claim_ahead is None:
-        return {q: min(CLAIM_AHEAD_PER_SLOT * n, CLAIM_AHEAD_MAX) for q, n in slots.items()}
-    if isinstance(claim_ahead, int):
-        return dict.fromkeys(slots, check(claim_ahead, "claim_ahead"))
-    return {
-        q: check(claim_ahead.get(q, min(CLAIM_AHEAD_PER_SLOT * n, CLAIM_AHEAD_MAX)), f"claim_ahead[{q!r}]")
-        for q, n in slots.items()
-    }
-
-
-def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
-    """Every queue a registered job names, every queue the concurrency table names, and ``default``."""
-    names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)} | {"default"}
-    if isinstance(concurrency, Mapping):
-        names |= set(concurrency)
-    return sorted(names)
-
-
-def job_worker(
-    *,
-    driver: JobDriver,
-    context: Callable[[], Any],
-    queues: Sequence[str] | None = None,
-    concurrency: int | Mapping[str, int] | None = None,
-    clock: Clock | None = None,
-    visibility_timeout: Duration = DEFAULT_VISIBILITY_TIMEOUT_MS,
-    heartbeat_interval: Duration | None = None,
-    poll_interval: Duration = POLL_INTERVAL_MS,
-    idle_poll_max: Duration | None = None,
-    limits: LimitConfig | None = None,
-    drain_deadline: Duration = DEFAULT_DRAIN_DEADLINE_MS,
-    worker_id: str | None = None,
-    claim_ahead: int | Mapping[str, int] | None = None,
-) -> JobWorker:
-    """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
-    under) are required; everything else defaults: every registered queue, 8 slots per queue, a 30 s
-    visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
-    the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
-
-    ``claim_ahead`` is how many claimed jobs a queue may hold beyond its slots, so a slot that frees
-    takes its next job without waiting for a claim round trip (default: four per slot, at most 64; 0
-    claims only for free slots). It applies while the queue's recent attempts average under 50 ms —
-    behind longer bodies a buffered job would wait for a slot another worker has free. Buffered jobs'
-    leases are renewed with the running ones; a drain hands them back to ready at once, uncounted.
-
-    >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
-    >>> worker.run()          # blocks; SIGTERM drains
-    """
-    if driver is None:
-        raise InvariantError("job_worker(driver=...) is required", {})
-    if not callable(context):
-        raise InvariantError("job_worker(context=...) is required: a zero-argument factory of the run's ctx", {})
-    names = list(queues) if queues is not None else default_queues(concurrency)
-    if not names:
-        raise ClaimQueuesEmptyError("job_worker(queues=[]) names no queue; pass at least one", {})
-    visibility_ms = parse_duration(visibility_timeout, field="visibility_timeout")
-    heartbeat_ms = (
-        parse_duration(heartbeat_interval, field="heartbeat_interval")
-        if heartbeat_interval is not None
-        else max(1, visibility_ms // 3)
-    )
-    if visibility_ms <= 0 or heartbeat_ms <= 0 or heartbeat_ms >= visibility_ms:
-        raise InvariantError(
-            f"job_worker: heartbeat_interval ({heartbeat_ms} ms) must be positive and below visibility_timeout "
-            f"({visibility_ms} ms)",
-            {},
-        )
-    slots = _slots_for(names, concurrency)
-    return JobWorker(
-        driver=driver,
-        context=context,
-        queues=names,
-        slots=slots,
-        claim_ahead=_claim_ahead_for(slots, claim_ahead),
-        clock=clock or job_clock(),
-        visibility_timeout_ms=visibility_ms,
-        heartbeat_interval_ms=heartbeat_ms,
-        poll_interval_ms=parse_duration(poll_interval, field="poll_interval"),
-        idle_poll_max_ms=parse_duration(idle_poll_max, field="idle_poll_max") if idle_poll_max is not None else None,
-        limits=limits or LimitConfig(),
-        drain_deadline_ms=parse_duration(drain_deadline, field="drain_deadline"),
-        worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
-    )
