@@ -42,54 +42,6 @@ class CodedError(UltimateError):
 
 # The spec's "Error classes" table, one class per row, same code strings. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
-class ActionJobUnbridgedError(CodedError):
-    """An action enqueued a job with no bridge installed."""
-
-    default_code = "X_ACTION_JOB_UNBRIDGED"
-
-
-class BackfillAppliedError(CodedError):
-    """The backfill already completed; pass --force to sweep again."""
-
-    default_code = "X_BACKFILL_APPLIED"
-
-
-class BackfillEnvironmentError(CodedError):
-    """The backfill does not run in this environment."""
-
-    default_code = "X_BACKFILL_ENVIRONMENT"
-
-
-class BackfillMigrationPendingError(CodedError):
-    """The migration the backfill requires is not applied."""
-
-    default_code = "X_BACKFILL_MIGRATION_PENDING"
-
-
-class BackfillPendingError(CodedError):
-    """Declared backfills have not been swept."""
-
-    default_code = "X_BACKFILL_PENDING"
-
-
-class BackfillRunningError(CodedError):
-    """A pass of this backfill is in flight."""
-
-    default_code = "X_BACKFILL_RUNNING"
-
-
-class BackfillStalledError(CodedError):
-    """The source ran out while count() still matches rows."""
-
-    default_code = "X_BACKFILL_STALLED"
-
-
-class BackfillUnknownError(CodedError):
-    """No backfill is declared under that name."""
-
-    default_code = "X_BACKFILL_UNKNOWN"
-
-
 class CancelUnsupportedError(CodedError):
     """The driver has no cancel."""
 
@@ -112,18 +64,6 @@ class DriverUnavailableError(CodedError):
     """No driver is configured or reachable."""
 
     default_code = "X_DRIVER_UNAVAILABLE"
-
-
-class ExportPartTooLargeError(CodedError):
-    """One export page encoded past max_part_bytes; lower the batch."""
-
-    default_code = "X_EXPORT_PART_TOO_LARGE"
-
-
-class ExportRowInvalidError(CodedError):
-    """row() answered a key the columns do not carry."""
-
-    default_code = "X_EXPORT_ROW_INVALID"
 
 
 class IdempotencyRequiredError(CodedError):
@@ -280,54 +220,6 @@ class StepDuplicateError(CodedError):
     """Two steps share a name in one run."""
 
     default_code = "X_STEP_DUPLICATE"
-
-
-class WebhookDeliveryFailedError(CodedError):
-    """The endpoint failed the delivery."""
-
-    default_code = "X_WEBHOOK_DELIVERY_FAILED"
-
-
-class WebhookDeliveryRejectedError(CodedError):
-    """The endpoint rejected the delivery for good."""
-
-    default_code = "X_WEBHOOK_DELIVERY_REJECTED"
-
-
-class WebhookDeliveryThrottledError(CodedError):
-    """The endpoint asked to retry later."""
-
-    default_code = "X_WEBHOOK_DELIVERY_THROTTLED"
-
-
-class WebhookEndpointDisabledError(CodedError):
-    """The endpoint is disabled."""
-
-    default_code = "X_WEBHOOK_ENDPOINT_DISABLED"
-
-
-class WebhookEndpointInvalidError(CodedError):
-    """The endpoint row is unusable."""
-
-    default_code = "X_WEBHOOK_ENDPOINT_INVALID"
-
-
-class WebhookEndpointUnknownError(CodedError):
-    """No endpoint under that id."""
-
-    default_code = "X_WEBHOOK_ENDPOINT_UNKNOWN"
-
-
-class WebhookEventInvalidError(CodedError):
-    """The event row is unusable."""
-
-    default_code = "X_WEBHOOK_EVENT_INVALID"
-
-
-class WebhookEventUnknownError(CodedError):
-    """No event under that id."""
-
-    default_code = "X_WEBHOOK_EVENT_UNKNOWN"
 
 
 class NotImplementedOnDriverError(CodedError):

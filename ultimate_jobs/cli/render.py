@@ -166,7 +166,6 @@ def job_detail(detail: JobDetail) -> str:
             ("concurrency", j.concurrency_key),
             ("traceparent", j.traceparent),
             ("progress", _progress(j.progress)),
-            ("backfill", to_json(detail.backfill) if detail.backfill is not None else None),
         ]
     )
     out += "\n\ninput (secrets redacted)\n" + _indent(to_json(j.input))

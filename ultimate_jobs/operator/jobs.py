@@ -96,9 +96,9 @@ def inspect_dead_letters(
 
 
 def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
-    """One job with its per-step trace, redacted input, the failure's stack, its last progress and
-    (for a backfill pass) its ledger row. An id no queue holds is ``X_JOB_NOT_FOUND``; text that is no
-    UUID, ``X_JOB_ID_INVALID`` (so for every action below).
+    """One job with its per-step trace, redacted input, the failure's stack and its last progress. An id
+    no queue holds is ``X_JOB_NOT_FOUND``; text that is no UUID, ``X_JOB_ID_INVALID`` (so for every
+    action below).
 
     >>> detail = inspect_job(job_id)
     >>> [(s.name, s.status) for s in detail.steps], detail.error.code if detail.error else None
@@ -114,7 +114,6 @@ def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
         job=redactor.row(record, secrets),
         steps=tuple(step_row(s, secrets) for s in surface.steps(job_id)),
         error=error_detail(record, secrets),
-        backfill=None,
     )
 
 

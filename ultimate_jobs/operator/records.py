@@ -160,24 +160,18 @@ class ErrorDetail:
 
 @dataclass(frozen=True, slots=True)
 class JobDetail:
-    """``jobs show``: the row, the per-step trace, the failure, the last progress, the backfill row.
-
-    ``backfill`` is the ledger row of a backfill pass and ``None`` for every other job (no backfill
-    is declared in this build yet).
-    """
+    """``jobs show``: the row, the per-step trace, the failure, the last progress."""
 
     job: JobRow
     steps: tuple[StepRow, ...]
     error: ErrorDetail | None
-    backfill: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The row's keys, plus ``"error"``, ``"steps"`` and ``"backfill"``."""
+        """The row's keys, plus ``"error"`` and ``"steps"``."""
         return {
             **self.job.as_dict(),
             "error": self.error.as_dict() if self.error else None,
             "steps": [s.as_dict() for s in self.steps],
-            "backfill": dict(self.backfill) if self.backfill is not None else None,
         }
 
 
