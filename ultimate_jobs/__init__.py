@@ -18,6 +18,7 @@ from .execute import JobExecution, Settled, execute_job, job_lease_key
 from .facade import set_jobs_facade
 from .limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
+from .purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
 from .retry import RetryPolicy, is_final_attempt, retry_schedule
 from .run import JobRun
 from .scheduler import JobScheduler, TaskHandle, job_scheduler, lease_leader, next_task_run, task
@@ -37,6 +38,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DEFAULT_PURGE_CRON",
     "Actor",
     "CancelSignal",
     "ClaimRef",
@@ -55,6 +57,7 @@ __all__ = [
     "JobWorker",
     "LimitConfig",
     "NackOptions",
+    "PurgeTarget",
     "RetryPolicy",
     "Settled",
     "Step",
@@ -82,6 +85,7 @@ __all__ = [
     "outbox_relay",
     "postgres_event_bus",
     "publish_event",
+    "purge",
     "register_error_retry",
     "reset_event_bus",
     "retry_schedule",
