@@ -37,6 +37,9 @@ Postgres ``timestamptz`` holds (outside it ``to_timestamp`` is a database error)
 PROGRESS_INTERVAL_MS = 1_000
 LEASE_LAPSED_FINAL_ATTEMPT = "LEASE_LAPSED_FINAL_ATTEMPT"
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+PURGE_BATCH = 1_000
+"""The most rows one retention delete removes (``purge_finished``, the outbox's ``purge_published``): a
+purge of millions of rows is thousands of short statements, never one long transaction."""
 COUNTER_TIERS: tuple[tuple[int, int], ...] = (
     (60_000, 24 * 3_600_000),  # 1-minute buckets kept 24 h
     (300_000, 7 * 86_400_000),  # 5-minute buckets kept 7 d
@@ -617,6 +620,12 @@ class JobDriver(Protocol):
 
     def stats(self) -> list[QueueStats]:
         """Per-queue counts by state."""
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        """Delete at most ``limit`` finished rows and their steps in ONE statement: rows of the states
+        ``before_ms`` names (finished states only), each finished before its state's instant, oldest
+        finished first. A live row never goes, nor a row requeued while the delete ran. Answers how many
+        rows went; retention calls it again while a batch comes back full."""
 
     def close(self) -> None:
         """Release connections and timers. Idempotent."""

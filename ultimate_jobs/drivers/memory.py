@@ -23,6 +23,7 @@ from .base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
+    PURGE_BATCH,
     Ack,
     ClaimedJob,
     ClaimRef,
@@ -43,6 +44,7 @@ from .base import (
 from .memory_index import ClaimEntry, ClaimIndex, claim_order
 from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
 from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
+from .purging import finished_cutoffs
 
 WakeListener = Callable[[str], None]
 
@@ -428,6 +430,19 @@ class MemoryDriver:
                 QueueStats(queue=queue, oldest_ready_ms=oldest.get(queue), paused=queue in paused, **per)
                 for queue, per in sorted(counts.items())
             ]
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        cutoffs = finished_cutoffs(before_ms, limit)
+        with self.lock:
+            expired = [
+                row
+                for row in self.rows.values()
+                if row.state in cutoffs and row.finished_at_ms is not None and row.finished_at_ms < cutoffs[row.state]
+            ]
+            expired.sort(key=lambda row: (row.finished_at_ms or 0, row.id))
+            for row in expired[:limit]:
+                self.delete(row)
+            return min(len(expired), limit)
 
     def close(self) -> None:
         with self.lock:

@@ -24,6 +24,7 @@ from ..drivers.base import JobDriver, JobIntrospection, LeaderStore, LeaseStore,
 from .clock import FrozenClock
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
+from .conformance_retention import RetentionContract
 from .conformance_scheduler import SchedulerContract
 from .conformance_support import (
     JOB,
@@ -53,6 +54,7 @@ __all__ = [
     "LeaseContract",
     "OperatorContract",
     "QueueContract",
+    "RetentionContract",
     "SchedulerContract",
     "claim",
     "claim_one",
@@ -132,7 +134,7 @@ class LeaseContract:
         assert leases.holders(KEY) == ["h2"]
 
 
-class DriverConformance(QueueContract, OperatorContract, LeaseContract, SchedulerContract):
+class DriverConformance(QueueContract, OperatorContract, LeaseContract, SchedulerContract, RetentionContract):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 
     Override ``visibility_timeout_ms`` when ``make_driver`` builds a driver whose ``workers()`` rows

@@ -17,6 +17,7 @@ from ...errors import ClaimQueuesEmptyError, JobDuplicateError
 from ...logs import log_event
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
+    PURGE_BATCH,
     Ack,
     ClaimedJob,
     ClaimRef,
@@ -24,6 +25,7 @@ from ..base import (
     EnqueueRequest,
     ExhaustedJob,
     Heartbeat,
+    JobState,
     NackOptions,
     QueueStats,
     StepRecord,
@@ -31,6 +33,7 @@ from ..base import (
     nack_counter,
     nack_state,
 )
+from ..purging import finished_cutoffs
 from . import sql
 from .executor import Executor, django_executor, from_jsonb, jsonb
 from .rows import claimed_job, enqueue_rows, job_record, step_record, worker_row
@@ -365,6 +368,14 @@ class PostgresDriver:
                 current = entry["oldest_ready_ms"]
                 entry["oldest_ready_ms"] = oldest if current is None else min(current, oldest)
         return [QueueStats(**entry) for _, entry in sorted(per.items())]
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        cutoffs = finished_cutoffs(before_ms, limit)
+        if not cutoffs:
+            return 0
+        params = {"states": list(cutoffs), "before": list(cutoffs.values()), "limit": limit}
+        [(count,)] = self.executor.query(sql.SQL_PURGE_FINISHED, params)
+        return int(count)
 
     def close(self) -> None:
         """Stop the wake session; statements run on Django's connections, which Django closes."""

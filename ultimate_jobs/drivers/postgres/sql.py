@@ -319,6 +319,41 @@ LEFT JOIN x_job_paused_queues p ON p.queue = q.queue
 ORDER BY q.queue, q.state
 """
 
+# SQL_PURGE_FINISHED — retention: delete at most %(limit)s finished rows and their steps in ONE short
+# statement. %(states)s[i] rows finished before %(before)s[i] (epoch ms) go, oldest finished first; each
+# state is one range scan of x_jobs_finished_idx (state, finished_at — partial over finished states, so
+# live rows cost nothing), and the steps go by x_job_steps_job_seq_idx. The delete re-checks the state
+# and the instant, so a row requeued while the statement ran stays. Answers how many rows went; the
+# caller runs it again while a batch comes back full, so no purge holds one long transaction.
+SQL_PURGE_FINISHED = """
+WITH cutoff AS (
+    SELECT c.state, to_timestamp(c.before_ms / 1000.0) AS before
+    FROM unnest(%(states)s::text[], %(before)s::bigint[]) AS c(state, before_ms)
+),
+picked AS (
+    SELECT e.id
+    FROM cutoff c
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.finished_at
+        FROM x_jobs j
+        WHERE j.state = c.state AND j.finished_at < c.before
+        ORDER BY j.finished_at
+        LIMIT %(limit)s
+    ) e
+    ORDER BY e.finished_at, e.id
+    LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM x_jobs j USING picked p, cutoff c
+    WHERE j.id = p.id AND j.state = c.state AND j.finished_at < c.before
+    RETURNING j.id
+),
+steps AS (
+    DELETE FROM x_job_steps s USING gone g WHERE s.job_id = g.id
+)
+SELECT count(*) FROM gone
+"""
+
 # SQL_LEASE_LOCK — serialise acquirers of one key for the rest of the transaction (an advisory
 # xact lock is released at commit; it never outlives the statement's transaction).
 SQL_LEASE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7041))"
