@@ -7,6 +7,7 @@
 >>> send_welcome.enqueue({"user_id": 7})
 """
 
+from .backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills
 from .clock import Clock, SystemClock, system_clock
 from .conf import job_clock, job_driver, set_job_clock, set_job_driver
 from .context import Actor, cross_tenant
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DEFAULT_BACKFILL_RATE",
     "DEFAULT_PURGE_CRON",
     "Actor",
     "CancelSignal",
@@ -67,11 +69,13 @@ __all__ = [
     "TenantScopedModel",
     "TenantScopedQuerySet",
     "UltimateError",
+    "backfill",
     "cross_tenant",
     "current_signal",
     "events_purge_target",
     "execute_job",
     "install_outbox",
+    "is_backfill",
     "is_final_attempt",
     "job",
     "job_clock",
@@ -83,10 +87,12 @@ __all__ = [
     "nack_state",
     "next_task_run",
     "outbox_relay",
+    "pending_backfills",
     "postgres_event_bus",
     "publish_event",
     "purge",
     "register_error_retry",
+    "registered_backfills",
     "reset_event_bus",
     "retry_schedule",
     "set_event_bus",

@@ -42,6 +42,18 @@ class CodedError(UltimateError):
 
 # The spec's "Error classes" table, one class per row, same code strings. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
+class BackfillEnvironmentError(CodedError):
+    """A backfill's pass ran in a deployment its ``environments=`` does not name."""
+
+    default_code = "X_BACKFILL_ENVIRONMENT"
+
+
+class BackfillStalledError(CodedError):
+    """A backfill's source ran out while its ``count()`` still matched rows: two predicates disagree."""
+
+    default_code = "X_BACKFILL_STALLED"
+
+
 class CancelUnsupportedError(CodedError):
     """The driver has no cancel."""
 

@@ -269,6 +269,42 @@ class TaskWatermark(models.Model):
         db_table = "x_job_task_watermarks"
 
 
+BACKFILL_STATUS_CHOICES = [(s, s) for s in ("running", "completed", "failed")]
+
+
+class Backfill(models.Model):
+    """``x_backfills``: the backfill ledger, one row per pass — the twin of a migrations table. The pass
+    writes it through ``driver.backfills``; every surface reads it through ``operator.inspect_backfills``."""
+
+    id = models.UUIDField(primary_key=True)
+    name = models.TextField()
+    tenant_id = models.TextField(null=True)
+    checksum = models.TextField()
+    status = models.TextField(choices=BACKFILL_STATUS_CHOICES)
+    app_version = models.TextField(null=True)
+    rows_processed = models.BigIntegerField(default=0)
+    batches = models.IntegerField(default=0)
+    last_cursor = models.JSONField(null=True)
+    job_id = models.UUIDField()
+    run_id = models.UUIDField(unique=True)  # SQL_BACKFILL_BEGIN: a retry adopts its run's row
+    error_code = models.TextField(null=True)
+    started_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "x_backfills"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s for s, _ in BACKFILL_STATUS_CHOICES]), name="x_backfills_status_check"
+            ),
+        ]
+        indexes = [
+            # SQL_BACKFILL_COMPLETED and SQL_BACKFILL_LIST by name: one name's passes, newest first.
+            models.Index(fields=["name", "-started_at"], name="x_backfills_name_idx"),
+        ]
+
+
 # -- admin pages -------------------------------------------------------------------------------------
 # Proxy models: no table of their own. Each gives an admin page its place in the index and its own
 # view/change permissions; the pages read and act through ``ultimate_jobs.operator`` (admin/).

@@ -24,3 +24,10 @@ class Note(models.Model):
 
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="notes")
     text = models.CharField(max_length=64)
+
+
+class Post(models.Model):
+    """Not tenant-scoped: rows for a backfill to sweep (tests/postgres/test_backfills.py)."""
+
+    title = models.CharField(max_length=64)
+    slug = models.CharField(max_length=64, default="")

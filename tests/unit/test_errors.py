@@ -17,6 +17,8 @@ from ultimate_jobs.errors import (
 
 # The spec's "Error classes" table, copied row by row: (class, code).
 SPEC_ERROR_CLASSES = [
+    ("BackfillEnvironmentError", "X_BACKFILL_ENVIRONMENT"),
+    ("BackfillStalledError", "X_BACKFILL_STALLED"),
     ("CancelUnsupportedError", "X_JOB_NOT_CANCELLABLE"),
     ("ClaimQueuesEmptyError", "X_JOB_CLAIM_QUEUES_EMPTY"),
     ("ConcurrencyUnenforceableError", "X_JOB_CONCURRENCY_UNENFORCEABLE"),
@@ -53,11 +55,9 @@ SPEC_ERROR_CLASSES = [
 RESERVED_CODES = [
     "X_ACTION_JOB_UNBRIDGED",
     "X_BACKFILL_APPLIED",
-    "X_BACKFILL_ENVIRONMENT",
     "X_BACKFILL_MIGRATION_PENDING",
     "X_BACKFILL_PENDING",
     "X_BACKFILL_RUNNING",
-    "X_BACKFILL_STALLED",
     "X_BACKFILL_UNKNOWN",
     "X_EXPORT_PART_TOO_LARGE",
     "X_EXPORT_ROW_INVALID",

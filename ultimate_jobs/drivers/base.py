@@ -517,6 +517,87 @@ class LeaseStore(Protocol):
         """The live holders of one key, in slot order."""
 
 
+BackfillStatus = Literal["running", "completed", "failed"]
+BACKFILL_STATUSES: tuple[BackfillStatus, ...] = ("running", "completed", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRun:
+    """One ``x_backfills`` row: one pass of a backfill, from its first attempt to its settle.
+
+    ``run_id`` is the job run that owns the row (its retries adopt it, so ``started_at_ms`` is when the
+    pass began); ``last_cursor`` is the primary key of the last row handled (JSON), a report and never
+    where a resumed pass restarts."""
+
+    id: str
+    name: str
+    tenant_id: str | None
+    checksum: str
+    status: BackfillStatus
+    app_version: str | None
+    rows_processed: int
+    batches: int
+    last_cursor: Any
+    job_id: str
+    run_id: str
+    error_code: str | None
+    started_at_ms: int
+    updated_at_ms: int
+    completed_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillBegin:
+    """What a pass writes when it starts an attempt: the row of ``run_id``, adopted or inserted."""
+
+    name: str
+    tenant_id: str | None
+    checksum: str
+    app_version: str | None
+    job_id: str
+    run_id: str
+    now_ms: int
+
+
+class BackfillStore(Protocol):
+    """``driver.backfills``: the ``x_backfills`` ledger, one row per pass. Only a backfill's pass writes it;
+    every surface reads it through ``operator.inspect_backfills``.
+
+    Signatures after ``def list`` spell ``builtins.list``: inside this class body ``list`` is the method.
+    """
+
+    def begin(self, begin: BackfillBegin) -> BackfillRun:
+        """The row of ``begin.run_id`` set ``running`` — a retry adopts its own row, keeping its
+        ``started_at_ms``, the checksum the pass began with, its counts and its id (the app version becomes
+        this attempt's) — or, when the run has none, a new ``running`` row started at ``begin.now_ms``."""
+
+    def progress(self, row_id: str, *, rows_processed: int, batches: int, last_cursor: Any, now_ms: int) -> bool:
+        """Record a pass's counts and cursor after a page; only a ``running`` row moves. Answers whether it
+        landed."""
+
+    def finish(
+        self,
+        row_id: str,
+        *,
+        status: Literal["completed", "failed"],
+        rows_processed: int | None = None,
+        batches: int | None = None,
+        error_code: str | None = None,
+        now_ms: int,
+    ) -> bool:
+        """Settle a pass ``completed`` (stamping ``completed_at_ms``) or ``failed`` (keeping ``error_code``);
+        counts given replace the stored ones. Answers whether a row was settled."""
+
+    def completed(self, name: str, tenant_id: str | None) -> BackfillRun | None:
+        """The newest ``completed`` row of ``name`` (under ``tenant_id``; ``None`` is the cross-tenant
+        pass), or ``None``: the row that makes a re-run answer ``skipped``."""
+
+    def list(
+        self, *, name: str | None = None, status: BackfillStatus | None = None, limit: int = 100
+    ) -> builtins.list[BackfillRun]:
+        """Ledger rows, newest first (``started_at_ms``, then ``id``), optionally of one name or status."""
+
+
 class JobIntrospection(Protocol):
     """Every operator capability. The CLI, the admin and the JSON views read nothing else.
 
@@ -577,6 +658,11 @@ class JobDriver(Protocol):
     @property
     def scheduler_state(self) -> SchedulerStore | None:
         """The scheduler's watermarks and fires, or ``None`` (then no scheduler runs on this driver)."""
+
+    @property
+    def backfills(self) -> BackfillStore | None:
+        """The ``x_backfills`` ledger, or ``None`` (then a backfill's pass runs anyway, with no bookkeeping:
+        no row, no ``skipped`` answer)."""
 
     def enqueue(self, request: EnqueueRequest) -> Enqueued:
         """Insert one row; a live key answers the live row with ``deduped=True`` (or ``X_JOB_DUPLICATE``)."""

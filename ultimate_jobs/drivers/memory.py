@@ -41,6 +41,7 @@ from .base import (
     nack_counter,
     nack_state,
 )
+from .memory_backfills import MemoryBackfillStore
 from .memory_index import ClaimEntry, ClaimIndex, claim_order
 from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
 from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
@@ -141,6 +142,7 @@ class MemoryDriver:
         self._leases = MemoryLeaseStore(self.clock)
         self._leader = MemoryLeaderStore(self)
         self._scheduler_state = MemorySchedulerStore(self)
+        self._backfills = MemoryBackfillStore(self)
 
     # -- capabilities --------------------------------------------------------------------------
 
@@ -159,6 +161,10 @@ class MemoryDriver:
     @property
     def scheduler_state(self) -> MemorySchedulerStore:
         return self._scheduler_state
+
+    @property
+    def backfills(self) -> MemoryBackfillStore:
+        return self._backfills
 
     def subscribe(self, listener: WakeListener) -> Callable[[], None]:
         """Hear every queue a due row lands on (the memory driver's whole wake); answers an unsubscribe."""

@@ -17,6 +17,7 @@ are stored sealed (:mod:`ultimate_jobs.sealing`), and every record here carries 
 (:mod:`ultimate_jobs.redaction`).
 """
 
+from .backfills import BackfillRow, inspect_backfills
 from .jobs import (
     BulkProgress,
     cancel_job,
@@ -61,6 +62,7 @@ from .tasks import (
 
 __all__ = [
     "MANIFEST_FILE",
+    "BackfillRow",
     "BulkOutcome",
     "BulkProgress",
     "ErrorDetail",
@@ -79,6 +81,7 @@ __all__ = [
     "TaskRow",
     "WorkerRow",
     "cancel_job",
+    "inspect_backfills",
     "inspect_dead_letters",
     "inspect_job",
     "inspect_manifest",

@@ -7,10 +7,10 @@
 
 The suite builds a fresh driver per test from ``make_driver(clock)`` over a :class:`FrozenClock`
 (the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.drivers.base`.
-A test of an optional capability asks for the ``introspect``, ``leases``, ``leader_store`` or
-``scheduler_state`` fixture, which skips, with its reason, only when the driver declares that capability
-``None``. Each test expects an
-empty store: a driver over a database truncates (or rolls back) in its ``make_driver`` fixture.
+A test of an optional capability asks for the ``introspect``, ``leases``, ``leader_store``,
+``scheduler_state`` or ``backfills`` fixture, which skips, with its reason, only when the driver declares
+that capability ``None``. Each test expects an empty store: a driver over a database truncates (or rolls
+back) in its ``make_driver`` fixture.
 See ``docs/conformance.md``.
 """
 
@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ..drivers.base import JobDriver, JobIntrospection, LeaderStore, LeaseStore, SchedulerStore
+from ..drivers.base import BackfillStore, JobDriver, JobIntrospection, LeaderStore, LeaseStore, SchedulerStore
 from .clock import FrozenClock
+from .conformance_backfills import BackfillContract
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
 from .conformance_retention import RetentionContract
@@ -49,6 +50,7 @@ __all__ = [
     "JOB",
     "QUEUE",
     "VT",
+    "BackfillContract",
     "DriverConformance",
     "DriverFactory",
     "LeaseContract",
@@ -134,7 +136,9 @@ class LeaseContract:
         assert leases.holders(KEY) == ["h2"]
 
 
-class DriverConformance(QueueContract, OperatorContract, LeaseContract, SchedulerContract, RetentionContract):
+class DriverConformance(
+    QueueContract, OperatorContract, LeaseContract, SchedulerContract, RetentionContract, BackfillContract
+):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 
     Override ``visibility_timeout_ms`` when ``make_driver`` builds a driver whose ``workers()`` rows
@@ -182,3 +186,8 @@ class DriverConformance(QueueContract, OperatorContract, LeaseContract, Schedule
     def scheduler_state(self, driver: JobDriver) -> SchedulerStore:
         """``driver.scheduler_state``; the test skips only when the driver declares it ``None``."""
         return declared(driver, driver.scheduler_state, "scheduler_state", "no scheduler storage")
+
+    @pytest.fixture
+    def backfills(self, driver: JobDriver) -> BackfillStore:
+        """``driver.backfills``; the test skips only when the driver declares it ``None``."""
+        return declared(driver, driver.backfills, "backfills", "no backfill ledger")

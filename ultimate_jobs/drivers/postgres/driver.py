@@ -35,6 +35,7 @@ from ..base import (
 )
 from ..purging import finished_cutoffs
 from . import sql
+from .backfills import PostgresBackfillStore
 from .executor import Executor, django_executor, from_jsonb, jsonb
 from .rows import claimed_job, enqueue_rows, job_record, step_record, worker_row
 from .scheduler import PostgresLeaderStore, PostgresSchedulerStore
@@ -74,6 +75,7 @@ class PostgresDriver:
         self._leases = PostgresLeaseStore(self)
         self._leader = PostgresLeaderStore(self)
         self._scheduler_state = PostgresSchedulerStore(self)
+        self._backfills = PostgresBackfillStore(self)
         self._wake_lock = threading.Lock()
         self._listeners: list[Callable[[str], None]] = []
         self._wake: QueueWake | None = None
@@ -93,6 +95,10 @@ class PostgresDriver:
     @property
     def scheduler_state(self) -> PostgresSchedulerStore:
         return self._scheduler_state
+
+    @property
+    def backfills(self) -> PostgresBackfillStore:
+        return self._backfills
 
     def _now(self) -> int:
         return self.clock.now_ms()

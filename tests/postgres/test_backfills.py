@@ -1,0 +1,364 @@
+"""``backfill()`` end to end on the memory and the Postgres driver: keyset pages as steps, the ledger row,
+skip and force, a resumed pass, the declaration refusals, stall detection and the throttle's cancel.
+
+The rows swept are ``tests.secapp.Post`` rows; attempts run in-process through ``run_jobs`` (the
+executor a worker uses). Both drivers run on committed rows (``transactional_db``) so the throttle test's
+timer thread and the pass see the same data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import AnyJobsEnv, installed
+from tests.secapp.models import Bucket, Item, Post
+from ultimate_jobs import operator
+from ultimate_jobs.backfills import (
+    backfill,
+    definition_checksum,
+    is_backfill,
+    pending_backfills,
+    registered_backfills,
+)
+from ultimate_jobs.context import current_tenant
+from ultimate_jobs.definition import job
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.execute import execute_job
+from ultimate_jobs.signals import CancelSignal
+from ultimate_jobs.testing import FrozenClock, run_jobs
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+FAST = 1_000  # batches per second: no page waits in these tests unless one says so
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def sweep(request: pytest.FixtureRequest) -> Iterator[AnyJobsEnv]:
+    """A frozen clock and the memory or the Postgres driver installed process-wide."""
+    clock = FrozenClock()
+    driver: MemoryDriver | PostgresDriver = MemoryDriver(clock=clock)
+    if request.param == "postgres":
+        driver = PostgresDriver(clock=clock)
+    with installed(clock, driver) as env:
+        yield env
+
+
+def posts(n: int) -> list[int]:
+    """``n`` fresh posts with blank slugs; answers their primary keys in order."""
+    Post.objects.bulk_create(Post(title=f"Post {i}") for i in range(n))
+    return list(Post.objects.order_by("pk").values_list("pk", flat=True))
+
+
+def slugify(rows: list[Post], signal: CancelSignal) -> None:
+    for post in rows:
+        post.slug = post.title.lower().replace(" ", "-")
+    Post.objects.bulk_update(rows, ["slug"])
+
+
+def outputs(env: AnyJobsEnv, job_id: str) -> dict[str, Any]:
+    introspect = env.driver.introspect
+    assert introspect is not None
+    return {s.name: s.output for s in introspect.steps(job_id)}
+
+
+def test_a_pass_sweeps_page_by_page_into_one_completed_ledger_row(sweep: AnyJobsEnv) -> None:
+    pks = posts(2_500)
+    rewrite = backfill(name="rewrite-slugs", tenant="none", batch=1_000, rate=FAST,
+                       source=lambda ctx: Post.objects.all(), handle=slugify)  # fmt: skip
+    enqueued = rewrite.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["completed"] == 1
+    assert report.executions[-1].result == {"name": "rewrite-slugs", "batches": 3, "rows": 2_500, "skipped": False}
+    assert not Post.objects.filter(slug="").exists()
+    # one step per page, its output the cursor and the counts — never the rows
+    assert outputs(sweep, enqueued.id) == {
+        "batch:0": {"cursor": pks[999], "rows": 1_000, "total": 1_000},
+        "batch:1": {"cursor": pks[1_999], "rows": 1_000, "total": 2_000},
+        "batch:2": {"cursor": pks[-1], "rows": 500, "total": 2_500},
+    }
+    (row,) = operator.inspect_backfills()
+    assert row.declared
+    assert (row.run.name, row.run.status) == ("rewrite-slugs", "completed")
+    assert (row.run.rows_processed, row.run.batches) == (2_500, 3)
+    assert (row.run.run_id, row.run.job_id, row.run.last_cursor) == (enqueued.run_id, enqueued.id, pks[-1])
+    assert row.run.checksum == registered_backfills()[0].checksum
+    assert row.as_dict()["status"] == "completed"
+
+
+def test_a_re_run_answers_skipped_and_force_sweeps_into_a_new_row(sweep: AnyJobsEnv) -> None:
+    posts(30)
+    seen: list[int] = []
+    rewrite = backfill(name="rewrite-slugs", tenant="none", batch=10, rate=FAST,
+                       source=lambda ctx: Post.objects.all(),
+                       handle=lambda rows, signal: seen.extend(p.pk for p in rows))  # fmt: skip
+    first = rewrite.enqueue()
+    run_jobs(sweep.driver, clock=sweep.clock)
+    again = rewrite.enqueue()
+    assert not again.deduped and again.id != first.id  # the pass is the no-op, never the enqueue
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.executions[-1].result == {
+        "name": "rewrite-slugs", "batches": 0, "rows": 0, "skipped": True, "previous_run_id": first.run_id,
+    }  # fmt: skip
+    assert len(seen) == 30
+    forced = rewrite.enqueue({"force": True})
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.executions[-1].result["rows"] == 30 and len(seen) == 60
+    rows = operator.inspect_backfills(name="rewrite-slugs")
+    assert [(r.run.run_id, r.run.status) for r in rows] == [(forced.run_id, "completed"), (first.run_id, "completed")]
+
+
+def test_an_interrupted_pass_resumes_on_the_page_it_stopped_at(sweep: AnyJobsEnv) -> None:
+    pks = posts(50)
+    pages: list[list[int]] = []
+    failed = {"once": False}
+
+    def handle(rows: list[Post], signal: CancelSignal) -> None:
+        pages.append([p.pk for p in rows])
+        if len(pages) == 3 and not failed["once"]:
+            failed["once"] = True
+            raise RuntimeError("the database blinked on page 2")
+
+    rewrite = backfill(name="resumable", tenant="none", batch=10, rate=FAST, retry={"attempts": 3},
+                       source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
+    enqueued = rewrite.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["retried"] == 1 and report.outcomes["completed"] == 1
+    # pages 0 and 1 replayed from their steps; page 2 read again from its cursor, then on to the end
+    assert pages == [pks[0:10], pks[10:20], pks[20:30], pks[20:30], pks[30:40], pks[40:50]]
+    # 50 rows in pages of 10: the sixth page comes back empty, which is how the pass knows it is done
+    assert sorted(outputs(sweep, enqueued.id)) == [f"batch:{i}" for i in range(6)]
+    assert outputs(sweep, enqueued.id)["batch:5"] == {"cursor": pks[-1], "rows": 0, "total": 50}
+    (row,) = operator.inspect_backfills()
+    assert (row.run.status, row.run.rows_processed, row.run.batches, row.run.error_code) == ("completed", 50, 6, None)
+    assert row.run.run_id == enqueued.run_id  # the retry adopted its row: one row, started when the pass began
+
+
+def test_a_failed_attempt_marks_its_row_failed_until_the_retry(sweep: AnyJobsEnv) -> None:
+    posts(5)
+
+    def handle(rows: list[Post], signal: CancelSignal) -> None:
+        raise RuntimeError("boom")
+
+    broken = backfill(name="broken", tenant="none", batch=10, rate=FAST, retry={"attempts": 1},
+                      source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
+    broken.enqueue()
+    run_jobs(sweep.driver, clock=sweep.clock)
+    (row,) = operator.inspect_backfills(status="failed")
+    assert (row.run.name, row.run.error_code) == ("broken", "RuntimeError")
+    assert pending_backfills(environment="production").pending == ["broken"]
+
+
+def test_stalled_when_count_still_matches_after_the_source_ran_out(sweep: AnyJobsEnv) -> None:
+    posts(12)
+    stalled = backfill(name="stalls", tenant="none", batch=5, rate=FAST,
+                       source=lambda ctx: Post.objects.filter(title__startswith="Post 1"),
+                       count=lambda ctx: Post.objects.filter(slug="").count(),  # another predicate
+                       handle=slugify)  # fmt: skip
+    enqueued = stalled.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    last = report.last(enqueued.id)
+    assert last is not None and last.outcome == "dead-lettered"  # X_BACKFILL_STALLED is terminal
+    (row,) = operator.inspect_backfills()
+    assert (row.run.status, row.run.error_code) == ("failed", "X_BACKFILL_STALLED")
+
+
+def test_count_converged_completes_and_a_bad_count_is_an_invariant(sweep: AnyJobsEnv) -> None:
+    posts(7)
+    ok = backfill(name="converges", tenant="none", batch=5, rate=FAST,
+                  source=lambda ctx: Post.objects.filter(slug=""),
+                  count=lambda ctx: Post.objects.filter(slug="").count(), handle=slugify)  # fmt: skip
+    bad = backfill(name="miscounts", tenant="none", batch=5, rate=FAST,
+                   source=lambda ctx: Post.objects.none(), count=lambda ctx: -1, handle=slugify)  # fmt: skip
+    ok.enqueue()
+    bad.enqueue()
+    run_jobs(sweep.driver, clock=sweep.clock)
+    statuses = {r.run.name: (r.run.status, r.run.error_code) for r in operator.inspect_backfills()}
+    assert statuses == {"converges": ("completed", None), "miscounts": ("failed", "X_INVARIANT")}
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"batch": 0}, "batch"),
+        ({"batch": 1.5}, "batch"),
+        ({"batch": float("nan")}, "batch"),
+        ({"batch": True}, "batch"),
+        ({"rate": 0}, "rate"),
+        ({"rate": -1}, "rate"),
+        ({"rate": float("nan")}, "rate"),
+        ({"rate": float("inf")}, "rate"),
+        ({"rate": "5"}, "rate"),
+        ({"source": "Post.objects"}, "source"),
+        ({"count": 3}, "count"),
+        ({"requires": "0007_add_slug"}, "requires"),
+        ({"environments": []}, "environments"),
+        ({"environments": "production"}, "environments"),
+        ({"environments": ["prod uction"]}, "environments"),
+    ],
+)
+def test_declaration_refusals(sweep: AnyJobsEnv, options: dict[str, Any], field: str) -> None:
+    declared: dict[str, Any] = {"name": "refused", "tenant": "none", "source": lambda ctx: Post.objects.all(),
+                                "handle": slugify, **options}  # fmt: skip
+    with pytest.raises(UltimateError) as caught:
+        backfill(**declared)
+    assert (caught.value.code, caught.value.meta["field"]) == ("X_JOB_DECLARATION_INVALID", field)
+    assert registered_backfills() == []
+
+
+def test_a_fractional_rate_is_a_rate(sweep: AnyJobsEnv) -> None:
+    handle = backfill(name="slow", tenant="none", rate=0.5, source=lambda ctx: Post.objects.all(), handle=slugify)
+    assert registered_backfills()[0].rate == 0.5 and is_backfill(handle)
+
+
+def test_a_source_with_its_own_order_is_refused_at_the_first_page(sweep: AnyJobsEnv) -> None:
+    posts(3)
+    ordered = backfill(name="ordered", tenant="none", rate=FAST,
+                       source=lambda ctx: Post.objects.order_by("-title"), handle=slugify)  # fmt: skip
+    enqueued = ordered.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    last = report.last(enqueued.id)
+    assert last is not None and last.outcome == "dead-lettered"
+    assert last.error is not None and last.error.code == "X_JOB_DECLARATION_INVALID"
+    assert not Post.objects.exclude(slug="").exists()
+
+
+def test_environments_gate_the_pass(sweep: AnyJobsEnv, settings: Any) -> None:
+    settings.ULTIMATE_JOBS = {**settings.ULTIMATE_JOBS, "ENVIRONMENT": "staging"}
+    posts(3)
+    prod_only = backfill(name="prod-only", tenant="none", rate=FAST, environments=["production"],
+                         source=lambda ctx: Post.objects.all(), handle=slugify)  # fmt: skip
+    enqueued = prod_only.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    last = report.last(enqueued.id)
+    assert last is not None and last.outcome == "dead-lettered"
+    assert last.error is not None and last.error.code == "X_BACKFILL_ENVIRONMENT"
+    assert not Post.objects.exclude(slug="").exists()
+    assert pending_backfills().rows[0].state == "excluded"
+
+
+def test_tenant_none_opens_the_cross_tenant_scope(sweep: AnyJobsEnv) -> None:
+    for org in ("org-1", "org-2"):
+        bucket = Bucket.objects.create(org_id=org, name=f"b-{org}")
+        Item.objects.create(org_id=org, bucket=bucket, secret="s", total=1)
+    touched: list[str] = []
+    every_org = backfill(name="every-org", tenant="none", batch=1, rate=FAST,
+                         source=lambda ctx: Item.objects.all(),
+                         handle=lambda rows, signal: touched.extend(i.org_id for i in rows))  # fmt: skip
+    every_org.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["completed"] == 1
+    assert sorted(touched) == ["org-1", "org-2"]
+
+
+def test_the_throttle_pause_is_cut_short_by_a_cancel(sweep: AnyJobsEnv) -> None:
+    posts(30)
+    signal = CancelSignal()
+    handled: list[int] = []
+
+    def handle(rows: list[Post], page_signal: CancelSignal) -> None:
+        handled.append(len(rows))
+        # the cancel lands while the page's pause (100 s at rate 0.01) is being waited out
+        threading.Timer(0.2, signal.abort, args=[UltimateError("X_CANCELLED", "cancelled by an operator")]).start()
+
+    paced = backfill(name="paced", tenant="none", batch=10, rate=0.01,
+                     source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
+    enqueued = paced.enqueue()
+    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    started = time.monotonic()
+    execution = execute_job(claimed, driver=sweep.driver, clock=sweep.clock, signal=signal)
+    assert time.monotonic() - started < 10
+    assert handled == [10]  # the second page never ran
+    # the attempt's verdict is read off its signal (the cancel); what the pause raised was X_ABORTED
+    assert execution.error is not None and execution.error.code == "X_CANCELLED"
+    (row,) = operator.inspect_backfills()
+    assert (row.run.status, row.run.error_code) == ("failed", "X_ABORTED")
+    assert outputs(sweep, enqueued.id) == {}  # the page's step was not checkpointed: a retry handles it again
+
+
+def test_registered_backfills_is_backfill_and_pending(sweep: AnyJobsEnv) -> None:
+    def source(ctx: Any) -> Any:
+        return Post.objects.all()
+
+    a = backfill(name="a-sweep", tenant="none", rate=FAST, source=source, handle=slugify,
+                 requires="secapp.0003_post", environments=["production", "staging"],
+                 count=lambda ctx: 0)  # fmt: skip
+    b = backfill(name="b-sweep", tenant="none", rate=FAST, source=source, handle=slugify)
+
+    @job(idempotency_key=lambda i: "plain", tenant="none")
+    def plain(run: Any) -> None:
+        return None
+
+    assert is_backfill(a) and is_backfill(b)
+    assert not is_backfill(plain) and not is_backfill(object()) and not is_backfill([])
+    assert [d.as_dict() for d in registered_backfills()] == [
+        {"kind": "backfill", "name": "a-sweep", "checksum": definition_checksum(source, slugify),
+         "requires": "secapp.0003_post", "environments": ["production", "staging"], "counts": True,
+         "batch": 1_000, "rate": float(FAST)},
+        {"kind": "backfill", "name": "b-sweep", "checksum": definition_checksum(source, slugify),
+         "requires": None, "environments": None, "counts": False, "batch": 1_000, "rate": float(FAST)},
+    ]  # fmt: skip
+    before = pending_backfills(environment="production")
+    assert before.pending == ["a-sweep", "b-sweep"] and before.orphaned == []
+    assert pending_backfills(environment="dev").pending == ["b-sweep"]
+    a.enqueue()
+    run_jobs(sweep.driver, clock=sweep.clock)
+    after = pending_backfills(environment="production")
+    assert {r.name: r.state for r in after.rows} == {"a-sweep": "completed", "b-sweep": "pending"}
+    assert after.pending == ["b-sweep"]
+    assert after.as_dict()["rows"][0]["run"]["status"] == "completed"
+    gone = pending_backfills(declarations=[], environment="production")
+    assert gone.orphaned == ["a-sweep"] and gone.pending == []
+
+
+def test_a_moved_checksum_warns(sweep: AnyJobsEnv, caplog: pytest.LogCaptureFixture) -> None:
+    posts(3)
+    first = backfill(name="moving", tenant="none", rate=FAST, source=lambda ctx: Post.objects.all(), handle=slugify)
+    first.enqueue()
+    run_jobs(sweep.driver, clock=sweep.clock)
+    from ultimate_jobs import registry
+
+    registry.unregister("moving")  # a redeploy: the same name, an edited handle
+
+    def rewritten(rows: list[Post], signal: CancelSignal) -> None:
+        slugify(rows, signal)
+
+    second = backfill(name="moving", tenant="none", rate=FAST, source=lambda ctx: Post.objects.all(), handle=rewritten)
+    second.enqueue()
+    with caplog.at_level(logging.WARNING, logger="ultimate_jobs"):
+        report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.executions[-1].result["skipped"] is True
+    assert [r.getMessage() for r in caplog.records] == ["jobs.backfill.checksum-moved"]
+
+
+def test_inspect_backfills_refuses_bad_arguments(sweep: AnyJobsEnv) -> None:
+    for kwargs in ({"status": "done"}, {"limit": 0}, {"limit": 201}, {"name": ""}):
+        with pytest.raises(UltimateError) as caught:
+            operator.inspect_backfills(**kwargs)
+        assert caught.value.code == "X_JOB_ARGUMENT_INVALID"
+
+
+def test_a_tenant_scoped_backfill_sweeps_one_org_under_its_guard(sweep: AnyJobsEnv) -> None:
+    for org in ("org-1", "org-2"):
+        bucket = Bucket.objects.create(org_id=org, name=f"b-{org}")
+        Item.objects.create(org_id=org, bucket=bucket, secret="s", total=1)
+    touched: list[str] = []
+    one_org = backfill(name="one-org", tenant=lambda i: i.org_id, batch=5, rate=FAST,
+                       source=lambda ctx: Item.objects.filter(org_id=current_tenant()),
+                       handle=lambda rows, signal: touched.extend(i.org_id for i in rows))  # fmt: skip
+    enqueued = one_org.enqueue({"org_id": "org-1"})
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["completed"] == 1 and touched == ["org-1"]
+    (row,) = operator.inspect_backfills()
+    assert (row.run.tenant_id, row.run.run_id) == ("org-1", enqueued.run_id)
+    # another org's pass is another pass: it is not skipped by org-1's completed row
+    one_org.enqueue({"org_id": "org-2"})
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.executions[-1].result["skipped"] is False and touched == ["org-1", "org-2"]

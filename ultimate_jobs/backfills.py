@@ -1,0 +1,516 @@
+"""``backfill()``: one pass over every row a QuerySet matches, declared as a job.
+
+A backfill is a factory over :func:`~ultimate_jobs.job`, not a primitive of its own: its pass has the
+job's retry policy, queue, cancellation and dead-letter path. The source is read in keyset pages over
+the primary key (``pk > cursor ORDER BY pk LIMIT batch``, never ``OFFSET``), each page inside its own
+``step.run`` named ``batch:0``, ``batch:1``, … whose stored output is the cursor and the counts, never the
+rows — so an attempt killed mid-pass resumes on the page it stopped at. The ``x_backfills`` ledger
+(``driver.backfills``) records one row per pass; a completed row makes a later run answer ``skipped``.
+
+>>> rewrite_slugs = backfill(
+...     name="rewrite-slugs",
+...     tenant="none",
+...     source=lambda ctx: Post.objects.filter(published=True),
+...     handle=lambda rows, signal: Post.objects.bulk_update([slugged(p) for p in rows], ["slug"]),
+... )
+>>> rewrite_slugs.enqueue()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import math
+import os
+import re
+import sys
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pydantic
+
+from .conf import job_clock, job_driver, jobs_settings
+from .context import cross_tenant
+from .definition import JobHandle, job
+from .drivers.base import BackfillBegin, BackfillRun, BackfillStore
+from .durations import Duration
+from .errors import (
+    BackfillEnvironmentError,
+    BackfillStalledError,
+    InvariantError,
+    JobDeclarationInvalidError,
+    code_of,
+)
+from .logs import log_event
+from .retry import RetryPolicy
+from .run import JobRun
+from .signals import CancelSignal, current_signal
+
+logger = logging.getLogger("ultimate_jobs")
+
+DEFAULT_BACKFILL_RATE = 5
+"""Batches per second when ``rate`` is not given: 5,000 rows a second at the default batch."""
+DEFAULT_BACKFILL_BATCH = 1_000
+MAX_SAFE_INTEGER = 2**53 - 1
+APP_VERSION_ENV = "APP_VERSION"
+"""The environment variable whose value a pass stamps on its ledger row as ``app_version``."""
+
+_REQUIRES = re.compile(r"[A-Za-z_]\w*\.\w+", re.ASCII)  # app_label.migration_name
+_ENVIRONMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)  # ULTIMATE_JOBS["ENVIRONMENT"]'s shape
+
+
+class BackfillInput(pydantic.BaseModel):
+    """A pass's input: ``force`` sweeps again into a new ledger row although a completed one exists.
+    Other fields are kept (a ``tenant=lambda i: i.org_id`` backfill reads its org from them)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    force: pydantic.StrictBool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillDescriptor:
+    """What was declared, as ``registered_backfills()`` answers it: data, never the functions."""
+
+    kind: Literal["backfill"]
+    name: str
+    checksum: str
+    requires: str | None
+    environments: tuple[str, ...] | None
+    counts: bool
+    batch: int
+    rate: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "checksum": self.checksum,
+            "requires": self.requires,
+            "environments": list(self.environments) if self.environments is not None else None,
+            "counts": self.counts,
+            "batch": self.batch,
+            "rate": self.rate,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Declaration:
+    descriptor: BackfillDescriptor
+    source: Callable[[Any], Any]
+    handle: Callable[[list[Any], CancelSignal], Any]
+    count: Callable[[Any], Any] | None
+    cross_tenant: bool
+
+
+_declarations: weakref.WeakKeyDictionary[JobHandle[Any, Any], _Declaration] = weakref.WeakKeyDictionary()
+
+
+def backfill(
+    *,
+    name: str,
+    tenant: Literal["none"] | Callable[[Any], str | None],
+    source: Callable[[Any], Any],
+    handle: Callable[[list[Any], CancelSignal], Any],
+    batch: int = DEFAULT_BACKFILL_BATCH,
+    rate: float = DEFAULT_BACKFILL_RATE,
+    count: Callable[[Any], int] | None = None,
+    requires: str | None = None,
+    environments: Sequence[str] | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    retry: RetryPolicy | dict[str, Any] | None = None,
+    timeout: Duration | None = None,
+    step_timeout: Duration | None = None,
+) -> JobHandle[Any, dict[str, Any]]:
+    """Declare a backfill: a job whose pass hands every row ``source(ctx)`` matches to ``handle`` in pages.
+
+    >>> drop_legacy = backfill(
+    ...     name="drop-legacy",
+    ...     tenant="none",
+    ...     batch=500,
+    ...     rate=10,
+    ...     requires="blog.0007_post_publish_at",
+    ...     environments=["staging", "production"],
+    ...     source=lambda ctx: Post.objects.filter(publish_at=None),
+    ...     count=lambda ctx: Post.objects.filter(publish_at=None).count(),
+    ...     handle=lambda rows, signal: Post.objects.filter(pk__in=[p.pk for p in rows]).update(publish_at=now()),
+    ... )
+    >>> drop_legacy.enqueue()                  # the pass runs on a worker
+    >>> drop_legacy.enqueue({"force": True})   # sweep again, into a new ledger row
+
+    ``handle(rows, signal)`` gets the page's model instances and the step's cancel signal — no step
+    runner: it runs at least once per page, so it must be idempotent. ``batch`` (rows per page, a whole
+    number >= 1) and ``rate`` (pages per second, finite and > 0) are refused here when wrong
+    (``X_JOB_DECLARATION_INVALID``). The idempotency key is ``name``: enqueueing while a pass is live
+    joins that pass. ``tenant="none"`` sweeps every tenant inside ``cross_tenant``, opened by the pass.
+    """
+
+    def bad(field_name: str, why: str) -> JobDeclarationInvalidError:
+        return JobDeclarationInvalidError(f"backfill {name!r}: {field_name} {why}", {"job": name, "field": field_name})
+
+    if not isinstance(name, str) or not name.strip():
+        raise JobDeclarationInvalidError(
+            f"backfill(): name must be a non-empty string, got {name!r}", {"field": "name"}
+        )
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise bad("batch", f"must be a whole number of rows >= 1, got {batch!r}")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        raise bad("rate", f"must be a finite number of batches per second > 0, got {rate!r} — raise it to go faster")
+    for field_name, fn in (("source", source), ("handle", handle)):
+        if not callable(fn):
+            raise bad(field_name, "must be a function")
+    if count is not None and not callable(count):
+        raise bad("count", "must be a function of the ctx answering how many rows are left")
+    if requires is not None and (not isinstance(requires, str) or not _REQUIRES.fullmatch(requires)):
+        raise bad("requires", f"must name a migration as 'app_label.0007_name', got {requires!r}")
+    declared_envs: tuple[str, ...] | None = None
+    if environments is not None:
+        if isinstance(environments, str) or not isinstance(environments, Sequence) or not environments:
+            raise bad("environments", "must be a non-empty list of deployment names (omit it for every environment)")
+        for env in environments:
+            if not isinstance(env, str) or not _ENVIRONMENT.fullmatch(env):
+                raise bad("environments", f"holds {env!r}, which is no deployment name")
+        declared_envs = tuple(environments)
+
+    descriptor = BackfillDescriptor(
+        kind="backfill",
+        name=name,
+        checksum=definition_checksum(source, handle),
+        requires=requires,
+        environments=declared_envs,
+        counts=count is not None,
+        batch=batch,
+        rate=float(rate),
+    )
+    declaration = _Declaration(descriptor, source, handle, count, cross_tenant=tenant == "none")
+
+    def body(run: JobRun[BackfillInput]) -> dict[str, Any]:
+        return _Pass(declaration, run).sweep()
+
+    # the job's origin (what tells a second declaration of the name from this one seen twice) is where
+    # backfill() was called, not this module
+    body.__module__ = sys._getframe(1).f_globals.get("__name__", "?")
+    body.__qualname__ = body.__name__ = f"backfill[{name}]"
+    job_handle: JobHandle[Any, dict[str, Any]] = job(
+        name=name,
+        idempotency_key=lambda _input: name,
+        tenant=tenant,
+        input=BackfillInput,
+        queue=queue,
+        priority=priority,
+        retry=retry,
+        timeout=timeout,
+        step_timeout=step_timeout,
+    )(body)
+    _declarations[job_handle] = declaration
+    return job_handle
+
+
+def definition_checksum(source: Callable[..., Any], handle: Callable[..., Any]) -> str:
+    """The sha256 of ``source``'s and ``handle``'s source text (``batch`` and ``rate`` are tuning, not part
+    of it). A function whose text cannot be read contributes its qualified name."""
+    digest = hashlib.sha256()
+    for fn in (source, handle):
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            text = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        digest.update(text.encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def is_backfill(value: object) -> bool:
+    """Whether ``value`` is a handle :func:`backfill` declared — a plain job is not, nor a look-alike.
+
+    >>> is_backfill(rewrite_slugs)
+    True
+    """
+    try:
+        return value in _declarations
+    except TypeError:  # unhashable, or not weakly referenceable
+        return False
+
+
+def registered_backfills() -> list[BackfillDescriptor]:
+    """Every backfill this process declares, by name: what exists, whether or not it ever ran.
+
+    >>> [b.name for b in registered_backfills()]
+    ['drop-legacy', 'rewrite-slugs']
+    """
+    from . import registry
+
+    return [
+        _declarations[h].descriptor
+        for h in registry.registered("job")
+        if isinstance(h, JobHandle) and h in _declarations
+    ]
+
+
+BackfillState = Literal["pending", "failed", "running", "completed", "excluded"]
+PENDING_STATES: tuple[BackfillState, ...] = ("pending", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillStateRow:
+    """One declared backfill and what the ledger says of it."""
+
+    name: str
+    state: BackfillState
+    run: BackfillRun | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        from .operator.backfills import run_dict
+
+        return {"name": self.name, "state": self.state, "run": run_dict(self.run) if self.run else None}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBackfills:
+    """Declared minus completed: ``pending`` names need a pass, ``orphaned`` names have ledger rows and no
+    declaration any more."""
+
+    environment: str
+    rows: list[BackfillStateRow] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        return {
+            "environment": self.environment,
+            "rows": [r.as_dict() for r in self.rows],
+            "pending": list(self.pending),
+            "orphaned": list(self.orphaned),
+        }
+
+
+def pending_backfills(
+    *,
+    declarations: Sequence[BackfillDescriptor] | None = None,
+    runs: Sequence[BackfillRun] | None = None,
+    environment: str | None = None,
+) -> PendingBackfills:
+    """Each declared backfill's state — ``excluded`` (its ``environments`` leave this one out), ``running``
+    (the newest pass is in flight), ``completed`` (a completed row exists), ``failed`` (the newest pass
+    failed), ``pending`` (no row) — and the names still to sweep (``pending`` and ``failed``).
+
+    Defaults: ``registered_backfills()``, the newest 1,000 rows of ``driver.backfills`` (none on a
+    driver without a ledger), and ``ULTIMATE_JOBS["ENVIRONMENT"]``.
+
+    >>> pending_backfills().pending
+    ['drop-legacy']
+    """
+    declared = list(registered_backfills() if declarations is None else declarations)
+    env = jobs_settings().environment if environment is None else environment
+    if runs is None:
+        store: BackfillStore | None = getattr(job_driver(), "backfills", None)
+        runs = store.list(limit=1_000) if store is not None else []
+    by_name: dict[str, list[BackfillRun]] = {}
+    for row in sorted(runs, key=lambda r: (r.started_at_ms, r.id), reverse=True):
+        by_name.setdefault(row.name, []).append(row)
+    rows: list[BackfillStateRow] = []
+    for d in sorted(declared, key=lambda d: d.name):
+        passes = by_name.get(d.name, [])
+        newest = passes[0] if passes else None
+        completed = next((r for r in passes if r.status == "completed"), None)
+        state: BackfillState
+        if d.environments is not None and env not in d.environments:
+            state = "excluded"
+        elif newest is None:
+            state = "pending"
+        elif newest.status == "running":
+            state = "running"
+        elif completed is not None:
+            state, newest = "completed", completed
+        else:
+            state = "failed"
+        rows.append(BackfillStateRow(d.name, state, newest))
+    names = {d.name for d in declared}
+    return PendingBackfills(
+        environment=env,
+        rows=rows,
+        pending=[r.name for r in rows if r.state in PENDING_STATES],
+        orphaned=sorted(set(by_name) - names),
+    )
+
+
+class _Pass:
+    """One attempt of a backfill's pass: gate, ledger row, the pages, the convergence check."""
+
+    def __init__(self, declaration: _Declaration, run: JobRun[BackfillInput]) -> None:
+        self.d = declaration
+        self.name = declaration.descriptor.name
+        self.run = run
+        self.clock = job_clock()
+        # a driver written before the ledger existed has no attribute: the same as declaring it None
+        self.store: BackfillStore | None = getattr(job_driver(), "backfills", None)
+        self.row: BackfillRun | None = None
+
+    def sweep(self) -> dict[str, Any]:
+        descriptor = self.d.descriptor
+        environment = jobs_settings().environment
+        if descriptor.environments is not None and environment not in descriptor.environments:
+            raise BackfillEnvironmentError(
+                f"backfill {self.name!r} runs in {list(descriptor.environments)}, and this deployment is "
+                f"{environment!r} (ULTIMATE_JOBS['ENVIRONMENT']); enqueue it where it belongs",
+                {"backfill": self.name, "environment": environment},
+            )
+        if self.store is not None and not self.run.input.force:
+            done = self.store.completed(self.name, self.run.tenant_id)
+            if done is not None and done.run_id != self.run.run_id:
+                self._warn_if_moved(done)
+                return {
+                    "name": self.name,
+                    "batches": 0,
+                    "rows": 0,
+                    "skipped": True,
+                    "previous_run_id": done.run_id,
+                }
+        if self.store is not None:
+            self.row = self.store.begin(
+                BackfillBegin(
+                    name=self.name,
+                    tenant_id=self.run.tenant_id,
+                    checksum=descriptor.checksum,
+                    app_version=os.environ.get(APP_VERSION_ENV) or None,
+                    job_id=self.run.job_id,
+                    run_id=self.run.run_id,
+                    now_ms=self.clock.now_ms(),
+                )
+            )
+            self._warn_if_moved(self.row)
+        try:
+            if self.d.cross_tenant:
+                batches, rows = cross_tenant(f"backfill {self.name}", self._pages)
+            else:
+                batches, rows = self._pages()
+        except Exception as exc:
+            if self.store is not None and self.row is not None:
+                self.store.finish(
+                    self.row.id,
+                    status="failed",
+                    error_code=code_of(exc) or type(exc).__name__,
+                    now_ms=self.clock.now_ms(),
+                )
+            raise
+        if self.store is not None and self.row is not None:
+            self.store.finish(
+                self.row.id, status="completed", rows_processed=rows, batches=batches, now_ms=self.clock.now_ms()
+            )
+        return {"name": self.name, "batches": batches, "rows": rows, "skipped": False}
+
+    def _warn_if_moved(self, row: BackfillRun) -> None:
+        if row.checksum != self.d.descriptor.checksum:
+            log_event(
+                logging.WARNING,
+                "jobs.backfill.checksum-moved",
+                backfill=self.name,
+                stored=row.checksum,
+                declared=self.d.descriptor.checksum,
+                run_id=row.run_id,
+            )
+
+    def _pages(self) -> tuple[int, int]:
+        """Every page, one step each; a replayed step answers its stored cursor without a statement."""
+        batch = self.d.descriptor.batch
+        cursor: Any = None
+        total = 0
+        index = 0
+        while True:
+            out = self.run.step.run(f"batch:{index}", _PageCall(self, index, cursor, total))
+            cursor, total = out["cursor"], out["total"]
+            index += 1
+            if out["rows"] < batch:
+                break
+        self._check_converged()
+        return index, total
+
+    def page(self, index: int, cursor: Any, total: int) -> dict[str, Any]:
+        """One page: read ``batch`` rows past ``cursor``, hand them over, record, then pace."""
+        started = time.monotonic()
+        signal = current_signal() or self.run.signal
+        queryset = self._source()
+        if cursor is not None:
+            queryset = queryset.filter(pk__gt=cursor)
+        rows = list(queryset.order_by("pk")[: self.d.descriptor.batch])
+        if rows:
+            self.d.handle(rows, signal)
+            cursor = _cursor_value(rows[-1].pk)
+        total += len(rows)
+        if self.store is not None and self.row is not None:
+            self.store.progress(
+                self.row.id, rows_processed=total, batches=index + 1, last_cursor=cursor, now_ms=self.clock.now_ms()
+            )
+        if len(rows) == self.d.descriptor.batch:  # more may follow: pace; after the last page nothing waits
+            self._throttle(started, signal)
+        return {"cursor": cursor, "rows": len(rows), "total": total}
+
+    def _throttle(self, started: float, signal: CancelSignal) -> None:
+        """Wait out the rest of this page's interval (``1 / rate`` seconds), cut short by a cancel."""
+        remaining = 1.0 / self.d.descriptor.rate - (time.monotonic() - started)
+        if remaining > 0 and signal.wait(remaining):
+            signal.throw_if_aborted()
+
+    def _source(self) -> Any:
+        from django.db.models import QuerySet
+
+        queryset = self.d.source(self.run.ctx)
+        if not isinstance(queryset, QuerySet):
+            raise JobDeclarationInvalidError(
+                f"backfill {self.name!r}: source(ctx) answered {type(queryset).__name__}; answer a QuerySet "
+                "(Model.objects.filter(...)), which the pass pages by primary key",
+                {"job": self.name, "field": "source"},
+            )
+        query = queryset.query
+        if query.order_by or query.is_sliced or query.values_select or query.distinct_fields:
+            raise JobDeclarationInvalidError(
+                f"backfill {self.name!r}: source(ctx) carries its own order_by(), slice, values() or "
+                "distinct(fields); the pass pages by primary key and owns the order — drop them and filter only",
+                {"job": self.name, "field": "source"},
+            )
+        return queryset
+
+    def _check_converged(self) -> None:
+        """``count(ctx)`` once after the last page: rows it still matches mean source and count disagree."""
+        if self.d.count is None:
+            return
+        left = self.d.count(self.run.ctx)
+        if isinstance(left, bool) or not isinstance(left, int) or not 0 <= left <= MAX_SAFE_INTEGER:
+            raise InvariantError(
+                f"backfill {self.name!r}: count(ctx) answered {left!r}; answer a non-negative whole number",
+                {"backfill": self.name},
+            )
+        if left > 0:
+            raise BackfillStalledError(
+                f"backfill {self.name!r}: the source ran out while count(ctx) still matches {left} rows — "
+                "source and count select on different predicates; make them the same filter",
+                {"backfill": self.name, "count": left},
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _PageCall:
+    """``step.run``'s function for one page (bound values, not the loop's variables)."""
+
+    sweep: _Pass
+    index: int
+    cursor: Any
+    total: int
+
+    def __call__(self) -> dict[str, Any]:
+        return self.sweep.page(self.index, self.cursor, self.total)
+
+
+def _cursor_value(pk: Any) -> Any:
+    """A primary key as the step stores it: an int stays an int, anything else (UUID, text) is its text."""
+    if isinstance(pk, int) and not isinstance(pk, bool):
+        return pk
+    return str(pk)

@@ -1,0 +1,94 @@
+"""The operator surface over the backfill ledger: :func:`inspect_backfills`, the one projection every
+surface (the CLI, the admin, the JSON views) reads, so none of them can report a different number."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus, BackfillStore, JobDriver
+from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
+from ._support import resolve
+from .arguments import check_name, shown
+
+DEFAULT_BACKFILL_LIMIT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRow:
+    """One pass as every surface shows it: the ledger row, and whether this process still declares it."""
+
+    run: BackfillRun
+    declared: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        return {**run_dict(self.run), "declared": self.declared}
+
+
+def run_dict(run: BackfillRun) -> dict[str, Any]:
+    """A ledger row as JSON: every column, times as epoch ms."""
+    return {
+        "id": run.id,
+        "name": run.name,
+        "tenant_id": run.tenant_id,
+        "checksum": run.checksum,
+        "status": run.status,
+        "app_version": run.app_version,
+        "rows_processed": run.rows_processed,
+        "batches": run.batches,
+        "last_cursor": run.last_cursor,
+        "job_id": run.job_id,
+        "run_id": run.run_id,
+        "error_code": run.error_code,
+        "started_at_ms": run.started_at_ms,
+        "updated_at_ms": run.updated_at_ms,
+        "completed_at_ms": run.completed_at_ms,
+    }
+
+
+def inspect_backfills(
+    *,
+    name: str | None = None,
+    status: str | None = None,
+    limit: int = DEFAULT_BACKFILL_LIMIT,
+    driver: JobDriver | None = None,
+) -> list[BackfillRow]:
+    """The ledger, newest pass first, of one ``name`` and/or ``status`` (running, completed, failed) when
+    given, at most ``limit`` rows (1 to 200).
+
+    >>> [(r.run.name, r.run.status, r.run.rows_processed) for r in inspect_backfills(status="running")]
+
+    A malformed name, status or limit is ``X_JOB_ARGUMENT_INVALID``; a driver without a ledger is
+    ``X_NOT_IMPLEMENTED``.
+    """
+    from ..backfills import registered_backfills
+
+    active = resolve(driver)
+    store: BackfillStore | None = getattr(active, "backfills", None)  # absent on a driver older than the ledger
+    if store is None:
+        driver_name = getattr(active, "name", type(active).__name__)
+        raise NotImplementedOnDriverError(
+            f"the backfill ledger needs driver.backfills, and the {driver_name!r} driver has none. "
+            "Fix: run it against the Postgres or memory driver",
+            {"driver": driver_name, "capability": "backfills"},
+        )
+    checked_name = check_name(name, what="backfill") if name is not None else None
+    checked_status = _check_status(status) if status is not None else None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_JOB_PAGE:
+        raise JobArgumentInvalidError(
+            f"limit {limit!r} is out of range; ask for 1 to {MAX_JOB_PAGE} rows", {"limit": shown(str(limit))}
+        )
+    declared = {d.name for d in registered_backfills()}
+    rows = store.list(name=checked_name, status=checked_status, limit=limit)
+    return [BackfillRow(run=r, declared=r.name in declared) for r in rows]
+
+
+def _check_status(value: object) -> BackfillStatus:
+    for status in BACKFILL_STATUSES:
+        if value == status:
+            return status
+    raise JobArgumentInvalidError(
+        f"{shown(value)} is not a backfill status; use one of {', '.join(BACKFILL_STATUSES)}",
+        {"value": shown(value)},
+    )
