@@ -3,8 +3,8 @@ process-wide driver and clock.
 
 Every key is read here and nowhere else; :func:`read_settings` runs every reader at once for the system
 check (:mod:`ultimate_jobs.checks`), :func:`jobs_settings` raises the first refusal where a setting is
-used. ``REDIS_URL`` and ``ENVIRONMENT`` are read for their shape only: the Redis driver and backfills,
-which will use them, are not part of this build yet.
+used. ``REDIS_URL`` is read for its shape only: the Redis driver, which will use it, is not part of this
+build yet. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched against.
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ def _read_duration(key: str, *, least: int) -> Callable[[object], int]:
 
 
 def _read_environment(value: object) -> str:
-    """Reserved for backfills (not built yet): one declared with ``environments=`` runs only where this is
-    one of them. Its shape is checked now."""
+    """This deployment's name: a backfill declared with ``environments=`` runs only where this is one of
+    them (``X_BACKFILL_ENVIRONMENT`` elsewhere)."""
     if isinstance(value, str) and _ENVIRONMENT.fullmatch(value):
         return value
     raise SettingError(
