@@ -43,6 +43,7 @@ from .errors import (
     BackfillStalledError,
     InvariantError,
     JobDeclarationInvalidError,
+    LeaseLostError,
     code_of,
 )
 from .logs import log_event
@@ -393,7 +394,7 @@ class _Pass:
             else:
                 batches, rows = self._pages()
         except Exception as exc:
-            if self.store is not None and self.row is not None:
+            if self.store is not None and self.row is not None and not self._lease_lost():
                 self.store.finish(
                     self.row.id,
                     status="failed",
@@ -406,6 +407,12 @@ class _Pass:
                 self.row.id, status="completed", rows_processed=rows, batches=batches, now_ms=self.clock.now_ms()
             )
         return {"name": self.name, "batches": batches, "rows": rows, "skipped": False}
+
+    def _lease_lost(self) -> bool:
+        """Whether this attempt lost its claim: another worker may be running the pass on the same row
+        already, so this one leaves the row alone (the verdict is read off the signal)."""
+        reason = self.run.signal.reason
+        return reason is not None and reason.code == LeaseLostError.default_code
 
     def _warn_if_moved(self, row: BackfillRun) -> None:
         if row.checksum != self.d.descriptor.checksum:

@@ -362,3 +362,49 @@ def test_a_tenant_scoped_backfill_sweeps_one_org_under_its_guard(sweep: AnyJobsE
     one_org.enqueue({"org_id": "org-2"})
     report = run_jobs(sweep.driver, clock=sweep.clock)
     assert report.executions[-1].result["skipped"] is False and touched == ["org-1", "org-2"]
+
+
+class NoLedgerDriver(MemoryDriver):
+    """The memory driver declaring no backfill ledger."""
+
+    @property
+    def backfills(self) -> None:  # type: ignore[override]
+        return None
+
+
+def test_a_driver_without_a_ledger_runs_the_pass_anyway() -> None:
+    clock = FrozenClock()
+    with installed(clock, NoLedgerDriver(clock=clock)) as env:
+        posts(25)
+        rewrite = backfill(name="no-ledger", tenant="none", batch=10, rate=FAST,
+                           source=lambda ctx: Post.objects.all(), handle=slugify)  # fmt: skip
+        rewrite.enqueue()
+        run_jobs(env.driver, clock=env.clock)
+        rewrite.enqueue()
+        report = run_jobs(env.driver, clock=env.clock)
+        # no bookkeeping: the second run sweeps again rather than answering skipped
+        assert report.executions[-1].result == {"name": "no-ledger", "batches": 3, "rows": 25, "skipped": False}
+        assert not Post.objects.filter(slug="").exists()
+        assert pending_backfills(environment="production").pending == ["no-ledger"]
+        with pytest.raises(UltimateError) as caught:
+            operator.inspect_backfills()
+        assert caught.value.code == "X_NOT_IMPLEMENTED"
+
+
+def test_an_attempt_that_lost_its_lease_leaves_the_row_to_the_new_owner(sweep: AnyJobsEnv) -> None:
+    from ultimate_jobs.errors import LeaseLostError
+
+    posts(30)
+    signal = CancelSignal()
+
+    def handle(rows: list[Post], page_signal: CancelSignal) -> None:
+        signal.abort(LeaseLostError("the lease lapsed", {}))
+
+    lost = backfill(name="lost", tenant="none", batch=10, rate=FAST,
+                    source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
+    lost.enqueue()
+    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    execution = execute_job(claimed, driver=sweep.driver, clock=sweep.clock, signal=signal)
+    assert execution.error is not None and execution.error.code == "X_JOB_LEASE_LOST"
+    (row,) = operator.inspect_backfills()
+    assert (row.run.status, row.run.error_code) == ("running", None)
