@@ -12,8 +12,9 @@ from django.utils.module_loading import autodiscover_modules
 
 
 class UltimateJobsConfig(AppConfig):
-    """Imports every installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``;
-    installs the outbox when ``ULTIMATE_JOBS['OUTBOX']`` is ``"optional"`` or ``"required"``."""
+    """Declares the app's own retention sweep and hourly task (:mod:`ultimate_jobs.retention`), imports every
+    installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``; installs the outbox
+    when ``ULTIMATE_JOBS['OUTBOX']`` is ``"optional"`` or ``"required"``."""
 
     name = "ultimate_jobs"
     label = "ultimate_jobs"
@@ -21,6 +22,7 @@ class UltimateJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import retention  # noqa: F401 — declares the app's own sweep (x.purge) and its hourly task
         from .conf import read_settings
         from .outbox.boot import install_outbox_from_settings
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from .clock import Clock, system_clock
-from .drivers.base import JobDriver
+from .drivers.base import JobDriver, JobState
 from .durations import parse_duration
 from .errors import DriverUnavailableError, InvariantError
 from .limits import LimitConfig
@@ -63,6 +63,33 @@ class SettingError(InvariantError):
         self.fix = fix
 
 
+DAY_MS = 86_400_000
+RETENTION_KEYS = ("DONE", "FAILED", "CANCELLED", "DEAD", "OUTBOX", "BATCH")
+MAX_RETENTION_BATCH = 100_000
+DEFAULT_RETENTION_BATCH = 1_000
+_RETENTION_FIX = (
+    "write e.g. {'DONE': '7d', 'FAILED': '30d', 'CANCELLED': '30d', 'DEAD': '30d', 'OUTBOX': '7d', 'BATCH': 1000}: "
+    "each a duration of at least 1s (or None to keep those rows forever), BATCH a row count of 1 to 100000"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """``ULTIMATE_JOBS["RETENTION"]``: how long the app's sweep keeps finished rows of each end state and
+    published outbox rows (``None``: forever), and how many rows one delete removes at most."""
+
+    done_ms: int | None = 7 * DAY_MS
+    failed_ms: int | None = 30 * DAY_MS
+    cancelled_ms: int | None = 30 * DAY_MS
+    dead_ms: int | None = 30 * DAY_MS
+    outbox_ms: int | None = 7 * DAY_MS
+    batch: int = DEFAULT_RETENTION_BATCH
+
+    def finished(self) -> dict[JobState, int | None]:
+        """The retention of each finished state."""
+        return {"done": self.done_ms, "failed": self.failed_ms, "cancelled": self.cancelled_ms, "dead": self.dead_ms}
+
+
 @dataclass(frozen=True, slots=True)
 class JobsSettings:
     """The resolved ``ULTIMATE_JOBS`` dict. Every key is optional."""
@@ -80,6 +107,7 @@ class JobsSettings:
     visibility_timeout_ms: int = 30_000
     metrics_public: bool = False
     metrics_token: str | None = None
+    retention: Retention = field(default_factory=Retention)
 
 
 def _read_driver(value: object) -> str:
@@ -218,6 +246,34 @@ def _read_metrics_token(value: object) -> str | None:
     )
 
 
+def _read_retention(value: object) -> Retention:
+    """``RETENTION``: a dict of some of :data:`RETENTION_KEYS`; a key left out keeps its default."""
+    if not isinstance(value, Mapping):
+        raise SettingError("RETENTION", CHECK_VALUE_INVALID, f"= {_shown(value)} is no dict", _RETENTION_FIX)
+    unknown = sorted(str(k) for k in value if k not in RETENTION_KEYS)
+    if unknown:
+        raise SettingError("RETENTION", CHECK_VALUE_INVALID, f"has unknown keys {unknown}", _RETENTION_FIX)
+    fields: dict[str, int | None] = {}
+    for key in RETENTION_KEYS[:-1]:
+        if key not in value or value[key] is None:
+            if key in value:
+                fields[f"{key.lower()}_ms"] = None
+            continue
+        try:
+            ms = parse_duration(value[key], field=f"ULTIMATE_JOBS['RETENTION'][{key!r}]")
+        except InvariantError:
+            ms = -1
+        if ms < 1_000:
+            raise SettingError(
+                "RETENTION", CHECK_VALUE_INVALID, f"[{key!r}] = {_shown(value[key])} is no retention", _RETENTION_FIX
+            )
+        fields[f"{key.lower()}_ms"] = ms
+    batch = value.get("BATCH", DEFAULT_RETENTION_BATCH)
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_RETENTION_BATCH:
+        raise SettingError("RETENTION", CHECK_VALUE_INVALID, f"['BATCH'] = {_shown(batch)} is no batch", _RETENTION_FIX)
+    return Retention(**fields, batch=batch)
+
+
 # key: (JobsSettings field, default, reader). Every key of ULTIMATE_JOBS is read here and nowhere else.
 _KEYS: dict[str, tuple[str, object, Callable[[object], Any]]] = {
     "DRIVER": ("driver", "postgres", _read_driver),
@@ -233,6 +289,7 @@ _KEYS: dict[str, tuple[str, object, Callable[[object], Any]]] = {
     "VISIBILITY_TIMEOUT": ("visibility_timeout_ms", "30s", _read_duration("VISIBILITY_TIMEOUT", least=1)),
     "METRICS_PUBLIC": ("metrics_public", False, _read_metrics_public),
     "METRICS_TOKEN": ("metrics_token", None, _read_metrics_token),
+    "RETENTION": ("retention", {}, _read_retention),
 }
 KNOWN_KEYS = frozenset(_KEYS)
 

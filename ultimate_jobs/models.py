@@ -13,6 +13,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
 LIVE = ("ready", "delayed", "running", "suspended")
+FINISHED = ("done", "failed", "dead", "cancelled")
 STATE_CHOICES = [(s, s) for s in ("ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled")]
 
 
@@ -71,6 +72,12 @@ class Job(models.Model):
             # list(): newest first, by queue/state filters.
             models.Index(F("created_at").desc(), F("id").desc(), name="x_jobs_created_idx"),
             models.Index(F("state"), F("queue"), F("created_at"), name="x_jobs_state_queue_idx"),
+            # SQL_STATS: live rows per queue and state with the oldest due instant; finished rows cost nothing.
+            models.Index(
+                F("queue"), F("state"), F("run_at"), condition=Q(state__in=LIVE), name="x_jobs_live_queue_idx"
+            ),
+            # SQL_PURGE_FINISHED: the finished rows of one end state, oldest finished first (retention).
+            models.Index(F("state"), F("finished_at"), condition=Q(state__in=FINISHED), name="x_jobs_finished_idx"),
         ]
 
     def __str__(self) -> str:
@@ -219,6 +226,8 @@ class OutboxRow(models.Model):
                 condition=Q(published_at__isnull=True, failed_at__isnull=False),
                 name="x_outbox_failed_idx",
             ),
+            # SQL_OUTBOX_PURGE_PUBLISHED: the audit trail, oldest published first (retention).
+            models.Index(F("published_at"), condition=Q(published_at__isnull=False), name="x_outbox_published_idx"),
         ]
 
     def __str__(self) -> str:

@@ -413,6 +413,7 @@ def test_every_outbox_statement_runs_against_the_migrated_schema(pg: Pg) -> None
     assert record.claimed_by is not None
     store.mark_published([record.id], claimed_by=record.claimed_by)
     assert store.backlog() == 0
+    assert store.purge_published(before_ms=pg.clock.now_ms() + 1, limit=5) == 1
     (request,) = [publish_request_for(pg.create_invoice.build_request({"order": "o-2"}))]
     store.stage([request])
     (record,) = store.claim(claimant="r", limit=5)
@@ -427,6 +428,27 @@ def test_every_outbox_statement_runs_against_the_migrated_schema(pg: Pg) -> None
     Recorder().query(outbox_sql.SQL_OUTBOX_WAKE_PROBE, {"payload": f"{PROBE_PREFIX}test"})
     constants = {getattr(outbox_sql, n) for n in dir(outbox_sql) if n.startswith("SQL_")}
     assert ran == constants
+
+
+def test_purge_published_removes_old_published_rows_a_batch_at_a_time(pg: Pg) -> None:
+    published = []
+    for order in ("o-1", "o-2", "o-3"):
+        pg.stage(order)
+        (record,) = pg.store.claim(claimant="r", limit=5)
+        assert record.claimed_by is not None
+        assert pg.store.mark_published([record.id], claimed_by=record.claimed_by) == {record.id}
+        published.append(record.id)
+        pg.clock.advance(1_000)
+    pg.stage("o-4")  # waiting: retention never touches it
+    cutoff = pg.clock.now_ms() - 1_000  # the last published row is younger than the cutoff
+    assert pg.store.purge_published(before_ms=cutoff, limit=1) == 1
+    assert pg.store.purge_published(before_ms=cutoff, limit=1) == 1
+    assert pg.store.purge_published(before_ms=cutoff, limit=1) == 0
+    remaining = {row[0] for row in outbox_rows()}
+    assert remaining.isdisjoint(published[:2]) and published[2] in remaining
+    assert pg.store.backlog() == 1
+    with pytest.raises(InvariantError):
+        pg.store.purge_published(before_ms=cutoff, limit=0)
 
 
 # -- the wake --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from django.test import override_settings
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
-from ultimate_jobs.conf import KNOWN_KEYS, SettingError, jobs_settings
+from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, jobs_settings
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import OutboxNoTxError
 from ultimate_jobs.facade import DirectFacade, jobs_facade
@@ -78,6 +78,9 @@ def test_nothing_set_reads_as_the_documented_defaults() -> None:
         "production",
     )
     assert (config.drain_deadline_ms, config.visibility_timeout_ms, config.limits) == (25_000, 30_000, LimitConfig())
+    day = 86_400_000
+    assert config.retention.finished() == {"done": 7 * day, "failed": 30 * day, "cancelled": 30 * day, "dead": 30 * day}
+    assert (config.retention.outbox_ms, config.retention.batch) == (7 * day, 1_000)
 
 
 def test_every_known_key_reads_into_its_typed_value() -> None:
@@ -95,6 +98,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "VISIBILITY_TIMEOUT": "1m",
         "METRICS_PUBLIC": False,
         "METRICS_TOKEN": "s3cret",
+        "RETENTION": {"DONE": "1d", "FAILED": None, "DEAD": "90d", "OUTBOX": "12h", "BATCH": 500},
     }
     assert set(config) == KNOWN_KEYS
     assert errors_for(config) == []
@@ -104,6 +108,10 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
     assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
+    day = 86_400_000
+    assert read.retention == Retention(
+        done_ms=day, failed_ms=None, cancelled_ms=30 * day, dead_ms=90 * day, outbox_ms=day // 2, batch=500
+    )
 
 
 # -- a value no reader accepts ---------------------------------------------------------------------------
@@ -164,6 +172,15 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("REDIS_URL", None, REDIS),
     ("METRICS_PUBLIC", "yes", VALUE),
     ("METRICS_TOKEN", "  ", VALUE),
+    ("RETENTION", "7d", VALUE),
+    ("RETENTION", {"DONE": "soon"}, VALUE),
+    ("RETENTION", {"DONE": 0}, VALUE),
+    ("RETENTION", {"DEAD": "500ms"}, VALUE),
+    ("RETENTION", {"RUNNING": "1d"}, VALUE),
+    ("RETENTION", {"done": "7d"}, VALUE),
+    ("RETENTION", {"BATCH": 0}, VALUE),
+    ("RETENTION", {"BATCH": 1_000_000}, VALUE),
+    ("RETENTION", {"BATCH": True}, VALUE),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..drivers.base import PURGE_BATCH
 from ..drivers.postgres.executor import Executor, from_jsonb, jsonb
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError
@@ -55,8 +56,14 @@ class PostgresEventBus:
         return EventRecord(str(event_id), name, from_jsonb(data), int(published), int(expires))
 
     def purge_expired(self) -> int:
-        [(count,)] = self.executor.query(SQL_EVENT_PURGE)
-        return int(count)
+        """Delete expired events a bounded batch per statement (:data:`PURGE_BATCH`), until a batch
+        comes back short; answers how many went."""
+        removed = 0
+        while True:
+            [(count,)] = self.executor.query(SQL_EVENT_PURGE, {"limit": PURGE_BATCH})
+            removed += int(count)
+            if count < PURGE_BATCH:
+                return removed
 
 
 def postgres_event_bus(executor: Executor) -> PostgresEventBus:

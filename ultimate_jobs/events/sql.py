@@ -39,10 +39,15 @@ ORDER BY published_at, id
 LIMIT 1
 """
 
-# SQL_EVENT_PURGE — delete every expired event (x_job_events_expires_idx). Answers how many.
+# SQL_EVENT_PURGE — delete at most %(limit)s expired events, oldest expiry first, in ONE short statement
+# (x_job_events_expires_idx). Answers how many; the bus runs it again while a batch comes back full, so
+# a purge of millions of events never holds one long transaction.
 SQL_EVENT_PURGE = """
-WITH gone AS (
-    DELETE FROM x_job_events WHERE expires_at <= clock_timestamp() RETURNING 1
+WITH picked AS (
+    SELECT id FROM x_job_events WHERE expires_at <= clock_timestamp() ORDER BY expires_at LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM x_job_events e USING picked p WHERE e.id = p.id RETURNING 1
 )
 SELECT count(*) FROM gone
 """

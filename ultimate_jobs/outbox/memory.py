@@ -195,6 +195,10 @@ class MemoryOutboxStore:
                 del self._rows[row_id]
         return frozenset(landed)
 
+    def purge_published(self, *, before_ms: int, limit: int) -> int:
+        check_limit(limit)
+        return 0  # a published row is deleted at once: the memory store keeps no audit trail
+
     def retained(self) -> list[OutboxRecord]:
         """Every row not yet published, in claim order: the relay's backlog."""
         with self._lock:

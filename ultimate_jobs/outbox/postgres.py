@@ -134,6 +134,10 @@ class PostgresOutboxStore:
     def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
         return self._ids(sql.SQL_OUTBOX_REMOVE_FAILED, {"ids": _uuids(ids)})
 
+    def purge_published(self, *, before_ms: int, limit: int) -> int:
+        params = {"before": before_ms, "limit": check_limit(limit)}
+        return int(self.executor.query(sql.SQL_OUTBOX_PURGE_PUBLISHED, params)[0][0])
+
     def _ids(self, statement: str, params: dict[str, Any]) -> frozenset[str]:
         if not params["ids"]:
             return frozenset()

@@ -162,6 +162,23 @@ WHERE id = ANY(%(ids)s::uuid[]) AND published_at IS NULL AND failed_at IS NOT NU
 RETURNING id
 """
 
+# SQL_OUTBOX_PURGE_PUBLISHED — retention: delete at most %(limit)s rows published before %(before)s (epoch
+# ms), oldest published first, in ONE short statement (x_outbox_published_idx: partial over published
+# rows, so waiting and set-aside rows cost nothing and never go). Answers how many rows went; the caller
+# runs it again while a batch comes back full.
+SQL_OUTBOX_PURGE_PUBLISHED = """
+WITH picked AS (
+    SELECT id FROM x_outbox
+    WHERE published_at IS NOT NULL AND published_at < to_timestamp(%(before)s / 1000.0)
+    ORDER BY published_at
+    LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM x_outbox o USING picked p WHERE o.id = p.id RETURNING 1
+)
+SELECT count(*) FROM gone
+"""
+
 # SQL_OUTBOX_WAKE_PROBE — the probe that proves the relay's LISTEN x_outbox_wake session: sent through
 # the pool, it must come back on the session (see drivers/postgres/wake.py).
 SQL_OUTBOX_WAKE_PROBE = f"SELECT pg_notify('{OUTBOX_WAKE_CHANNEL}', %(payload)s)"

@@ -107,6 +107,11 @@ class OutboxStore(Protocol):
     def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
         """Delete set-aside rows for good; answers the ids that landed."""
 
+    def purge_published(self, *, before_ms: int, limit: int) -> int:
+        """Retention: delete at most ``limit`` published rows (the audit trail) published before
+        ``before_ms``, oldest first, in one statement; answers how many went. A row still waiting, or set
+        aside, never goes."""
+
 
 def check_claim_lease(value: object) -> int:
     """``claim_lease_ms`` must be a positive whole number of milliseconds; anything else is ``X_INVARIANT``."""
