@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.core.management import CommandError, call_command
 
 from ultimate_jobs.drivers.base import QueueStats
 
@@ -53,3 +58,30 @@ class BareDriver:
 
     def stats(self) -> list[QueueStats]:
         return [QueueStats(queue="default", ready=2)]
+
+
+@dataclass
+class Result:
+    """One run of a management command: its exit code and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def command(name: str, *args: str, err: io.StringIO | None = None) -> Result:
+    """Run ``manage.py <name> <args>`` through ``call_command``. A non-zero exit is the ``CommandError``'s
+    ``returncode`` (1: an operator error, 2: usage); a usage error's text is appended to ``err``."""
+    out, err = io.StringIO(), err if err is not None else io.StringIO()
+    try:
+        call_command(name, *args, stdout=out, stderr=err)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+        if code == 2:
+            err.write(str(exc))
+    return Result(code, out.getvalue(), err.getvalue())

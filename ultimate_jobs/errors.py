@@ -42,16 +42,34 @@ class CodedError(UltimateError):
 
 # The spec's "Error classes" table, one class per row, same code strings. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
+class BackfillAppliedError(CodedError):
+    """``jobs_backfill NAME --write`` named a backfill whose pass already completed, without ``--force``."""
+
+    default_code = "X_BACKFILL_APPLIED"
+
+
 class BackfillEnvironmentError(CodedError):
     """A backfill's pass ran in a deployment its ``environments=`` does not name."""
 
     default_code = "X_BACKFILL_ENVIRONMENT"
 
 
+class BackfillMigrationPendingError(CodedError):
+    """The migration a backfill's ``requires=`` names is not applied to this database."""
+
+    default_code = "X_BACKFILL_MIGRATION_PENDING"
+
+
 class BackfillStalledError(CodedError):
     """A backfill's source ran out while its ``count()`` still matched rows: two predicates disagree."""
 
     default_code = "X_BACKFILL_STALLED"
+
+
+class BackfillUnknownError(CodedError):
+    """``jobs_backfill`` named a backfill this process does not declare."""
+
+    default_code = "X_BACKFILL_UNKNOWN"
 
 
 class CancelUnsupportedError(CodedError):

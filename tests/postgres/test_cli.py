@@ -14,16 +14,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
-from django.core.management import CommandError, call_command
 from django.db import connection
 
 from tests.conftest import Env, installed
+from tests.helpers import Result, command
 from ultimate_jobs import JobRun, job, task
 from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.definition import JobHandle
@@ -41,19 +40,6 @@ TOKEN = "tok-cli-5f4e3d2c1b"
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
 
-@dataclass
-class Result:
-    """One run of ``manage.py jobs``: its exit code and what it printed."""
-
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
 class TtyIO(io.StringIO):
     """A stderr that says it is a terminal, so the progress bar redraws in place."""
 
@@ -62,15 +48,7 @@ class TtyIO(io.StringIO):
 
 
 def jobs_cli(*args: str, err: io.StringIO | None = None) -> Result:
-    out, err = io.StringIO(), err if err is not None else io.StringIO()
-    try:
-        call_command("jobs", *args, stdout=out, stderr=err)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-        if code == 2:
-            err.write(str(exc))
-    return Result(code, out.getvalue(), err.getvalue())
+    return command("jobs", *args, err=err)
 
 
 def refused(code: str, *args: str) -> tuple[Result, Result]:

@@ -17,8 +17,11 @@ from ultimate_jobs.errors import (
 
 # The spec's "Error classes" table, copied row by row: (class, code).
 SPEC_ERROR_CLASSES = [
+    ("BackfillAppliedError", "X_BACKFILL_APPLIED"),
     ("BackfillEnvironmentError", "X_BACKFILL_ENVIRONMENT"),
+    ("BackfillMigrationPendingError", "X_BACKFILL_MIGRATION_PENDING"),
     ("BackfillStalledError", "X_BACKFILL_STALLED"),
+    ("BackfillUnknownError", "X_BACKFILL_UNKNOWN"),
     ("CancelUnsupportedError", "X_JOB_NOT_CANCELLABLE"),
     ("ClaimQueuesEmptyError", "X_JOB_CLAIM_QUEUES_EMPTY"),
     ("ConcurrencyUnenforceableError", "X_JOB_CONCURRENCY_UNENFORCEABLE"),
@@ -54,11 +57,8 @@ SPEC_ERROR_CLASSES = [
 # are fixed — their retry classification is in the table — and their classes come with the features.
 RESERVED_CODES = [
     "X_ACTION_JOB_UNBRIDGED",
-    "X_BACKFILL_APPLIED",
-    "X_BACKFILL_MIGRATION_PENDING",
     "X_BACKFILL_PENDING",
     "X_BACKFILL_RUNNING",
-    "X_BACKFILL_UNKNOWN",
     "X_EXPORT_PART_TOO_LARGE",
     "X_EXPORT_ROW_INVALID",
     "X_WEBHOOK_DELIVERY_FAILED",

@@ -21,7 +21,9 @@ class Output(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Run:
+class Invocation:
+    """One run of a command: its parsed options and where it writes."""
+
     options: Mapping[str, Any]
     out: Output
     err: Output
@@ -60,9 +62,15 @@ class _Run:
 
 def run(options: Mapping[str, Any], out: Output, err: Output) -> int:
     """Run the subcommand ``options["subcommand"]`` names; answers the exit code."""
-    ctx = _Run(options, out, err)
+    return guarded(_HANDLERS[options["subcommand"]], Invocation(options, out, err))
+
+
+def guarded(handler: Callable[[Invocation], int | None], ctx: Invocation) -> int:
+    """Run ``handler``; an operator error is printed (its code and fix, or ``{"error": ...}`` with
+    ``--json``) and answers ``EXIT_ERROR``."""
+    out, err = ctx.out, ctx.err
     try:
-        code = _HANDLERS[options["subcommand"]](ctx)
+        code = handler(ctx)
     except UltimateError as error:
         if ctx.json:
             out.write(render.error_json(error))
@@ -76,7 +84,7 @@ def _filters(o: Mapping[str, Any]) -> dict[str, Any]:
     return {"state": o.get("state"), "queue": o.get("queue"), "name": o.get("name"), "tenant_id": o.get("tenant")}
 
 
-def _list(ctx: _Run) -> None:
+def _list(ctx: Invocation) -> None:
     o = ctx.options
     page = operator.list_jobs(
         **_filters(o),
@@ -94,21 +102,21 @@ def _list(ctx: _Run) -> None:
     ctx.emit(page.as_dict(), render.job_page(page, again))
 
 
-def _show(ctx: _Run) -> None:
+def _show(ctx: Invocation) -> None:
     detail = operator.inspect_job(ctx.options["id"])
     ctx.emit(detail.as_dict(), render.job_detail(detail))
 
 
-def _action(call: Callable[[Mapping[str, Any]], operator.JobActionResult]) -> Callable[[_Run], None]:
-    def handler(ctx: _Run) -> None:
+def _action(call: Callable[[Mapping[str, Any]], operator.JobActionResult]) -> Callable[[Invocation], None]:
+    def handler(ctx: Invocation) -> None:
         result = call(ctx.options)
         ctx.emit(result.as_dict(), render.job_action(result))
 
     return handler
 
 
-def _bulk(call: Callable[..., operator.BulkOutcome]) -> Callable[[_Run], None]:
-    def handler(ctx: _Run) -> None:
+def _bulk(call: Callable[..., operator.BulkOutcome]) -> Callable[[Invocation], None]:
+    def handler(ctx: Invocation) -> None:
         drawn: list[operator.BulkOutcome] = []
 
         def progress(outcome: operator.BulkOutcome) -> None:
@@ -125,8 +133,8 @@ def _bulk(call: Callable[..., operator.BulkOutcome]) -> Callable[[_Run], None]:
     return handler
 
 
-def _pause(call: Callable[[str], operator.PauseState], key: str) -> Callable[[_Run], None]:
-    def handler(ctx: _Run) -> None:
+def _pause(call: Callable[[str], operator.PauseState], key: str) -> Callable[[Invocation], None]:
+    def handler(ctx: Invocation) -> None:
         state = call(ctx.options[key])
         if state.paused and not state.declared:
             ctx.note(f"note: this process declares no {state.kind} named {state.name!r}; the pause is kept anyway")
@@ -135,22 +143,22 @@ def _pause(call: Callable[[str], operator.PauseState], key: str) -> Callable[[_R
     return handler
 
 
-def _workers(ctx: _Run) -> None:
+def _workers(ctx: Invocation) -> None:
     rows = operator.inspect_workers()
     ctx.emit({"workers": [w.as_dict() for w in rows]}, render.workers(rows))
 
 
-def _queues(ctx: _Run) -> None:
+def _queues(ctx: Invocation) -> None:
     rows = operator.inspect_queues()
     ctx.emit({"queues": [q.as_dict() for q in rows]}, render.queues(rows))
 
 
-def _tasks(ctx: _Run) -> None:
+def _tasks(ctx: Invocation) -> None:
     rows = operator.inspect_tasks()
     ctx.emit({"tasks": [t.as_dict() for t in rows]}, render.tasks(rows))
 
 
-def _manifest(ctx: _Run) -> None:
+def _manifest(ctx: Invocation) -> None:
     manifest = operator.inspect_manifest()
     path = ctx.options["write"]
     if path is None:
@@ -164,7 +172,7 @@ def _manifest(ctx: _Run) -> None:
     )
 
 
-def _outbox(ctx: _Run) -> int | None:
+def _outbox(ctx: Invocation) -> int | None:
     o = ctx.options
     if o["action"] == "list":
         if o["ids"]:
@@ -180,12 +188,12 @@ def _outbox(ctx: _Run) -> int | None:
     return EXIT_ERROR if result.missed else None  # some ids named no set-aside row: say so by the exit code
 
 
-def _stats(ctx: _Run) -> None:
+def _stats(ctx: Invocation) -> None:
     view = operator.inspect_stats(since=ctx.options["since"])
     ctx.emit(view.as_dict(), render.stats(view, ctx.options["since"]))
 
 
-_HANDLERS: dict[str, Callable[[_Run], int | None]] = {
+_HANDLERS: dict[str, Callable[[Invocation], int | None]] = {
     "list": _list,
     "show": _show,
     "retry": _action(lambda o: operator.retry_job(o["id"], from_step=o["from_step"])),
