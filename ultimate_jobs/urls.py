@@ -2,7 +2,8 @@
 
 - ``metrics`` — the Prometheus exposition (:mod:`.metrics_view`);
 - ``list``, ``job/<id>``, ``dead-letters``, ``queues``, ``workers``, ``tasks``, ``stats``, ``manifest``,
-  ``outbox`` — read-only JSON for staff, one per read of ``manage.py jobs`` (:mod:`.views`).
+  ``outbox`` — read-only JSON for staff, one per read of ``manage.py jobs`` (:mod:`.views`);
+- ``backfills`` — the backfill ledger, as ``manage.py jobs_backfill --list --json`` prints it.
 """
 
 from django.urls import path
@@ -24,4 +25,5 @@ urlpatterns = [
     path("stats", views.stats_view, name="stats"),
     path("manifest", views.manifest_view, name="manifest"),
     path("outbox", views.outbox_view, name="outbox"),
+    path("backfills", views.backfills_view, name="backfills"),
 ]

@@ -1,5 +1,6 @@
 """Read-only JSON views of the operator surface, for staff: every read ``manage.py jobs`` has — the job
-list, one job, the dead letters, queues, workers, tasks, stats, the manifest and the outbox.
+list, one job, the dead letters, queues, workers, tasks, stats, the manifest and the outbox — and the
+backfill ledger of ``manage.py jobs_backfill --list``.
 
 Include them with ``path("jobs/", include("ultimate_jobs.urls"))``; each answers the operator record's
 ``as_dict()`` — the same shape ``manage.py jobs … --json`` prints. A caller must be an active staff
@@ -24,6 +25,7 @@ from .conf import job_clock
 from .drivers.base import DEFAULT_JOB_PAGE
 from .errors import CodedError, JobArgumentInvalidError, JobPageInvalidError, UltimateError
 from .operator.arguments import check_instant, check_state, shown
+from .operator.backfills import DEFAULT_BACKFILL_LIMIT
 from .operator.queues import DEFAULT_STATS_WINDOW, stats_window_ms
 
 View = Callable[..., HttpResponse]
@@ -188,3 +190,17 @@ def outbox_view(request: HttpRequest) -> HttpResponse:
     ``X_JOB_ARGUMENT_INVALID``."""
     limit = number(request.GET, "limit", DEFAULT_JOB_PAGE, JobArgumentInvalidError)
     return JsonResponse(operator.inspect_outbox(limit=limit).as_dict())
+
+
+@operator_view("ultimate_jobs.view_backfill")
+def backfills_view(request: HttpRequest) -> HttpResponse:
+    """``GET backfills?name=&status=&limit=100``: the backfill ledger, newest pass first
+    (``operator.inspect_backfills``, ``jobs_backfill --list --json``); a status that is none of running,
+    completed, failed, or a limit outside 1..200, is 400 ``X_JOB_ARGUMENT_INVALID``."""
+    params = request.GET
+    rows = operator.inspect_backfills(
+        name=text(params, "name"),
+        status=text(params, "status"),
+        limit=number(params, "limit", DEFAULT_BACKFILL_LIMIT, JobArgumentInvalidError),
+    )
+    return JsonResponse({"backfills": [r.as_dict() for r in rows]})

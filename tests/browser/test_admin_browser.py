@@ -1,6 +1,6 @@
 """The admin in a real browser (issue 7, acceptance): an operator logs into a live server, opens the
-dead letters, retries one, and the job runs. Screenshots of every page land in
-``tests/browser/artifacts/`` (git-ignored) for a person to look at.
+dead letters, retries one, and the job runs; then opens the backfill ledger and a pass's job. Screenshots
+of every page land in ``tests/browser/artifacts/`` (git-ignored) for a person to look at.
 
 Drives Debian's ``chromium`` through Playwright's Python package — ``make browser`` installs chromium
 (``make test`` runs it); Playwright never downloads a browser here.
@@ -20,7 +20,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from tests.admin_scenario import Scenario, build_scenario, postgres_env
 from tests.conftest import Env
-from ultimate_jobs import operator
+from tests.secapp.models import Post
+from ultimate_jobs import backfill, operator
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.testing import run_jobs
 
@@ -128,4 +129,19 @@ def test_an_operator_retries_a_dead_letter_and_it_runs(
     shoot(page, "workers")
     page.goto(base + reverse("admin:ultimate_jobs_scheduledtask_changelist"))
     shoot(page, "tasks")
+
+    # the backfill ledger: a pass swept, its row on the Backfills tab, its job one click away
+    Post.objects.bulk_create(Post(title=f"Post {i}") for i in range(3))
+    sweep = backfill(name="rewrite-slugs", tenant="none", rate=1_000, source=lambda ctx: Post.objects.all(),
+                     handle=lambda rows, signal: None)  # fmt: skip
+    enqueued = sweep.enqueue()
+    run_jobs(pg.driver, clock=pg.clock)
+    assert operator.inspect_job(enqueued.id).job.state == "done"
+    page.click(".uj-tabs >> text=Backfills")
+    ledger = page.locator("#uj-backfills tbody tr", has_text="rewrite-slugs")
+    expect(ledger).to_contain_text("completed")
+    expect(page.locator("#uj-backfills-declared")).to_contain_text("rewrite-slugs")
+    shoot(page, "backfills")
+    ledger.locator("a.uj-job-link").click()
+    expect(page.locator("#content-main")).to_contain_text(enqueued.id)
     assert (ARTIFACTS / "queues.png").stat().st_size > 10_000 and (ARTIFACTS / "job.png").stat().st_size > 10_000

@@ -1,10 +1,11 @@
 """The Django admin over ultimate_jobs (spec "/_x dashboard"): jobs, dead letters, queues, workers,
-tasks and the outbox. Read-only by default — no row is added, changed or deleted through a form; what an operator may
-do is an action, allowed by the model's change permission, carried out through
+tasks, the outbox and the backfill ledger. Read-only by default — no row is added, changed or deleted
+through a form; what an operator may do is an action, allowed by the model's change permission, carried out through
 ``ultimate_jobs.operator`` and recorded in Django's admin log. See docs/operating.md, "Admin"."""
 
+from .backfills import BackfillAdmin
 from .fleet import QueueAdmin, TaskAdmin, WorkerAdmin
 from .jobs import DeadLetterAdmin, JobAdmin
 from .outbox import OutboxAdmin
 
-__all__ = ["DeadLetterAdmin", "JobAdmin", "OutboxAdmin", "QueueAdmin", "TaskAdmin", "WorkerAdmin"]
+__all__ = ["BackfillAdmin", "DeadLetterAdmin", "JobAdmin", "OutboxAdmin", "QueueAdmin", "TaskAdmin", "WorkerAdmin"]

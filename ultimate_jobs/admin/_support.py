@@ -237,6 +237,7 @@ TABS = (
     ("worker", "Workers"),
     ("scheduledtask", "Tasks"),
     ("outboxrow", "Outbox"),
+    ("backfill", "Backfills"),
 )
 
 

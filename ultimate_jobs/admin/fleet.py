@@ -33,7 +33,8 @@ class OverviewAdmin(ReadOnlyAdmin):
     page_template = ""
     noun = ""
 
-    def read(self) -> list[Any]:
+    def read(self, request: HttpRequest) -> list[Any]:
+        """The operator read the page renders (``request`` carries the page's filters, if it has any)."""
         raise NotImplementedError
 
     def rows(self, found: list[Any], now: int) -> list[dict[str, Any]]:
@@ -45,7 +46,7 @@ class OverviewAdmin(ReadOnlyAdmin):
         now = now_ms()
         problem: UltimateError | None = None
         try:
-            found = self.read()
+            found = self.read(request)
         except UltimateError as exc:  # e.g. X_NOT_IMPLEMENTED on a driver with no introspect
             found, problem = [], exc
         context = {"rows": self.rows(found, now), "problem": problem, **(extra_context or {})}
@@ -114,7 +115,7 @@ class QueueAdmin(PausableAdmin):
     def resume_one(self, name: str) -> PauseState:
         return operator.resume_queue(name)
 
-    def read(self) -> list[Any]:
+    def read(self, request: HttpRequest) -> list[Any]:
         return operator.inspect_queues()
 
     def rows(self, found: list[Any], now: int) -> list[dict[str, Any]]:
@@ -144,7 +145,7 @@ class WorkerAdmin(OverviewAdmin):
     page_template = "admin/ultimate_jobs/workers.html"
     noun = "worker"
 
-    def read(self) -> list[Any]:
+    def read(self, request: HttpRequest) -> list[Any]:
         return operator.inspect_workers()
 
     def rows(self, found: list[Any], now: int) -> list[dict[str, Any]]:
@@ -174,7 +175,7 @@ class TaskAdmin(PausableAdmin):
     def resume_one(self, name: str) -> PauseState:
         return operator.resume_task(name)
 
-    def read(self) -> list[Any]:
+    def read(self, request: HttpRequest) -> list[Any]:
         return operator.inspect_tasks()
 
     def rows(self, found: list[Any], now: int) -> list[dict[str, Any]]:
