@@ -1,5 +1,6 @@
 """The backfill ledger's surfaces on the memory and the Postgres driver: the admin's Backfills page
-(the view permission, the status filter, each pass's job linked) and the JSON view ``backfills``."""
+(the view permission, the status filter, each pass's job linked), the JSON view ``backfills``, and the
+ledger row under ``backfill`` on ``jobs show``, the job page and the JSON view ``job/<id>``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from tests.conftest import AnyJobsEnv
+from tests.helpers import command
 from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.backfills import backfill
+from ultimate_jobs.definition import job
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import run_jobs
 
@@ -90,3 +93,27 @@ def test_the_json_view_is_inspect_backfills(any_jobs: AnyJobsEnv) -> None:
     forbidden = client_for("view_job").get("/jobs/backfills")
     assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
     assert Client().get("/jobs/backfills").status_code == 302  # anonymous: to the login
+
+
+def test_jobs_show_the_job_page_and_the_json_view_carry_the_ledger_row(any_jobs: AnyJobsEnv) -> None:
+    done_id, failed_id = two_passes(any_jobs)
+    plain = job(name="plain", tenant="none", idempotency_key=lambda i: "plain")(lambda run: None)
+    other = plain.enqueue()
+    (ledger,) = operator.inspect_backfills(name="slugs")
+
+    shown = command("jobs", "show", done_id, "--json")
+    assert shown.code == 0
+    assert shown.json["backfill"] == ledger.as_dict()
+    assert shown.json["backfill"]["status"] == "completed" and shown.json["backfill"]["rows_processed"] == 3
+    assert command("jobs", "show", failed_id, "--json").json["backfill"]["error_code"] == "RuntimeError"
+    assert command("jobs", "show", other.id, "--json").json["backfill"] is None  # any other job: null
+    human = command("jobs", "show", done_id).out
+    assert "backfill     completed: 3 rows in 1 pages, cursor" in human
+    assert "backfill     -" in command("jobs", "show", other.id).out
+
+    client = client_for("view_job", "view_backfill")
+    assert client.get(f"/jobs/job/{done_id}").json()["backfill"] == ledger.as_dict()
+    assert client.get(f"/jobs/job/{other.id}").json()["backfill"] is None
+    page = client.get(f"/admin/ultimate_jobs/job/{done_id}/change/").content.decode()
+    assert 'id="uj-job-backfill"' in page and 'href="/admin/ultimate_jobs/backfill/"' in page
+    assert 'id="uj-job-backfill"' not in client.get(f"/admin/ultimate_jobs/job/{other.id}/change/").content.decode()

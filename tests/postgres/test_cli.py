@@ -182,13 +182,13 @@ def test_show_in_both_forms_redacts_and_traces(
     assert human.code == 0 and TOKEN not in human.out
     assert f"job          {queued.id}" in human.out and "state        dead (attempt 1 of 1)" in human.out
     assert f'"token": "{MASK}"' in human.out and f"RuntimeError: refused {MASK}" in human.out
-    assert "sign" in human.out and "Traceback" in human.out and "backfill" not in human.out
+    assert "sign" in human.out and "Traceback" in human.out and "backfill     -" in human.out  # ran no backfill
 
     data = jobs_cli("show", queued.id, "--json").json
     assert TOKEN not in json.dumps(data)
     assert data["input"] == {"url": "https://partner.test", "token": MASK}
     assert data["steps"][0]["name"] == "sign" and data["steps"][0]["output"] == MASK  # it quoted the secret: sealed
-    assert data["error"]["message"] == f"RuntimeError: refused {MASK}" and "backfill" not in data
+    assert data["error"]["message"] == f"RuntimeError: refused {MASK}" and data["backfill"] is None
     assert TOKEN not in jobs_cli("list", "--json").out
     listed = jobs_cli("list", "--state", "dead").out
     assert TOKEN not in listed and f"RuntimeError: refused {MASK}" in listed  # the LAST ERROR column

@@ -66,6 +66,8 @@ def job_page(detail: JobDetail, now: int, url: Callable[..., str]) -> dict[str, 
         "history_url": url("history", job.id),
         "changelist_url": url("changelist"),
         "json_url": json_url,
+        "backfill": detail.backfill,
+        "backfills_url": url("changelist", model="backfill") if detail.backfill else None,
     }
 
 

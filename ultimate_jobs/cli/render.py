@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UltimateError
 from ..operator import (
+    BackfillRow,
     BulkOutcome,
     JobActionResult,
     JobDetail,
@@ -166,6 +167,7 @@ def job_detail(detail: JobDetail) -> str:
             ("concurrency", j.concurrency_key),
             ("traceparent", j.traceparent),
             ("progress", _progress(j.progress)),
+            ("backfill", _backfill(detail.backfill)),
         ]
     )
     out += "\n\ninput (secrets redacted)\n" + _indent(to_json(j.input))
@@ -182,6 +184,15 @@ def job_detail(detail: JobDetail) -> str:
         if detail.error.stack:
             out += "\n" + _indent(detail.error.stack, "    ")
     return out
+
+
+def _backfill(row: BackfillRow | None) -> str | None:
+    if row is None:
+        return None
+    r = row.run
+    done = f", completed {when(r.completed_at_ms)}" if r.completed_at_ms is not None else ""
+    error = f", {r.error_code}" if r.error_code else ""
+    return f"{r.status}: {r.rows_processed} rows in {r.batches} pages, cursor {to_json(r.last_cursor)}{done}{error}"
 
 
 def _preview(value: Any, width: int = 60) -> str:

@@ -8,6 +8,8 @@ from dataclasses import asdict
 from ..drivers.base import (
     DEFAULT_JOB_PAGE,
     LIVE_STATES,
+    MAX_JOB_PAGE,
+    BackfillStore,
     BulkFilter,
     BulkResult,
     JobDriver,
@@ -18,6 +20,7 @@ from ..drivers.base import (
 from ..errors import CancelUnsupportedError, JobNotCancellableError
 from ._support import Redactor, error_detail, introspection, not_found, resolve, step_row
 from .arguments import check_job_id, check_name, check_reason
+from .backfills import BackfillRow
 from .records import BulkAction, BulkOutcome, JobActionResult, JobDetail, JobPageView
 
 BulkProgress = Callable[[BulkOutcome], None]
@@ -96,7 +99,8 @@ def inspect_dead_letters(
 
 
 def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
-    """One job with its per-step trace, redacted input, the failure's stack and its last progress. An id
+    """One job with its per-step trace, redacted input, the failure's stack, its last progress and, for a
+    backfill's pass, its ledger row (``backfill``). An id
     no queue holds is ``X_JOB_NOT_FOUND``; text that is no UUID, ``X_JOB_ID_INVALID`` (so for every
     action below).
 
@@ -114,7 +118,22 @@ def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
         job=redactor.row(record, secrets),
         steps=tuple(step_row(s, secrets) for s in surface.steps(job_id)),
         error=error_detail(record, secrets),
+        backfill=_ledger_row(resolve(driver), record.name, record.run_id),
     )
+
+
+def _ledger_row(driver: JobDriver, name: str, run_id: str) -> BackfillRow | None:
+    """The ledger row of the pass ``run_id`` ran, among the newest passes of ``name`` (one read over
+    ``x_backfills_name_idx``); ``None`` for a job that ran no backfill, or on a driver without a ledger."""
+    from ..backfills import registered_backfills
+
+    store: BackfillStore | None = getattr(driver, "backfills", None)
+    if store is None:
+        return None
+    found = next((r for r in store.list(name=name, limit=MAX_JOB_PAGE) if r.run_id == run_id), None)
+    if found is None:
+        return None
+    return BackfillRow(run=found, declared=any(d.name == name for d in registered_backfills()))
 
 
 def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | None = None) -> JobActionResult:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..definition import JobDescriptor
 from ..drivers.base import JobState, Progress
 from ..scheduler.task import TaskDescriptor
+
+if TYPE_CHECKING:  # operator.backfills imports _support, which imports this module
+    from .backfills import BackfillRow
 
 BulkAction = Literal["requeue-many", "remove-many", "promote-many"]
 JobActionName = Literal["retry", "cancel", "remove", "promote"]
@@ -160,18 +163,21 @@ class ErrorDetail:
 
 @dataclass(frozen=True, slots=True)
 class JobDetail:
-    """``jobs show``: the row, the per-step trace, the failure, the last progress."""
+    """``jobs show``: the row, the per-step trace, the failure, the last progress, and ``backfill``: the
+    ledger row of a backfill's pass run by this job (``None`` for any other job)."""
 
     job: JobRow
     steps: tuple[StepRow, ...]
     error: ErrorDetail | None
+    backfill: BackfillRow | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The row's keys, plus ``"error"`` and ``"steps"``."""
+        """The row's keys, plus ``"error"``, ``"steps"`` and ``"backfill"`` (``inspect_backfills``' shape)."""
         return {
             **self.job.as_dict(),
             "error": self.error.as_dict() if self.error else None,
             "steps": [s.as_dict() for s in self.steps],
+            "backfill": self.backfill.as_dict() if self.backfill else None,
         }
 
 
