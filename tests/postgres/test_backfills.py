@@ -408,3 +408,11 @@ def test_an_attempt_that_lost_its_lease_leaves_the_row_to_the_new_owner(sweep: A
     assert execution.error is not None and execution.error.code == "X_JOB_LEASE_LOST"
     (row,) = operator.inspect_backfills()
     assert (row.run.status, row.run.error_code) == ("running", None)
+
+
+def test_tenant_is_required_as_on_job(sweep: AnyJobsEnv) -> None:
+    with pytest.raises(UltimateError) as caught:
+        backfill(name="no-tenant", tenant=None, source=lambda ctx: Post.objects.all(), handle=slugify)  # type: ignore[arg-type]
+    assert caught.value.code == "X_JOB_TENANT_REQUIRED"
+    with pytest.raises(TypeError):
+        backfill(name="no-tenant", source=lambda ctx: Post.objects.all(), handle=slugify)  # type: ignore[call-arg]
