@@ -5,9 +5,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from tests.conftest import AnyJobsEnv
 from tests.helpers import Result, command
@@ -20,6 +25,7 @@ from ultimate_jobs.testing import run_jobs
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 FAST = 1_000
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str) -> Result:
@@ -174,3 +180,31 @@ def test_bad_flags_are_usage_errors(any_jobs: AnyJobsEnv, args: tuple[str, ...])
     result = cli(*args)
     assert result.code == 2, result
     assert result.out == ""
+
+
+@pytest.mark.slow
+def test_the_process_exit_codes(transactional_db: None) -> None:
+    """``manage.py jobs_backfill`` for real, over the e2e backfill's settings (one declared backfill)."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.e2e.backfill_settings",
+        "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"],
+    }
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "manage.py", "jobs_backfill", *args]
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    pending = manage("--pending", "--json")
+    assert pending.returncode == 1, pending.stderr
+    assert json.loads(pending.stdout)["pending"] == ["e2e-sweep-posts"]
+    wrote = manage("e2e-sweep-posts", "--write", "--json")
+    assert wrote.returncode == 0, wrote.stderr
+    assert json.loads(wrote.stdout)["action"] == "enqueued"
+    assert manage("--pending").returncode == 1  # enqueued is not swept: no worker ran it
+    unknown = manage("nope")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("X_BACKFILL_UNKNOWN: ")
+    assert "CommandError" not in unknown.stderr
+    both = manage("--all", "--force")
+    assert both.returncode == 2 and "usage:" in both.stderr and "--force sweeps one named backfill" in both.stderr
+    assert manage().returncode == 2

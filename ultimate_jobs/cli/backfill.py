@@ -12,7 +12,7 @@ pass itself always runs on a worker: ``--write`` never sweeps inline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,10 +92,12 @@ def add_arguments(parser: CommandParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the operator's data as JSON (errors too)")
 
 
-def run(options: Mapping[str, Any], out: Output, err: Output) -> int:
-    """Run ``jobs_backfill`` with parsed ``options``; answers the exit code (a bad combination of flags
-    is a usage error, ``CommandError`` with ``returncode=2``)."""
+def run(options: Mapping[str, Any], out: Output, err: Output, usage: Callable[[str], Any] | None = None) -> int:
+    """Run ``jobs_backfill`` with parsed ``options``; answers the exit code. A bad combination of flags
+    goes to ``usage`` (the command's parser's ``error``: usage on stderr and exit 2), by default a
+    ``CommandError`` with ``returncode=2``."""
     o = options
+    _usage = usage or _usage_error
     modes = [flag for flag, on in (("NAME", o["backfill"]), ("--all", o["all"]), ("--pending", o["pending"]),
                                   ("--list", o["list"])) if on]  # fmt: skip
     if len(modes) != 1:
@@ -122,7 +124,7 @@ def run(options: Mapping[str, Any], out: Output, err: Output) -> int:
     return guarded(_named, ctx)
 
 
-def _usage(message: str) -> None:
+def _usage_error(message: str) -> None:
     raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
 
 

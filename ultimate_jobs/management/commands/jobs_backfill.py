@@ -21,8 +21,9 @@ class Command(JobsCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         backfill.add_arguments(parser)
+        self.parser = parser  # flags that do not go together are its usage errors (exit 2)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        code = backfill.run(options, self.stdout, self.stderr)
+        code = backfill.run(options, self.stdout, self.stderr, usage=self.parser.error)
         if code:
             raise OperatorExit(f"manage.py jobs_backfill exited {code}", returncode=code)
