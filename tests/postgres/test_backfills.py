@@ -416,3 +416,32 @@ def test_tenant_is_required_as_on_job(sweep: AnyJobsEnv) -> None:
     assert caught.value.code == "X_JOB_TENANT_REQUIRED"
     with pytest.raises(TypeError):
         backfill(name="no-tenant", source=lambda ctx: Post.objects.all(), handle=slugify)  # type: ignore[call-arg]
+
+
+def test_every_backfill_statement_runs_against_the_migrated_schema() -> None:
+    from ultimate_jobs.drivers.base import BackfillBegin
+    from ultimate_jobs.drivers.postgres import sql_backfills
+    from ultimate_jobs.drivers.postgres.executor import django_executor
+    from ultimate_jobs.ids import new_id
+
+    ran: set[str] = set()
+    inner = django_executor("default")
+
+    class Recorder:
+        alias = "default"
+
+        def query(self, sql: str, params: Any = None, **options: Any) -> list[tuple[Any, ...]]:
+            ran.add(sql)
+            return inner.query(sql, params, **options)
+
+    clock = FrozenClock()
+    store = PostgresDriver(clock=clock, executor=Recorder()).backfills  # type: ignore[arg-type]
+    begin = BackfillBegin(name="stmts", tenant_id=None, checksum="c", app_version=None, job_id=new_id(),
+                          run_id=new_id(), now_ms=clock.now_ms())  # fmt: skip
+    row = store.begin(begin)
+    assert store.progress(row.id, rows_processed=1, batches=1, last_cursor=1, now_ms=clock.now_ms())
+    assert store.finish(row.id, status="completed", now_ms=clock.now_ms())
+    assert store.completed("stmts", None) is not None
+    assert [r.id for r in store.list(name="stmts")] == [row.id]
+    constants = {getattr(sql_backfills, n) for n in dir(sql_backfills) if n.startswith("SQL_")}
+    assert ran == constants
