@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from ultimate_jobs.drivers.base import QueueStats
 
@@ -85,3 +90,14 @@ def command(name: str, *args: str, err: io.StringIO | None = None) -> Result:
         if code == 2:
             err.write(str(exc))
     return Result(code, out.getvalue(), err.getvalue())
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def manage_py(settings: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python manage.py *argv`` in a real process with ``DJANGO_SETTINGS_MODULE=settings`` on this
+    test's database (its rows must be committed: ``transactional_db``)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"]}
+    argv_ = [sys.executable, "manage.py", *argv]
+    return subprocess.run(argv_, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)

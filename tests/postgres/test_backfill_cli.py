@@ -5,17 +5,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from tests.conftest import AnyJobsEnv
-from tests.helpers import Result, command
+from tests.helpers import Result, command, manage_py
 from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.backfills import backfill
@@ -25,7 +21,6 @@ from ultimate_jobs.testing import run_jobs
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 FAST = 1_000
-REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str) -> Result:
@@ -185,15 +180,9 @@ def test_bad_flags_are_usage_errors(any_jobs: AnyJobsEnv, args: tuple[str, ...])
 @pytest.mark.slow
 def test_the_process_exit_codes(transactional_db: None) -> None:
     """``manage.py jobs_backfill`` for real, over the e2e backfill's settings (one declared backfill)."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.e2e.backfill_settings",
-        "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"],
-    }
 
     def manage(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "manage.py", "jobs_backfill", *args]
-        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+        return manage_py("tests.e2e.backfill_settings", "jobs_backfill", *args)
 
     pending = manage("--pending", "--json")
     assert pending.returncode == 1, pending.stderr

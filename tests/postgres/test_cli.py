@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
-from django.db import connection
 
 from tests.conftest import Env, installed
-from tests.helpers import Result, command
+from tests.helpers import Result, command, manage_py
 from ultimate_jobs import JobRun, job, task
 from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.definition import JobHandle
@@ -35,7 +32,6 @@ from ultimate_jobs.testing.conformance import request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-cli-5f4e3d2c1b"
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
@@ -455,15 +451,9 @@ def test_a_driver_without_introspect(pg: Env[PostgresDriver]) -> None:
 @pytest.mark.slow
 def test_the_process_exit_codes(pg: Env[PostgresDriver], jobs_declared: dict[str, JobHandle[Any, Any]]) -> None:
     dead = dead_job(pg, jobs_declared["steps"])
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.e2e.pg_settings",
-        "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"],
-    }
 
     def manage(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "manage.py", "jobs", *args]
-        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+        return manage_py("tests.e2e.pg_settings", "jobs", *args)
 
     shown = manage("show", dead, "--json")
     assert shown.returncode == 0, shown.stderr
