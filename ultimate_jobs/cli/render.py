@@ -263,7 +263,7 @@ def pause(state: PauseState) -> str:
 def queues(rows: Sequence[QueueRow]) -> str:
     if not rows:
         return "no queues."
-    headers = ["QUEUE", "READY", "DELAYED", "RUNNING", "SUSPENDED", "DONE", "FAILED", "DEAD", "CANCELLED"]
+    headers = ["QUEUE", "READY", "DELAYED", "RUNNING", "SUSPENDED", "DEAD"]
     return table(
         [*headers, "OLDEST DUE", "PAUSED"],
         [
@@ -273,10 +273,7 @@ def queues(rows: Sequence[QueueRow]) -> str:
                 q.delayed,
                 q.running,
                 q.suspended,
-                q.done,
-                q.failed,
                 q.dead,
-                q.cancelled,
                 when(q.oldest_ready_ms),
                 "yes" if q.paused else "",
             ]

@@ -203,17 +203,17 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Per-queue depth, as metrics and ``jobs queues`` read it."""
+    """Per-queue depth, as metrics and ``jobs queues`` read it: the rows of each live state and the
+    dead-letter queue (``dead``). Rows done, failed or cancelled are history, not depth, and are not
+    counted — reading them would slow every scrape as history grows; the settle counters say how many
+    jobs finished (``introspect.counter_totals``)."""
 
     queue: str
     ready: int = 0
     delayed: int = 0
     running: int = 0
     suspended: int = 0
-    done: int = 0
-    failed: int = 0
     dead: int = 0
-    cancelled: int = 0
     oldest_ready_ms: int | None = None
     paused: bool = False
 
@@ -705,7 +705,8 @@ class JobDriver(Protocol):
         """Persist one step under the claim; answers whether it landed."""
 
     def stats(self) -> list[QueueStats]:
-        """Per-queue counts by state."""
+        """Per-queue counts of the live states and of dead rows, without reading a done, failed or
+        cancelled row."""
 
     def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
         """Delete at most ``limit`` finished rows and their steps in ONE statement: rows of the states

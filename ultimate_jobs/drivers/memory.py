@@ -48,6 +48,7 @@ from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
 from .purging import finished_cutoffs
 
 WakeListener = Callable[[str], None]
+STATS_STATES = frozenset((*LIVE_STATES, "dead"))  # what stats() counts: depth and the dead-letter queue
 
 
 @dataclass(slots=True)
@@ -428,6 +429,8 @@ class MemoryDriver:
             counts: dict[str, dict[str, int]] = {}
             oldest: dict[str, int] = {}
             for row in self.rows.values():
+                if row.state not in STATS_STATES:
+                    continue
                 per = counts.setdefault(row.queue, {})
                 per[row.state] = per.get(row.state, 0) + 1
                 if row.state in ("ready", "delayed") and row.run_at_ms <= now:

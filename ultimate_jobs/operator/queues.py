@@ -25,7 +25,8 @@ def declared_queues() -> set[str]:
 
 
 def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
-    """Every queue with rows, a declaration or a pause: depth by state, the oldest due row, paused.
+    """Every queue with live or dead rows, a declaration or a pause: depth by live state, the dead-letter
+    queue, the oldest due row, paused.
 
     >>> [(q.queue, q.ready, q.dead, q.paused) for q in inspect_queues()]
 
@@ -47,10 +48,7 @@ def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
                 delayed=s.delayed if s else 0,
                 running=s.running if s else 0,
                 suspended=s.suspended if s else 0,
-                done=s.done if s else 0,
-                failed=s.failed if s else 0,
                 dead=s.dead if s else 0,
-                cancelled=s.cancelled if s else 0,
                 oldest_ready_ms=s.oldest_ready_ms if s else None,
                 paused=queue in paused,
                 declared=queue in declared,

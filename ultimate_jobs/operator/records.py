@@ -218,17 +218,15 @@ class BulkOutcome:
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
-    """One queue's depth by state, its oldest due row and whether it is paused."""
+    """One queue's rows of each live state, its dead-letter queue, its oldest due row and whether it is
+    paused. Finished history (done, failed, cancelled) is not depth: ``jobs stats`` counts settles."""
 
     queue: str
     ready: int
     delayed: int
     running: int
     suspended: int
-    done: int
-    failed: int
     dead: int
-    cancelled: int
     oldest_ready_ms: int | None
     paused: bool
     declared: bool
@@ -241,10 +239,7 @@ class QueueRow:
             "delayed": self.delayed,
             "running": self.running,
             "suspended": self.suspended,
-            "done": self.done,
-            "failed": self.failed,
             "dead": self.dead,
-            "cancelled": self.cancelled,
             "oldest_ready_ms": self.oldest_ready_ms,
             "paused": self.paused,
             "declared": self.declared,

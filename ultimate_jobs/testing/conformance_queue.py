@@ -433,12 +433,15 @@ class QueueContract:
         driver.enqueue(request(queue="conformance-s1", run_at_ms=clock.now_ms() + 60_000))
         assert claim_one(driver, queues=["conformance-s1"])
         enqueue_finished(driver, request(queue="conformance-s2"))
+        enqueue_finished(driver, request(queue="conformance-s3"), "dead")
+        enqueue_finished(driver, request(queue="conformance-s3"), "failed")
         stats = {s.queue: s for s in driver.stats()}
-        s1, s2 = stats["conformance-s1"], stats["conformance-s2"]
-        assert (s1.ready, s1.delayed, s1.running, s1.done) == (2, 1, 1, 0)
+        s1, s3 = stats["conformance-s1"], stats["conformance-s3"]
+        assert (s1.ready, s1.delayed, s1.running, s1.dead) == (2, 1, 1, 0)
         assert s1.oldest_ready_ms == second_at
-        assert (s2.ready, s2.running, s2.done, s2.oldest_ready_ms) == (0, 0, 1, None)
-        assert not s1.paused and not s2.paused
+        assert (s3.ready, s3.running, s3.dead, s3.oldest_ready_ms) == (0, 0, 1, None)  # the dead-letter queue
+        assert "conformance-s2" not in stats  # done, failed and cancelled rows are history, not counted
+        assert not s1.paused and not s3.paused
 
     def test_close_is_idempotent(self, driver: JobDriver) -> None:
         driver.close()

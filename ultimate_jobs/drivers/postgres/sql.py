@@ -305,7 +305,11 @@ SET seq = excluded.seq, status = excluded.status, output = excluded.output, star
 RETURNING s.id
 """
 
-# SQL_STATS — per-queue counts by state, the oldest due ready row, and whether the queue is paused.
+# SQL_STATS — per queue, the count of each LIVE state and the oldest due ready row (x_jobs_live_queue_idx:
+# partial over live states, so finished rows cost nothing however long the history grows), the dead-letter
+# queue's size (x_jobs_state_queue_idx: the range of dead rows only, which retention bounds), and whether
+# the queue is paused. done, failed and cancelled rows are not counted: a scrape must not slow as history
+# grows (the settle counters say how many jobs finished: SQL_COUNTER_TOTALS).
 SQL_STATS = """
 SELECT q.queue, q.state, q.n, q.oldest, (p.queue IS NOT NULL)
 FROM (
@@ -313,7 +317,11 @@ FROM (
            (extract(epoch from min(run_at) FILTER (
                WHERE state IN ('ready', 'delayed') AND run_at <= to_timestamp(%(now)s / 1000.0))) * 1000)::bigint
                AS oldest
-    FROM x_jobs GROUP BY queue, state
+    FROM x_jobs
+    WHERE state IN ('ready', 'delayed', 'running', 'suspended')
+    GROUP BY queue, state
+    UNION ALL
+    SELECT queue, state, count(*), NULL::bigint FROM x_jobs WHERE state = 'dead' GROUP BY queue, state
 ) q
 LEFT JOIN x_job_paused_queues p ON p.queue = q.queue
 ORDER BY q.queue, q.state
