@@ -330,7 +330,8 @@ ORDER BY q.queue, q.state
 # SQL_PURGE_FINISHED — retention: delete at most %(limit)s finished rows and their steps in ONE short
 # statement. %(states)s[i] rows finished before %(before)s[i] (epoch ms) go, oldest finished first; each
 # state is one range scan of x_jobs_finished_idx (state, finished_at — partial over finished states, so
-# live rows cost nothing), and the steps go by x_job_steps_job_seq_idx. The delete re-checks the state
+# live rows cost nothing; the literal state list is what lets the planner use it), and the steps go by
+# x_job_steps_job_seq_idx. The delete re-checks the state
 # and the instant, so a row requeued while the statement ran stays. Answers how many rows went; the
 # caller runs it again while a batch comes back full, so no purge holds one long transaction.
 SQL_PURGE_FINISHED = """
@@ -344,7 +345,8 @@ picked AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.finished_at
         FROM x_jobs j
-        WHERE j.state = c.state AND j.finished_at < c.before
+        WHERE j.state = c.state AND j.state IN ('done', 'failed', 'dead', 'cancelled')
+          AND j.finished_at < c.before
         ORDER BY j.finished_at
         LIMIT %(limit)s
     ) e
@@ -353,7 +355,8 @@ picked AS (
 ),
 gone AS (
     DELETE FROM x_jobs j USING picked p, cutoff c
-    WHERE j.id = p.id AND j.state = c.state AND j.finished_at < c.before
+    WHERE j.id = p.id AND j.state = c.state AND j.state IN ('done', 'failed', 'dead', 'cancelled')
+      AND j.finished_at < c.before
     RETURNING j.id
 ),
 steps AS (
