@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, F
 from pydantic import BaseModel, Field
 
-from ultimate_jobs import Concurrency, JobRun, Settled, cross_tenant, job, register_error_retry
+from ultimate_jobs import Concurrency, JobRun, Settled, backfill, cross_tenant, job, register_error_retry
 
 from .models import Order
 from .services import MAIL_TEMPORARY, REFUND_REJECTED, WAREHOUSE_BUSY, ShopServices
@@ -290,3 +290,25 @@ def await_bank_transfer(run: JobRun[TransferAwaited]) -> dict[str, Any]:
 
     reference = run.step.run("mark-paid", mark_paid)
     return {"reference": reference, "amount_cents": transfer["amount_cents"]}
+
+
+# -- maintenance: a backfill over the orders ---------------------------------------------------------
+
+
+def _settle_charged(rows: list[Order], signal: Any) -> None:
+    """Orders the gateway charged that never left ``placed`` (an old bug, say): mark them ``paid``.
+    Idempotent: a page handled twice writes the same status."""
+    for order in rows:
+        order.status = Order.Status.PAID
+    Order.objects.bulk_update(rows, ["status"])
+
+
+settle_charged_orders = backfill(
+    name="shop.settle-charged-orders",
+    tenant="none",  # one pass over every org's orders
+    batch=2,
+    rate=50,
+    source=lambda ctx: Order.objects.filter(charged=True, status=Order.Status.PLACED),
+    handle=_settle_charged,
+    count=lambda ctx: Order.objects.filter(charged=True, status=Order.Status.PLACED).count(),
+)

@@ -14,6 +14,7 @@ from django.db import OperationalError, connection
 from psycopg import sql
 
 from demo_project.shop.scenario import ScenarioResult, run_scenario
+from demo_project.shop.scenario_maintenance import run_maintenance_part
 from demo_project.shop.scenario_outbox import run_outbox_part
 from demo_project.shop.scenario_scheduler import run_scheduler_part
 
@@ -32,9 +33,14 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)  # a fresh demo database works with no setup step
         result = run_scenario(seed=options["seed"])
         self.stdout.write(render(result, events=options["verbosity"] >= 2))
-        for title, lines in (("the outbox", run_outbox_part()), ("the scheduler and events", run_scheduler_part())):
+        parts = (
+            ("the outbox", run_outbox_part),
+            ("the scheduler and events", run_scheduler_part),
+            ("maintenance: a backfill and the retention sweep", run_maintenance_part),
+        )
+        for title, part in parts:
             self.stdout.write(f"\n== {title} ==")
-            self.stdout.write("\n".join(lines))
+            self.stdout.write("\n".join(part()))
 
 
 def ensure_database() -> None:
