@@ -139,10 +139,18 @@ def dead_letters_view(request: HttpRequest) -> HttpResponse:
 
 @operator_view("ultimate_jobs.view_queue")
 def queues_view(request: HttpRequest) -> HttpResponse:
-    """``GET queues``: every queue (``operator.inspect_queues``, ``jobs queues --json``) and the clock's
-    now, to age ``oldest_ready_ms`` against."""
+    """``GET queues``: every queue (``operator.inspect_queues``) and the backfill passes in flight
+    (``operator.passes_in_flight``), as ``jobs queues --json``, and the clock's now, to age
+    ``oldest_ready_ms`` against."""
     rows = operator.inspect_queues()
-    return JsonResponse({"now_ms": job_clock().now_ms(), "queues": [r.as_dict() for r in rows]})
+    passes = operator.passes_in_flight()
+    return JsonResponse(
+        {
+            "now_ms": job_clock().now_ms(),
+            "queues": [r.as_dict() for r in rows],
+            "backfills": [p.as_dict() for p in passes],
+        }
+    )
 
 
 @operator_view("ultimate_jobs.view_worker")

@@ -16,6 +16,7 @@ from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.backfills import backfill
 from ultimate_jobs.definition import job
+from ultimate_jobs.drivers.base import BackfillBegin
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import run_jobs
 
@@ -117,3 +118,25 @@ def test_jobs_show_the_job_page_and_the_json_view_carry_the_ledger_row(any_jobs:
     page = client.get(f"/admin/ultimate_jobs/job/{done_id}/change/").content.decode()
     assert 'id="uj-job-backfill"' in page and 'href="/admin/ultimate_jobs/backfill/"' in page
     assert 'id="uj-job-backfill"' not in client.get(f"/admin/ultimate_jobs/job/{other.id}/change/").content.decode()
+
+
+def test_the_passes_in_flight_are_beside_the_queue_depth(any_jobs: AnyJobsEnv) -> None:
+    store = any_jobs.driver.backfills
+    assert store is not None
+    assert command("jobs", "queues", "--json").json["backfills"] == []
+    assert "in flight" not in command("jobs", "queues").out
+    job_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+    row = store.begin(
+        BackfillBegin(name="slugs", tenant_id=None, checksum="c", app_version=None, job_id=job_id, run_id=run_id,
+                      now_ms=any_jobs.clock.now_ms())
+    )  # fmt: skip
+    store.progress(row.id, rows_processed=2_000, batches=2, last_cursor=2_000, now_ms=any_jobs.clock.now_ms())
+    (running,) = operator.passes_in_flight()
+    assert (running.run.name, running.run.rows_processed, running.run.last_cursor) == ("slugs", 2_000, 2_000)
+    assert command("jobs", "queues", "--json").json["backfills"] == [running.as_dict()]
+    human = command("jobs", "queues").out
+    assert "backfill passes in flight" in human and job_id in human
+    body = client_for("view_queue").get("/jobs/queues").json()
+    assert body["backfills"] == [running.as_dict()]
+    store.finish(row.id, status="completed", now_ms=any_jobs.clock.now_ms())
+    assert operator.passes_in_flight() == []

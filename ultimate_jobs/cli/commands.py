@@ -150,7 +150,11 @@ def _workers(ctx: Invocation) -> None:
 
 def _queues(ctx: Invocation) -> None:
     rows = operator.inspect_queues()
-    ctx.emit({"queues": [q.as_dict() for q in rows]}, render.queues(rows))
+    passes = operator.passes_in_flight()
+    ctx.emit(
+        {"queues": [q.as_dict() for q in rows], "backfills": [p.as_dict() for p in passes]},
+        render.queues(rows) + render.passes_in_flight(passes),
+    )
 
 
 def _tasks(ctx: Invocation) -> None:

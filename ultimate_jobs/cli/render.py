@@ -282,6 +282,21 @@ def queues(rows: Sequence[QueueRow]) -> str:
     )
 
 
+def passes_in_flight(rows: Sequence[BackfillRow]) -> str:
+    """The backfill passes running now, beside the queue depth (nothing when none is)."""
+    if not rows:
+        return ""
+    listed = table(
+        ["BACKFILL", "TENANT", "ROWS", "PAGES", "CURSOR", "STARTED", "JOB"],
+        [
+            [r.run.name, r.run.tenant_id, r.run.rows_processed, r.run.batches, to_json(r.run.last_cursor),
+             when(r.run.started_at_ms), r.run.job_id]
+            for r in rows
+        ],
+    )  # fmt: skip
+    return "\n\nbackfill passes in flight\n" + _indent(listed)
+
+
 def workers(rows: Sequence[WorkerRow]) -> str:
     if not rows:
         return "no live workers."

@@ -33,7 +33,7 @@ from .jobs import (
     retry_job,
 )
 from .outbox import OutboxActionResult, OutboxView, inspect_outbox, remove_outbox_rows, retry_outbox_rows
-from .queues import inspect_queues, inspect_stats, inspect_workers, pause_queue, resume_queue
+from .queues import inspect_queues, inspect_stats, inspect_workers, passes_in_flight, pause_queue, resume_queue
 from .records import (
     BulkOutcome,
     ErrorDetail,
@@ -92,6 +92,7 @@ __all__ = [
     "inspect_workers",
     "list_jobs",
     "manifest_json",
+    "passes_in_flight",
     "pause_queue",
     "pause_task",
     "promote_job",

@@ -1,21 +1,35 @@
-"""The operator surface over queues and workers: depth, pauses, the live fleet, settle counters."""
+"""The operator surface over queues and workers: depth, pauses, the live fleet, settle counters, and the
+backfill passes in flight beside the depth."""
 
 from __future__ import annotations
 
 from .. import registry
 from ..conf import job_clock, jobs_settings
 from ..definition import JobHandle
-from ..drivers.base import MIN_INSTANT_MS, JobDriver
+from ..drivers.base import MAX_JOB_PAGE, MIN_INSTANT_MS, JobDriver
 from ..durations import Duration, format_duration, parse_duration
-from ..errors import JobArgumentInvalidError
+from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ._support import introspection, resolve
 from .arguments import check_name
+from .backfills import BackfillRow, inspect_backfills
 from .records import JobTotals, PauseState, QueueRow, StatsView, WorkerRow
 
 DEFAULT_STATS_WINDOW = "24h"
 MAX_STATS_WINDOW_MS = 3650 * 86_400_000
 """The longest stats window, ten years: counter buckets are kept 30 days, so a longer one counts the
 same, and one reaching past year 1 would be no instant at all."""
+
+
+def passes_in_flight(*, driver: JobDriver | None = None) -> list[BackfillRow]:
+    """The backfill passes running now — ``inspect_backfills(status="running")``, at most 200, newest
+    first — as ``jobs queues`` shows them beside the depth; none on a driver without a ledger.
+
+    >>> [(p.run.name, p.run.rows_processed, p.run.last_cursor) for p in passes_in_flight()]
+    """
+    try:
+        return inspect_backfills(status="running", limit=MAX_JOB_PAGE, driver=driver)
+    except NotImplementedOnDriverError:
+        return []
 
 
 def declared_queues() -> set[str]:
