@@ -109,3 +109,15 @@ def retry_table() -> Iterator[None]:
         # private, and the only way: the public API only adds classifications, and this undoes a test's
         errors._RETRY.clear()
         errors._RETRY.update(saved)
+
+
+@pytest.fixture
+def own_backfills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the backfills this test declares count as declared: the ones the installed apps declare at
+    start-up (the demo shop's) are left out of ``registered_backfills()`` — and so out of
+    ``pending_backfills()``, ``jobs_backfill`` and the Backfills page — for the test."""
+    from ultimate_jobs import backfills
+
+    real = backfills.registered_backfills
+    before = {d.name for d in real()}
+    monkeypatch.setattr(backfills, "registered_backfills", lambda: [d for d in real() if d.name not in before])

@@ -20,7 +20,7 @@ from ultimate_jobs.drivers.base import BackfillBegin
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import run_jobs
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("own_backfills")]
 
 PAGE = "/admin/ultimate_jobs/backfill/"
 

@@ -117,6 +117,16 @@ TABLE = [
     (("jobs_relay", "--batch-size", "99999999999999999999"), USAGE, "is not a whole number in 1..1000"),
     (("jobs_relay", "--interval", "nope"), USAGE, "is not a duration"),
     (("jobs_relay", "--claim-lease", "2d"), USAGE, "is longer than 1d"),
+    # jobs_backfill
+    (("jobs_backfill",), USAGE, "exactly one of --all, --pending, --list"),
+    (("jobs_backfill", "--all", "--force"), USAGE, "--force sweeps one named backfill"),
+    (("jobs_backfill", "--pending", "--status", "failed"), USAGE, "go with --list only"),
+    (("jobs_backfill", "--list", "--status", "done"), USAGE, "invalid choice: 'done'"),
+    (("jobs_backfill", "--list", "--limit", "x"), USAGE, "invalid int value"),
+    (("jobs_backfill", "--list", "--limit", "99999999999999999999"), CODED, "X_JOB_ARGUMENT_INVALID"),
+    (("jobs_backfill", "--list", "--name", "a\x00b"), CODED, "X_JOB_ARGUMENT_INVALID"),
+    (("jobs_backfill", "x" * 100_000, "--write"), CODED, "X_BACKFILL_UNKNOWN"),
+    (("jobs_backfill", "q\x00"), CODED, "X_BACKFILL_UNKNOWN"),
     # jobs_dev
     (("jobs_dev", "--metrics-port", "0"), USAGE, "is not a TCP port"),
     (("jobs_dev", "--concurrency", "x"), USAGE, "is not a whole number in 1..1000"),
@@ -165,6 +175,8 @@ PROCESSES = [
     (("jobs_scheduler", "--tick-interval", "0s"), CODED, "X_INVARIANT: "),
     (("jobs_relay", "--batch-size", "0"), USAGE, "is not a whole number in 1..1000"),
     (("jobs_dev", "--concurrency", "x"), USAGE, "is not a whole number in 1..1000"),
+    (("jobs_backfill", "--pending", "--list"), USAGE, "exactly one of --all, --pending, --list"),
+    (("jobs_backfill", "--list", "--limit", "0"), CODED, "X_JOB_ARGUMENT_INVALID: "),
 ]
 
 

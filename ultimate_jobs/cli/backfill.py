@@ -34,6 +34,7 @@ from ..errors import (
     UltimateError,
     code_of,
 )
+from ..operator.arguments import shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT
 from ..worker.boot import context_factory
 from . import render
@@ -185,9 +186,9 @@ def _plan(ctx: Invocation, name: str, row: BackfillStateRow | None) -> BackfillP
     handle = registry.lookup(name)
     if row is None or not isinstance(handle, JobHandle) or not is_backfill(handle):
         raise BackfillUnknownError(
-            f"no backfill named {name!r} is declared in this process. Fix: python manage.py jobs_backfill "
+            f"no backfill named {shown(name)} is declared in this process. Fix: python manage.py jobs_backfill "
             "--pending lists the declared ones",
-            {"backfill": name},
+            {"backfill": shown(name)},
         )
     descriptor = _declarations[handle].descriptor
     force = bool(ctx.options["force"])
