@@ -112,12 +112,17 @@ def retry_table() -> Iterator[None]:
 
 
 @pytest.fixture
-def own_backfills(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the backfills this test declares count as declared: the ones the installed apps declare at
-    start-up (the demo shop's) are left out of ``registered_backfills()`` — and so out of
-    ``pending_backfills()``, ``jobs_backfill`` and the Backfills page — for the test."""
-    from ultimate_jobs import backfills
+def own_backfills() -> Iterator[None]:
+    """Only the backfills this test declares are declared: the ones the installed apps declare at start-up
+    (the demo shop's) are unregistered for the test — out of ``registered_backfills()``,
+    ``pending_backfills()``, ``jobs_backfill`` and the Backfills page — and registered again after it."""
+    from ultimate_jobs.backfills import is_backfill
 
-    real = backfills.registered_backfills
-    before = {d.name for d in real()}
-    monkeypatch.setattr(backfills, "registered_backfills", lambda: [d for d in real() if d.name not in before])
+    hidden = [h for h in registry.registered("job") if is_backfill(h)]
+    for handle in hidden:
+        registry.unregister(handle.name)
+    try:
+        yield
+    finally:
+        for handle in hidden:
+            registry.register(handle)
