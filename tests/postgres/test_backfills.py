@@ -35,7 +35,7 @@ from ultimate_jobs.execute import execute_job
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("own_backfills")]
 
 FAST = 1_000  # batches per second: no page waits in these tests unless one says so
 
