@@ -179,7 +179,7 @@ def subject() -> Subject:
         database=DATABASE,
         notes="python manage.py jobs_worker --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
-        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler"),
+        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history"),
         probe_sender=ProbeSender,
         worker_env=ENV,
     )
@@ -268,6 +268,41 @@ def case_outbox(sub: Subject, plan: Plan, log: Path) -> Figures:
     return {"outbox_p50": percentile(values, 0.5), "outbox_p95": percentile(values, 0.95), "outbox_max": max(values)}
 
 
+def case_history(plan: Plan) -> Figures:
+    """What a long history costs the operator's reads: one ``/metrics`` scrape (the registry the view
+    renders: the queue gauges, the outbox gauges, the process counters) and one ``jobs queues`` read
+    (``operator.inspect_queues``), each the median of ``plan.history_reads`` calls, over an empty x_jobs
+    and then over ``plan.filler_large`` finished rows (vacuumed and analyzed, as autovacuum leaves them)."""
+    from prometheus_client import generate_latest
+
+    from ultimate_jobs import operator
+    from ultimate_jobs.metrics import metrics_registry
+
+    def median_ms(call: Any) -> float:
+        samples = []
+        for _ in range(plan.history_reads):
+            started = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - started) * 1000.0)
+        return percentile(samples, 0.5)
+
+    out: Figures = {}
+    for label, filler in (("small", plan.filler_small), ("large", plan.filler_large)):
+        fresh_database(DATABASE)
+        if filler:
+            with connect(DATABASE) as conn:
+                conn.execute(SQL_FILLER, {"n": filler})
+        vacuum_analyze(DATABASE)
+        close_connections()
+        median_ms(lambda: generate_latest(metrics_registry()))  # a first read opens the connection
+        out[f"history_scrape_{label}_ms"] = median_ms(lambda: generate_latest(metrics_registry()))
+        out[f"history_queues_{label}_ms"] = median_ms(operator.inspect_queues)
+    close_connections()
+    out["history_scrape_ratio"] = out["history_scrape_large_ms"] / out["history_scrape_small_ms"]
+    out["history_queues_ratio"] = out["history_queues_large_ms"] / out["history_queues_small_ms"]
+    return out
+
+
 def case_scheduler(plan: Plan, log: Path) -> Figures:
     from bench.scheduler_idle import measure_in_child
 
@@ -290,4 +325,6 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_outbox(sub, plan, log)
     if case == "scheduler":
         return case_scheduler(plan, log)
+    if case == "history":
+        return case_history(plan)
     return procedure.run_case(sub, case, params, plan, log)

@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler")
-EXTRAS = ("claim", "memory", "outbox", "scheduler")  # ultimate_jobs only, measured in repetition 1 only
+CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history")
+EXTRAS = ("claim", "memory", "outbox", "scheduler", "history")  # ultimate_jobs only, measured in repetition 1 only
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class Plan:
     memory_small: int
     memory_large: int
     outbox_n: int  # outbox pickup probes (one every latency_interval_s)
+    history_reads: int  # /metrics scrapes and jobs queues reads timed over each filler size
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -82,6 +83,7 @@ FULL = Plan(
     memory_small=1_000,
     memory_large=100_000,
     outbox_n=100,
+    history_reads=50,
 )
 
 QUICK = replace(
@@ -99,6 +101,7 @@ QUICK = replace(
     memory_small=500,
     memory_large=2_000,
     outbox_n=10,
+    history_reads=10,
 )
 
 

@@ -25,7 +25,7 @@ METHOD = (
     "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
     "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
     "Repetitions are interleaved (repetition 1 of every case for every library, then 2, ...); cells are "
-    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler) run in repetition 1 only."
+    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history) run in repetition 1 only."
 )
 
 
@@ -89,6 +89,12 @@ def rows(plan: Plan) -> list[Row]:
         Row("rss_small_kb", f"worker RSS after {plan.memory_small:,} jobs", "MiB", False),
         Row("rss_large_kb", f"worker RSS after {plan.memory_large:,} jobs", "MiB", False),
         Row("rss_ratio", "worker RSS: large / small", "ratio", False),
+        Row("history_scrape_small_ms", f"/metrics scrape over {plan.filler_small:,} finished rows", "ms", False),
+        Row("history_scrape_large_ms", f"/metrics scrape over {plan.filler_large:,} finished rows", "ms", False),
+        Row("history_scrape_ratio", "/metrics scrape: large / empty", "ratio", False),
+        Row("history_queues_small_ms", f"jobs queues over {plan.filler_small:,} finished rows", "ms", False),
+        Row("history_queues_large_ms", f"jobs queues over {plan.filler_large:,} finished rows", "ms", False),
+        Row("history_queues_ratio", "jobs queues: large / empty", "ratio", False),
     ]
 
 
