@@ -1,4 +1,5 @@
-"""The jobs the bench measures: a no-op, and a probe whose body records its own pickup latency."""
+"""The jobs the bench measures: a no-op, a probe whose body records its own pickup latency, and a
+backfill over ``bench_rows``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from django.db import connection
 
 from bench.common import LATENCY_TABLE
-from ultimate_jobs import JobRun, job
+from bench.models import BenchRow
+from ultimate_jobs import JobRun, backfill, job
 
 
 @job(name="bench_noop", idempotency_key=lambda i: f"noop:{i['n']}", tenant="none")
@@ -27,3 +29,18 @@ def bench_probe(run: JobRun[Any]) -> None:
             f"insert into {LATENCY_TABLE} (kind, n, started) values (%s, %s, %s)",
             [run.input["kind"], run.input["n"], started],
         )
+
+
+def _touch(rows: list[BenchRow], signal: Any) -> None:
+    """The page's UPDATE — the same statement the bench's hand-written keyset loop runs."""
+    BenchRow.objects.filter(pk__in=[row.pk for row in rows]).update(value=1)
+
+
+bench_backfill = backfill(
+    name="bench_backfill",
+    tenant="none",
+    batch=1_000,
+    rate=200,
+    source=lambda ctx: BenchRow.objects.all(),
+    handle=_touch,
+)

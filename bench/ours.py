@@ -179,7 +179,7 @@ def subject() -> Subject:
         database=DATABASE,
         notes="python manage.py jobs_worker --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
-        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history"),
+        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill"),
         probe_sender=ProbeSender,
         worker_env=ENV,
     )
@@ -303,6 +303,80 @@ def case_history(plan: Plan) -> Figures:
     return out
 
 
+SQL_BACKFILL_ROWS = "INSERT INTO bench_rows (value) SELECT 0 FROM generate_series(1, %(n)s)"
+SQL_KEYSET_PAGE = "SELECT id FROM bench_rows WHERE id > %(after)s ORDER BY id LIMIT %(batch)s"
+SQL_TOUCH = "UPDATE bench_rows SET value = 1 WHERE id = ANY(%(ids)s)"
+
+
+def hand_keyset_loop(conn: psycopg.Connection[Any], batch: int, rate: float) -> int:
+    """What a team writes by hand: keyset pages of ``batch`` ids, the same UPDATE per page, at most
+    ``rate`` pages a second; answers the rows touched."""
+    after, touched = 0, 0
+    while True:
+        page_started = time.perf_counter()
+        ids = [row[0] for row in conn.execute(SQL_KEYSET_PAGE, {"after": after, "batch": batch}).fetchall()]
+        if ids:
+            conn.execute(SQL_TOUCH, {"ids": ids})
+            touched += len(ids)
+            after = ids[-1]
+        if len(ids) < batch:
+            return touched
+        pause = 1 / rate - (time.perf_counter() - page_started)
+        if pause > 0:
+            time.sleep(pause)
+
+
+def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """A backfill pass over ``plan.backfill_rows`` rows at ``rate=200, batch=1000`` in one worker process
+    (rows/s from the ledger's own started/completed stamps), against :func:`hand_keyset_loop` doing the
+    same UPDATE at the same cap in the bench process; and the worker's RSS after 10,000 rows and at the end."""
+    from bench.jobs import bench_backfill
+
+    fresh_database(DATABASE)
+    with connect(DATABASE) as conn:
+        conn.execute(SQL_BACKFILL_ROWS, {"n": plan.backfill_rows})
+    vacuum_analyze(DATABASE)
+    with connect(DATABASE) as conn:
+        started = time.perf_counter()
+        touched = hand_keyset_loop(conn, 1_000, 200.0)
+        hand_rate = touched / (time.perf_counter() - started)
+    close_connections()
+    queued = bench_backfill.enqueue({})
+    close_connections()
+    with connect(DATABASE) as conn, workers([spawn_argv(sub, plan.slots, log)]) as procs:
+        alive = check_alive(procs)
+
+        def steps() -> int:
+            alive()
+            return int(scalar(conn, "SELECT count(*) FROM x_job_steps WHERE job_id = %s", [queued.id]))
+
+        wait_until(lambda: steps() >= 10, timeout=120.0, interval=0.05, what="10 backfill pages")
+        rss_early = procs[0].rss_kb()
+
+        def completed() -> bool:
+            alive()
+            row = conn.execute(
+                "SELECT status FROM x_backfills WHERE job_id = %s ORDER BY started_at DESC LIMIT 1", [queued.id]
+            ).fetchone()
+            return row is not None and row[0] == "completed"
+
+        wait_until(completed, timeout=600.0, interval=0.1, what="the backfill pass")
+        rss_end = procs[0].rss_kb()
+        rows, seconds = conn.execute(
+            "SELECT rows_processed, extract(epoch from completed_at - started_at) FROM x_backfills WHERE job_id = %s",
+            [queued.id],
+        ).fetchone() or (0, 0)
+    ours_rate = float(rows) / float(seconds)
+    return {
+        "backfill_rows_per_s": ours_rate,
+        "backfill_hand_rows_per_s": hand_rate,
+        "backfill_ratio": ours_rate / hand_rate,
+        "backfill_rss_early_kb": rss_early,
+        "backfill_rss_end_kb": rss_end,
+        "backfill_rss_ratio": rss_end / rss_early,
+    }
+
+
 def case_scheduler(plan: Plan, log: Path) -> Figures:
     from bench.scheduler_idle import measure_in_child
 
@@ -327,4 +401,6 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_scheduler(plan, log)
     if case == "history":
         return case_history(plan)
+    if case == "backfill":
+        return case_backfill(sub, plan, log)
     return procedure.run_case(sub, case, params, plan, log)

@@ -10,8 +10,15 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history")
-EXTRAS = ("claim", "memory", "outbox", "scheduler", "history")  # ultimate_jobs only, measured in repetition 1 only
+CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill")
+EXTRAS = (
+    "claim",
+    "memory",
+    "outbox",
+    "scheduler",
+    "history",
+    "backfill",
+)  # ultimate_jobs only, measured in repetition 1 only
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,7 @@ class Plan:
     memory_large: int
     outbox_n: int  # outbox pickup probes (one every latency_interval_s)
     history_reads: int  # /metrics scrapes and jobs queues reads timed over each filler size
+    backfill_rows: int  # rows of bench_rows one backfill pass sweeps
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -84,6 +92,7 @@ FULL = Plan(
     memory_large=100_000,
     outbox_n=100,
     history_reads=50,
+    backfill_rows=1_000_000,
 )
 
 QUICK = replace(
@@ -102,6 +111,7 @@ QUICK = replace(
     memory_large=2_000,
     outbox_n=10,
     history_reads=10,
+    backfill_rows=50_000,
 )
 
 

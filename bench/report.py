@@ -25,7 +25,8 @@ METHOD = (
     "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
     "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
     "Repetitions are interleaved (repetition 1 of every case for every library, then 2, ...); cells are "
-    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history) run in repetition 1 only."
+    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history, backfill) run in "
+    "repetition 1 only."
 )
 
 
@@ -95,6 +96,12 @@ def rows(plan: Plan) -> list[Row]:
         Row("history_queues_small_ms", f"jobs queues over {plan.filler_small:,} finished rows", "ms", False),
         Row("history_queues_large_ms", f"jobs queues over {plan.filler_large:,} finished rows", "ms", False),
         Row("history_queues_ratio", "jobs queues: large / empty", "ratio", False),
+        Row("backfill_rows_per_s", f"backfill of {plan.backfill_rows:,} rows, rate 200, batch 1,000", "rows/s", True),
+        Row("backfill_hand_rows_per_s", "hand-written keyset loop, same UPDATE and cap", "rows/s", True),
+        Row("backfill_ratio", "backfill / hand-written loop", "ratio", True),
+        Row("backfill_rss_early_kb", "worker RSS after 10,000 rows", "MiB", False),
+        Row("backfill_rss_end_kb", "worker RSS at the end of the pass", "MiB", False),
+        Row("backfill_rss_ratio", "worker RSS: end / after 10,000 rows", "ratio", False),
     ]
 
 
