@@ -32,8 +32,9 @@ def bench_probe(run: JobRun[Any]) -> None:
 
 
 def _touch(rows: list[BenchRow], signal: Any) -> None:
-    """The page's UPDATE — the same statement the bench's hand-written keyset loop runs."""
-    BenchRow.objects.filter(pk__in=[row.pk for row in rows]).update(value=1)
+    """The page's UPDATE — literally the statement the bench's hand-written keyset loop runs."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE bench_rows SET value = 1 WHERE id = ANY(%s)", [[row.pk for row in rows]])
 
 
 bench_backfill = backfill(
