@@ -28,7 +28,7 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.db import DatabaseError, connections, router
+from django.db import Error, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.signals import connection_created
@@ -230,7 +230,7 @@ def follow_scope(*, leaving: bool) -> None:
             continue
         try:
             _apply(conn, setting)
-        except DatabaseError:
+        except Error:  # any database error, a connection the server dropped included
             if conn.in_atomic_block:
                 conn.needs_rollback = True
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pydantic
 import pytest
 from django.core.management import call_command
@@ -26,6 +27,7 @@ from tests.secapp.models import Bucket, Item, Note
 from tests.security.attacks import A, B, denied, stored, two_orgs
 from ultimate_jobs import JobRun, job, job_worker
 from ultimate_jobs.context import Actor, acting_as, cross_tenant
+from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.row_security import EnableTenantRowSecurity, check_row_security
 from ultimate_jobs.testing import run_jobs
 
@@ -185,6 +187,20 @@ def test_a_connection_opened_inside_a_run_takes_its_scope(rows: dict[str, Any], 
         with connection.cursor() as cursor:  # a new session: the test's SET ROLE is gone with the old one
             cursor.execute(f"SET ROLE {connection.ops.quote_name(app_role)}")
         assert secrets_seen() == ["secret of org-A"]
+
+
+def test_leaving_a_run_on_a_connection_the_server_dropped_raises_nothing(rows: dict[str, Any]) -> None:
+    """The session is gone, and its setting with it: leaving the scope closes the connection instead of
+    raising over the run's own outcome, and the next session starts unscoped."""
+    with acting_as(Actor(org_id=A)):
+        assert secrets_seen() == ["secret of org-A"]
+        pid = connection.connection.info.backend_pid
+        with psycopg.connect(conninfo_for(connection.settings_dict), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        with pytest.raises(DatabaseError):
+            secrets_seen()  # the body learns of it; Django now holds a closed connection
+    assert connection.connection is None  # closed on the way out, not raised
+    assert len(secrets_seen()) == 2  # a new session (the superuser's: the test's SET ROLE went with the old one)
 
 
 class OrgIn(pydantic.BaseModel):
