@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..clock import Clock
@@ -36,9 +37,7 @@ class Heartbeat:
     _beat_running: threading.Lock
     _beat_due: threading.Event
     _beat_stop: threading.Event
-
-    def in_flight(self) -> list[InFlight]:
-        raise NotImplementedError
+    in_flight: Callable[[], list[InFlight]]
 
     def _heartbeat(self) -> None:
         if self._beat_thread is None:  # a test clock: beat on the caller's thread
