@@ -71,13 +71,8 @@ class Job(models.Model):
             models.Index(F("lease_until"), condition=Q(state="running"), name="x_jobs_lease_idx"),
             # list(): newest first, by queue/state filters.
             models.Index(F("created_at").desc(), F("id").desc(), name="x_jobs_created_idx"),
+            # list() by state and queue; SQL_STATS's counts and SQL_PURGE_FINISHED's ranges (state leads it).
             models.Index(F("state"), F("queue"), F("created_at"), name="x_jobs_state_queue_idx"),
-            # SQL_STATS: live rows per queue and state with the oldest due instant; finished rows cost nothing.
-            models.Index(
-                F("queue"), F("state"), F("run_at"), condition=Q(state__in=LIVE), name="x_jobs_live_queue_idx"
-            ),
-            # SQL_PURGE_FINISHED: the finished rows of one end state, oldest finished first (retention).
-            models.Index(F("state"), F("finished_at"), condition=Q(state__in=FINISHED), name="x_jobs_finished_idx"),
         ]
 
     def __str__(self) -> str:

@@ -220,8 +220,11 @@ def follow_scope(*, leaving: bool) -> None:
     block must roll back — which reverts the setting to the outer scope's — so the connection is marked
     for rollback, or closed outside a transaction.
     """
+    aliases = scoped_aliases()
+    if not aliases:
+        return  # no scoped model on a Postgres database: nothing to mirror (asked on every scope change)
     setting = desired_setting()
-    for alias in scoped_aliases():
+    for alias in aliases:
         conn = connections[alias]
         if conn.connection is None or _applied(conn) == setting:
             continue  # a connection opened later takes the scope as it connects

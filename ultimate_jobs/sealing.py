@@ -44,6 +44,7 @@ KEY_PURPOSE = b"ultimate_jobs.sealing.v1"
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
 _SEQUENCES = (list, tuple, set, frozenset)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 _KINDS = {SecretStr: "SecretStr", SecretBytes: "SecretBytes", Secret: "Secret"}
 
 
@@ -122,8 +123,25 @@ def _open(token: str, restore: bool, what: str, path: str) -> Any:
 def unseal(value: Any, *, restore: bool = False, what: str = "the input") -> Any:
     """``value`` (a JSON value) with every envelope opened: its clear JSON value, or with ``restore`` the
     secret object :func:`seal_object` sealed. ``X_JOB_SECRET_UNREADABLE`` names the first envelope no
-    configured key opens (``what`` says whose: the input, a step's output)."""
+    configured key opens (``what`` says whose: the input, a step's output). A value with no envelope
+    comes back as it is."""
+    if not may_hold_envelope(value):
+        return value
     return _unseal(value, restore, what, "$")
+
+
+def may_hold_envelope(value: Any) -> bool:
+    """Whether ``value`` (a JSON value) has :data:`ENVELOPE_KEY` as a key at any depth: the cheap test every
+    claimed row's input passes through (plain ``dict``/``list`` walked by exact type, as a JSON decoder
+    builds them), so a payload with no secret costs no walk that builds anything."""
+    kind = type(value)
+    if kind is dict:
+        return ENVELOPE_KEY in value or any(may_hold_envelope(item) for item in value.values())
+    if kind is list:
+        return any(may_hold_envelope(item) for item in value)
+    if kind in _SCALARS:
+        return False
+    return isinstance(value, Mapping | list | tuple)  # another container: the full walk decides
 
 
 def _unseal(value: Any, restore: bool, what: str, path: str) -> Any:
@@ -140,6 +158,8 @@ def _unseal(value: Any, restore: bool, what: str, path: str) -> Any:
 def sealed_values(value: Any) -> Iterator[Any]:
     """The clear JSON value of every envelope in ``value`` that a configured key opens (the others are
     skipped: a surface that shows a row masks them and has nothing of theirs to scrub)."""
+    if not may_hold_envelope(value):
+        return
     for node in nodes(value, stop=is_envelope):
         if is_envelope(node):
             try:

@@ -380,7 +380,9 @@ class PostgresDriver:
         if not cutoffs:
             return 0
         params = {"states": list(cutoffs), "before": list(cutoffs.values()), "limit": limit}
-        [(count,)] = self.executor.query(sql.SQL_PURGE_FINISHED, params)
+        with transaction.atomic(using=self.alias):
+            self.executor.query(sql.SQL_JIT_OFF)
+            [(count,)] = self.executor.query(sql.SQL_PURGE_FINISHED, params)
         return int(count)
 
     def close(self) -> None:

@@ -305,11 +305,12 @@ SET seq = excluded.seq, status = excluded.status, output = excluded.output, star
 RETURNING s.id
 """
 
-# SQL_STATS — per queue, the count of each LIVE state and the oldest due ready row (x_jobs_live_queue_idx:
-# partial over live states, so finished rows cost nothing however long the history grows), the dead-letter
-# queue's size (x_jobs_state_queue_idx: the range of dead rows only, which retention bounds), and whether
-# the queue is paused. done, failed and cancelled rows are not counted: a scrape must not slow as history
-# grows (the settle counters say how many jobs finished: SQL_COUNTER_TOTALS).
+# SQL_STATS — per queue, the count of each LIVE state and the oldest due ready row, the dead-letter queue's
+# size, and whether the queue is paused. Every count is a range of x_jobs_state_queue_idx (state leads it),
+# so finished rows cost nothing however long the history grows, and no index exists for the stats alone
+# (each one more is an insert on every claim and settle). done, failed and cancelled rows are not counted:
+# a scrape must not slow as history grows (the settle counters say how many jobs finished:
+# SQL_COUNTER_TOTALS); dead rows are, and retention bounds them.
 SQL_STATS = """
 SELECT q.queue, q.state, q.n, q.oldest, (p.queue IS NOT NULL)
 FROM (
@@ -328,29 +329,43 @@ ORDER BY q.queue, q.state
 """
 
 # SQL_PURGE_FINISHED — retention: delete at most %(limit)s finished rows and their steps in ONE short
-# statement. %(states)s[i] rows finished before %(before)s[i] (epoch ms) go, oldest finished first; each
-# state is one range scan of x_jobs_finished_idx (state, finished_at — partial over finished states, so
-# live rows cost nothing; the literal state list is what lets the planner use it), and the steps go by
-# x_job_steps_job_seq_idx. The delete re-checks the state
-# and the instant, so a row requeued while the statement ran stays. Answers how many rows went; the
-# caller runs it again while a batch comes back full, so no purge holds one long transaction.
+# statement. %(states)s[i] rows finished before %(before)s[i] (epoch ms) go, oldest created first. It needs
+# no index of its own (one more would be an insert on every settle): a row finished before the cutoff was
+# created before it, so each (state, queue) pair is one range of x_jobs_state_queue_idx (state, queue,
+# created_at) below the cutoff, with finished_at re-checked on the few rows that finished after it. The
+# pairs come from a skip scan of that index (the recursive CTE ``pairs``: one index probe per queue),
+# so neither live rows nor other states' rows are read. Steps go by x_job_steps_job_seq_idx. The delete
+# re-checks the state and the instant, so a row requeued while the statement ran stays. Answers how many
+# rows went; the caller runs it again while a batch comes back full, so no purge holds one long
+# transaction. Run after SQL_JIT_OFF in the same transaction: the planner's estimate for the per-pair
+# ranges crosses jit_above_cost, and compiling the plan took over a second of a 2 ms delete.
 SQL_PURGE_FINISHED = """
-WITH cutoff AS (
+WITH RECURSIVE cutoff AS (
     SELECT c.state, to_timestamp(c.before_ms / 1000.0) AS before
     FROM unnest(%(states)s::text[], %(before)s::bigint[]) AS c(state, before_ms)
+    WHERE c.state IN ('done', 'failed', 'dead', 'cancelled')
+),
+pairs AS (
+    SELECT c.state, c.before, (SELECT j.queue FROM x_jobs j WHERE j.state = c.state ORDER BY j.queue LIMIT 1) AS queue
+    FROM cutoff c
+    UNION ALL
+    SELECT p.state, p.before,
+           (SELECT j.queue FROM x_jobs j WHERE j.state = p.state AND j.queue > p.queue ORDER BY j.queue LIMIT 1)
+    FROM pairs p
+    WHERE p.queue IS NOT NULL
 ),
 picked AS (
     SELECT e.id
-    FROM cutoff c
+    FROM pairs p
     CROSS JOIN LATERAL (
-        SELECT j.id, j.finished_at
+        SELECT j.id, j.created_at
         FROM x_jobs j
-        WHERE j.state = c.state AND j.state IN ('done', 'failed', 'dead', 'cancelled')
-          AND j.finished_at < c.before
-        ORDER BY j.finished_at
+        WHERE j.state = p.state AND j.queue = p.queue AND j.created_at < p.before AND j.finished_at < p.before
+        ORDER BY j.state, j.queue, j.created_at  -- the index's order: state and queue are fixed here
         LIMIT %(limit)s
     ) e
-    ORDER BY e.finished_at, e.id
+    WHERE p.queue IS NOT NULL
+    ORDER BY e.created_at, e.id
     LIMIT %(limit)s
 ),
 gone AS (
@@ -364,6 +379,9 @@ steps AS (
 )
 SELECT count(*) FROM gone
 """
+
+# SQL_JIT_OFF — no JIT compilation for the rest of the transaction (SQL_PURGE_FINISHED's).
+SQL_JIT_OFF = "SET LOCAL jit = off"
 
 # SQL_LEASE_LOCK — serialise acquirers of one key for the rest of the transaction (an advisory
 # xact lock is released at commit; it never outlives the statement's transaction).
