@@ -37,6 +37,21 @@ def _touch(rows: list[BenchRow], signal: Any) -> None:
         cursor.execute("UPDATE bench_rows SET value = 1 WHERE id = ANY(%s)", [[row.pk for row in rows]])
 
 
+def _touch_pks(pks: list[int], signal: Any) -> None:
+    """The same UPDATE over a ``values_list("pk", flat=True)`` page: the ids themselves, no instances."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE bench_rows SET value = 1 WHERE id = ANY(%s)", [pks])
+
+
+bench_backfill_pks = backfill(
+    name="bench_backfill_pks",
+    tenant="none",
+    batch=1_000,
+    rate=200,
+    source=lambda ctx: BenchRow.objects.values_list("pk", flat=True),
+    handle=_touch_pks,
+)
+
 bench_backfill = backfill(
     name="bench_backfill",
     tenant="none",

@@ -329,19 +329,41 @@ def hand_keyset_loop(conn: psycopg.Connection[Any], batch: int, rate: float) -> 
 def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
     """A backfill pass over ``plan.backfill_rows`` rows at ``rate=200, batch=1000`` in one worker process
     (rows/s from the ledger's own started/completed stamps), against :func:`hand_keyset_loop` doing the
-    same UPDATE at the same cap in the bench process; and the worker's RSS after 10,000 rows and at the end."""
-    from bench.jobs import bench_backfill
+    same UPDATE at the same cap in the bench process; and the worker's RSS after 10,000 rows and at the end.
+    Two passes, each on a fresh database: the source as model instances (``BenchRow.objects.all()``, what
+    the README shows first) and as ``values_list("pk", flat=True)`` (the ids the hand loop reads too)."""
+    from bench.jobs import bench_backfill, bench_backfill_pks
 
-    fresh_database(DATABASE)
-    with connect(DATABASE) as conn:
-        conn.execute(SQL_BACKFILL_ROWS, {"n": plan.backfill_rows})
-    vacuum_analyze(DATABASE)
+    fresh_backfill_rows(plan)
     with connect(DATABASE) as conn:
         started = time.perf_counter()
         touched = hand_keyset_loop(conn, 1_000, 200.0)
         hand_rate = touched / (time.perf_counter() - started)
+    out: Figures = {"backfill_hand_rows_per_s": hand_rate}
+    for label, handle in (("", bench_backfill), ("pks_", bench_backfill_pks)):
+        fresh_backfill_rows(plan)
+        rate, rss_early, rss_end = one_backfill_pass(handle, sub, plan, log)
+        out[f"backfill_{label}rows_per_s"] = rate
+        out[f"backfill_{label}ratio"] = rate / hand_rate
+        if not label:
+            out.update(
+                backfill_rss_early_kb=rss_early, backfill_rss_end_kb=rss_end, backfill_rss_ratio=rss_end / rss_early
+            )
+    return out
+
+
+def fresh_backfill_rows(plan: Plan) -> None:
+    fresh_database(DATABASE)
+    with connect(DATABASE) as conn:
+        conn.execute(SQL_BACKFILL_ROWS, {"n": plan.backfill_rows})
+    vacuum_analyze(DATABASE)
     close_connections()
-    queued = bench_backfill.enqueue({})
+
+
+def one_backfill_pass(handle: Any, sub: Subject, plan: Plan, log: Path) -> tuple[float, float, float]:
+    """Enqueue ``handle``'s pass, run it in one worker process; answers (rows/s, RSS after 10 pages, RSS
+    at the end)."""
+    queued = handle.enqueue({})
     close_connections()
     with connect(DATABASE) as conn, workers([spawn_argv(sub, plan.slots, log)]) as procs:
         alive = check_alive(procs)
@@ -366,15 +388,7 @@ def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
             "SELECT rows_processed, extract(epoch from completed_at - started_at) FROM x_backfills WHERE job_id = %s",
             [queued.id],
         ).fetchone() or (0, 0)
-    ours_rate = float(rows) / float(seconds)
-    return {
-        "backfill_rows_per_s": ours_rate,
-        "backfill_hand_rows_per_s": hand_rate,
-        "backfill_ratio": ours_rate / hand_rate,
-        "backfill_rss_early_kb": rss_early,
-        "backfill_rss_end_kb": rss_end,
-        "backfill_rss_ratio": rss_end / rss_early,
-    }
+    return float(rows) / float(seconds), rss_early, rss_end
 
 
 def case_scheduler(plan: Plan, log: Path) -> Figures:

@@ -57,6 +57,10 @@ DEFAULT_BACKFILL_RATE = 5
 """Batches per second when ``rate`` is not given: 5,000 rows a second at the default batch."""
 DEFAULT_BACKFILL_BATCH = 1_000
 MAX_SAFE_INTEGER = 2**53 - 1
+PROGRESS_EVERY_S = 1.0
+"""A pass writes its ledger row's progress (rows, batches, cursor) on its first page, then at most once a
+second, and on its last page: the row is a report, and a statement per page would cost a fast sweep a
+fifth of its speed."""
 APP_VERSION_ENV = "APP_VERSION"
 """The environment variable whose value a pass stamps on its ledger row as ``app_version``."""
 
@@ -145,7 +149,9 @@ def backfill(
     >>> drop_legacy.enqueue()                  # the pass runs on a worker
     >>> drop_legacy.enqueue({"force": True})   # sweep again, into a new ledger row
 
-    ``handle(rows, signal)`` gets the page's model instances and the step's cancel signal — no step
+    ``handle(rows, signal)`` gets the page's rows — model instances, or dicts/tuples when ``source``
+    answers ``values()``/``values_list()`` with the primary key among the fields (no model instance per
+    row: the fast form for a sweep that only needs a few columns) — and the step's cancel signal, no step
     runner: it runs at least once per page, so it must be idempotent. ``batch`` (rows per page, a whole
     number >= 1) and ``rate`` (pages per second, finite and > 0) are refused here when wrong
     (``X_JOB_DECLARATION_INVALID``). The idempotency key is ``name``: enqueueing while a pass is live
@@ -354,6 +360,7 @@ class _Pass:
         # a driver written before the ledger existed has no attribute: the same as declaring it None
         self.store: BackfillStore | None = getattr(job_driver(), "backfills", None)
         self.row: BackfillRun | None = None
+        self._next_report = 0.0  # time.monotonic() after which a page writes the ledger's progress
 
     def sweep(self) -> dict[str, Any]:
         descriptor = self.d.descriptor
@@ -445,18 +452,21 @@ class _Pass:
         started = time.monotonic()
         signal = current_signal() or self.run.signal
         queryset = self._source()
+        pk_of = _pk_reader(queryset, self.name)
         if cursor is not None:
             queryset = queryset.filter(pk__gt=cursor)
         rows = list(queryset.order_by("pk")[: self.d.descriptor.batch])
         if rows:
             self.d.handle(rows, signal)
-            cursor = _cursor_value(rows[-1].pk)
+            cursor = _cursor_value(pk_of(rows[-1]))
         total += len(rows)
-        if self.store is not None and self.row is not None:
+        last = len(rows) < self.d.descriptor.batch
+        if self.store is not None and self.row is not None and (last or started >= self._next_report):
+            self._next_report = started + PROGRESS_EVERY_S
             self.store.progress(
                 self.row.id, rows_processed=total, batches=index + 1, last_cursor=cursor, now_ms=self.clock.now_ms()
             )
-        if len(rows) == self.d.descriptor.batch:  # more may follow: pace; after the last page nothing waits
+        if not last:  # more may follow: pace; after the last page nothing waits
             self._throttle(started, signal)
         return {"cursor": cursor, "rows": len(rows), "total": total}
 
@@ -477,10 +487,10 @@ class _Pass:
                 {"job": self.name, "field": "source"},
             )
         query = queryset.query
-        if query.order_by or query.is_sliced or query.values_select or query.distinct_fields:
+        if query.order_by or query.is_sliced or query.distinct_fields:
             raise JobDeclarationInvalidError(
-                f"backfill {self.name!r}: source(ctx) carries its own order_by(), slice, values() or "
-                "distinct(fields); the pass pages by primary key and owns the order — drop them and filter only",
+                f"backfill {self.name!r}: source(ctx) carries its own order_by(), slice or distinct(fields); "
+                "the pass pages by primary key and owns the order — drop them and filter only",
                 {"job": self.name, "field": "source"},
             )
         return queryset
@@ -514,6 +524,45 @@ class _PageCall:
 
     def __call__(self) -> dict[str, Any]:
         return self.sweep.page(self.index, self.cursor, self.total)
+
+
+def _pk_reader(queryset: Any, name: str) -> Callable[[Any], Any]:
+    """How to read the primary key off one row of ``queryset``: a model instance's ``pk``, or — for a
+    ``values()``/``values_list()`` source, whose rows cost no model instance each — the pk among the
+    selected fields (``X_JOB_DECLARATION_INVALID`` when it is not selected: the pass could not page)."""
+    from django.db.models.query import (
+        FlatValuesListIterable,
+        ModelIterable,
+        NamedValuesListIterable,
+        ValuesIterable,
+        ValuesListIterable,
+    )
+
+    kind = queryset._iterable_class
+    if kind is ModelIterable or not issubclass(
+        kind, ValuesIterable | ValuesListIterable | FlatValuesListIterable | NamedValuesListIterable
+    ):
+        return _instance_pk
+    meta, query = queryset.model._meta, queryset.query
+    selected = list(queryset._fields or [*query.extra_select, *query.values_select, *query.annotation_select])
+    names = {"pk", meta.pk.name, meta.pk.attname}
+    where = next((n for n, field_name in enumerate(selected) if field_name in names), None)
+    if where is None:
+        raise JobDeclarationInvalidError(
+            f"backfill {name!r}: source(ctx) selects {selected} with values()/values_list(), which leaves out "
+            f"the primary key the pass pages by — add 'pk' to the fields",
+            {"job": name, "field": "source"},
+        )
+    if issubclass(kind, ValuesIterable):
+        key = selected[where]
+        return lambda row: row[key]
+    if issubclass(kind, FlatValuesListIterable):
+        return lambda row: row
+    return lambda row: row[where]
+
+
+def _instance_pk(row: Any) -> Any:
+    return row.pk
 
 
 def _cursor_value(pk: Any) -> Any:

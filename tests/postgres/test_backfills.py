@@ -230,6 +230,83 @@ def test_a_source_with_its_own_order_is_refused_at_the_first_page(sweep: AnyJobs
     assert not Post.objects.exclude(slug="").exists()
 
 
+@pytest.mark.parametrize(
+    ("shape", "pk_of"),
+    [
+        ("flat", lambda row: row),
+        ("dicts", lambda row: row["pk"]),
+        ("all-fields", lambda row: row["id"]),
+        ("tuples", lambda row: row[1]),
+        ("named", lambda row: row.pk),
+    ],
+)
+def test_a_values_source_pages_by_the_selected_primary_key(sweep: AnyJobsEnv, shape: str, pk_of: Any) -> None:
+    """values()/values_list() rows (no model instance each) page exactly like instances, 2,500 rows in
+    pages of 1,000, every row handed over once, the cursor read off the selected pk."""
+    sources = {
+        "flat": lambda ctx: Post.objects.values_list("pk", flat=True),
+        "dicts": lambda ctx: Post.objects.values("pk", "title"),
+        "all-fields": lambda ctx: Post.objects.values(),
+        "tuples": lambda ctx: Post.objects.values_list("title", "pk"),
+        "named": lambda ctx: Post.objects.values_list("title", "pk", named=True),
+    }
+    pks = posts(2_500)
+    seen: list[Any] = []
+
+    def touch(rows: list[Any], signal: CancelSignal) -> None:
+        seen.extend(pk_of(row) for row in rows)
+        Post.objects.filter(pk__in=[pk_of(row) for row in rows]).update(slug="touched")
+
+    sweep_values = backfill(name=f"values-{shape}", tenant="none", batch=1_000, rate=FAST,
+                            source=sources[shape], handle=touch)  # fmt: skip
+    enqueued = sweep_values.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["completed"] == 1
+    assert seen == pks
+    assert not Post.objects.exclude(slug="touched").exists()
+    assert [out["cursor"] for out in outputs(sweep, enqueued.id).values()] == [pks[999], pks[1999], pks[-1]]
+
+
+def test_a_values_source_without_the_primary_key_is_refused(sweep: AnyJobsEnv) -> None:
+    posts(3)
+    titles = backfill(name="titles", tenant="none", rate=FAST,
+                      source=lambda ctx: Post.objects.values_list("title", flat=True), handle=slugify)  # fmt: skip
+    enqueued = titles.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    last = report.last(enqueued.id)
+    assert last is not None and last.outcome == "dead-lettered"
+    assert last.error is not None and last.error.code == "X_JOB_DECLARATION_INVALID"
+    assert "add 'pk'" in last.error.message
+
+
+@pytest.mark.parametrize(("every_s", "written"), [(3600.0, [1, 11]), (0.0, list(range(1, 12)))])
+def test_the_ledger_progress_is_written_on_the_first_page_then_per_interval_and_on_the_last(
+    sweep: AnyJobsEnv, monkeypatch: pytest.MonkeyPatch, every_s: float, written: list[int]
+) -> None:
+    """Eleven pages (the last one empty): with an interval longer than the pass only the first and the
+    last page write the ledger's progress; with none, every page does."""
+    store = sweep.driver.backfills
+    assert store is not None
+    writes: list[int] = []
+    real = store.progress
+
+    def spy(row_id: str, **kw: Any) -> bool:
+        writes.append(kw["batches"])
+        return real(row_id, **kw)
+
+    monkeypatch.setattr(store, "progress", spy)
+    monkeypatch.setattr("ultimate_jobs.backfills.PROGRESS_EVERY_S", every_s)
+    posts(1_000)
+    paged = backfill(name="paged", tenant="none", batch=100, rate=FAST,
+                     source=lambda ctx: Post.objects.values_list("pk", flat=True), handle=lambda rows, s: None)  # fmt: skip
+    paged.enqueue()
+    report = run_jobs(sweep.driver, clock=sweep.clock)
+    assert report.outcomes["completed"] == 1
+    assert writes == written
+    row = operator.inspect_backfills(name="paged")[0]
+    assert (row.run.rows_processed, row.run.batches, row.run.status) == (1_000, 11, "completed")
+
+
 def test_environments_gate_the_pass(sweep: AnyJobsEnv, settings: Any) -> None:
     settings.ULTIMATE_JOBS = {**settings.ULTIMATE_JOBS, "ENVIRONMENT": "staging"}
     posts(3)
