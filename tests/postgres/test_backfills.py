@@ -298,7 +298,8 @@ def test_the_ledger_progress_is_written_on_the_first_page_then_per_interval_and_
     monkeypatch.setattr("ultimate_jobs.backfills.PROGRESS_EVERY_S", every_s)
     posts(1_000)
     paged = backfill(name="paged", tenant="none", batch=100, rate=FAST,
-                     source=lambda ctx: Post.objects.values_list("pk", flat=True), handle=lambda rows, s: None)  # fmt: skip
+                     source=lambda ctx: Post.objects.values_list("pk", flat=True),
+                     handle=lambda rows, signal: None)  # fmt: skip
     paged.enqueue()
     report = run_jobs(sweep.driver, clock=sweep.clock)
     assert report.outcomes["completed"] == 1
