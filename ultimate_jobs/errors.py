@@ -60,6 +60,20 @@ class BackfillMigrationPendingError(CodedError):
     default_code = "X_BACKFILL_MIGRATION_PENDING"
 
 
+class BackfillPendingError(CodedError):
+    """``jobs_backfill --pending`` found declared backfills with no completed pass (the deploy check's
+    verdict: it exits 1 and reports this code)."""
+
+    default_code = "X_BACKFILL_PENDING"
+
+
+class BackfillRunningError(CodedError):
+    """``jobs_backfill NAME --write --force`` while a pass of that backfill is live: the enqueue joined the
+    live pass (its idempotency key is the name), so nothing sweeps again."""
+
+    default_code = "X_BACKFILL_RUNNING"
+
+
 class BackfillStalledError(CodedError):
     """A backfill's source ran out while its ``count()`` still matched rows: two predicates disagree."""
 

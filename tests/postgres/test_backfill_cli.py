@@ -12,9 +12,10 @@ import pytest
 
 from tests.conftest import AnyJobsEnv
 from tests.helpers import Result, command, manage_py
-from tests.secapp.models import Post
+from tests.secapp.models import Bucket, Item, Post
 from ultimate_jobs import operator
 from ultimate_jobs.backfills import backfill
+from ultimate_jobs.context import current_tenant
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import run_jobs
 
@@ -49,10 +50,12 @@ def test_pending_exits_non_zero_until_the_declared_backfill_completes(any_jobs: 
     before = cli("--pending", "--json")
     assert before.code == 1
     assert before.json["pending"] == ["slugs"]
+    assert before.json["error"]["code"] == "X_BACKFILL_PENDING"
+    assert before.json["error"]["meta"] == {"pending": ["slugs"]}
     assert [(r["name"], r["state"], r["run"]) for r in before.json["rows"]] == [("slugs", "pending", None)]
     human = cli("--pending")
     assert human.code == 1 and "slugs" in human.out and "pending" in human.out
-    assert "unswept: slugs" in human.err
+    assert "X_BACKFILL_PENDING: unswept: slugs" in human.err and "jobs_backfill --all --write" in human.err
 
     wrote = cli("slugs", "--write", "--json")
     assert wrote.code == 0, wrote
@@ -64,7 +67,7 @@ def test_pending_exits_non_zero_until_the_declared_backfill_completes(any_jobs: 
 
     after = cli("--pending", "--json")
     assert after.code == 0, after
-    assert after.json["pending"] == []
+    assert after.json["pending"] == [] and "error" not in after.json
     (row,) = after.json["rows"]
     assert (row["state"], row["run"]["status"], row["run"]["rows_processed"]) == ("completed", "completed", 3)
 
@@ -198,3 +201,53 @@ def test_the_process_exit_codes(transactional_db: None) -> None:
     both = manage("--all", "--force")
     assert both.returncode == 2 and "usage:" in both.stderr and "--force sweeps one named backfill" in both.stderr
     assert manage().returncode == 2
+
+
+def test_force_while_a_pass_is_live_is_refused_and_adds_nothing(any_jobs: AnyJobsEnv) -> None:
+    """--force joins a live pass (its key is the name), so it cannot sweep again: X_BACKFILL_RUNNING,
+    and the queue holds the one live pass it held before."""
+    Post.objects.bulk_create(Post(title=f"p{i}") for i in range(2))
+    declare("slugs")
+    first = cli("slugs", "--write", "--json")
+    assert first.code == 0 and first.json["action"] == "enqueued"
+    joined = cli("slugs", "--write", "--json")
+    assert joined.code == 0 and joined.json["action"] == "joined" and joined.json["job_id"] == first.json["job_id"]
+    forced = cli("slugs", "--write", "--force", "--json")
+    assert forced.code == 1 and forced.json["error"]["code"] == "X_BACKFILL_RUNNING"
+    assert forced.json["error"]["meta"]["job_id"] == first.json["job_id"]
+    assert f"jobs cancel {first.json['job_id']}" in forced.json["error"]["message"]
+    assert [j.id for j in operator.list_jobs(name="slugs").rows] == [first.json["job_id"]]
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert cli("slugs", "--write", "--force", "--json").json["action"] == "enqueued"  # once it ended, force sweeps
+
+
+def test_input_enqueues_a_tenant_scoped_pass_for_one_org(any_jobs: AnyJobsEnv) -> None:
+    for org in ("org-1", "org-2"):
+        bucket = Bucket.objects.create(org_id=org, name=f"b-{org}")
+        Item.objects.create(org_id=org, bucket=bucket, secret="s", total=1)
+    touched: list[str] = []
+    backfill(name="one-org", tenant=lambda i: i.org_id, rate=FAST,
+             source=lambda ctx: Item.objects.filter(org_id=current_tenant()),
+             handle=lambda rows, signal: touched.extend(i.org_id for i in rows))  # fmt: skip
+    wrote = cli("one-org", "--write", "--input", '{"org_id": "org-2"}', "--json")
+    assert wrote.code == 0, wrote
+    assert operator.inspect_job(wrote.json["job_id"]).job.tenant_id == "org-2"
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert touched == ["org-2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("{nope", "is not JSON"), ('["org-1"]', "must be a JSON object"), ('{"force": true}', "pass --force instead")],
+)
+def test_bad_input_is_refused_with_its_code_and_enqueues_nothing(any_jobs: AnyJobsEnv, text: str, says: str) -> None:
+    declare("slugs")
+    refused = cli("slugs", "--write", "--input", text, "--json")
+    assert refused.code == 1 and refused.json["error"]["code"] == "X_JOB_ARGUMENT_INVALID"
+    assert says in refused.json["error"]["message"]
+    assert operator.list_jobs(name="slugs").rows == ()
+
+
+def test_input_without_a_name_is_a_usage_error(any_jobs: AnyJobsEnv) -> None:
+    refused = cli("--all", "--input", "{}")
+    assert refused.code == 2 and "--input goes with a NAME" in refused.err

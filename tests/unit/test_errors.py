@@ -20,6 +20,8 @@ SPEC_ERROR_CLASSES = [
     ("BackfillAppliedError", "X_BACKFILL_APPLIED"),
     ("BackfillEnvironmentError", "X_BACKFILL_ENVIRONMENT"),
     ("BackfillMigrationPendingError", "X_BACKFILL_MIGRATION_PENDING"),
+    ("BackfillPendingError", "X_BACKFILL_PENDING"),
+    ("BackfillRunningError", "X_BACKFILL_RUNNING"),
     ("BackfillStalledError", "X_BACKFILL_STALLED"),
     ("BackfillUnknownError", "X_BACKFILL_UNKNOWN"),
     ("CancelUnsupportedError", "X_JOB_NOT_CANCELLABLE"),
@@ -53,12 +55,10 @@ SPEC_ERROR_CLASSES = [
     ("StepDuplicateError", "X_STEP_DUPLICATE"),
 ]
 
-# Codes of features this build does not have yet (backfills, exports, webhooks, action bridges): the codes
+# Codes of features this build does not have yet (exports, webhooks, action bridges): the codes
 # are fixed — their retry classification is in the table — and their classes come with the features.
 RESERVED_CODES = [
     "X_ACTION_JOB_UNBRIDGED",
-    "X_BACKFILL_PENDING",
-    "X_BACKFILL_RUNNING",
     "X_EXPORT_PART_TOO_LARGE",
     "X_EXPORT_ROW_INVALID",
     "X_WEBHOOK_DELIVERY_FAILED",

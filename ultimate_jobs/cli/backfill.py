@@ -12,6 +12,7 @@ pass itself always runs on a worker: ``--write`` never sweeps inline.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,7 +31,10 @@ from ..errors import (
     BackfillAppliedError,
     BackfillEnvironmentError,
     BackfillMigrationPendingError,
+    BackfillPendingError,
+    BackfillRunningError,
     BackfillUnknownError,
+    JobArgumentInvalidError,
     UltimateError,
     code_of,
 )
@@ -79,6 +83,11 @@ def add_arguments(parser: CommandParser) -> None:
     parser.add_argument("--force", action="store_true", help="sweep a completed backfill again, into a new ledger row")
     parser.add_argument("--all", action="store_true", help="every pending or failed backfill, one at a time")
     parser.add_argument(
+        "--input",
+        metavar="JSON",
+        help='with NAME: more input for the pass, a JSON object (one org\'s pass: \'{"org_id": "org-1"}\')',
+    )
+    parser.add_argument(
         "--pending", action="store_true", help="each declared backfill's state; exit 1 if any is unswept"
     )
     parser.add_argument("--list", action="store_true", help="the ledger, newest pass first")
@@ -113,6 +122,8 @@ def run(options: Mapping[str, Any], out: Output, err: Output, usage: Callable[[s
         _usage(f"{', '.join(listing_flags)} go with --list only")
     if (o["write"] or o["force"]) and (o["pending"] or o["list"]):
         _usage("--write and --force go with a NAME or --all")
+    if o.get("input") is not None and not o["backfill"]:
+        _usage("--input goes with a NAME: the input of that one backfill's pass")
     if o["force"] and o["all"]:
         _usage("--force sweeps one named backfill again; name it (--all acts on pending and failed ones)")
     ctx = Invocation(options, out, err)
@@ -131,9 +142,16 @@ def _usage_error(message: str) -> None:
 
 def _pending(ctx: Invocation) -> int | None:
     report = pending_backfills()
-    ctx.emit(report.as_dict(), _render_pending(report.environment, report.rows, report.orphaned))
+    verdict = None
     if report.pending:
-        ctx.note(f"unswept: {', '.join(report.pending)} — python manage.py jobs_backfill --all --write")
+        verdict = BackfillPendingError(
+            f"unswept: {', '.join(report.pending)}. Fix: python manage.py jobs_backfill --all --write",
+            {"pending": report.pending},
+        )
+    shown_report = report.as_dict() | ({"error": verdict.as_dict()} if verdict else {})
+    ctx.emit(shown_report, _render_pending(report.environment, report.rows, report.orphaned))
+    if verdict is not None:
+        ctx.note(f"{verdict.code}: {verdict.message}")
         return EXIT_ERROR
     return None
 
@@ -209,9 +227,38 @@ def _plan(ctx: Invocation, name: str, row: BackfillStateRow | None) -> BackfillP
         )
     if not ctx.options["write"]:
         return BackfillPlan(name, row.state, "dry-run", count=_count(ctx, handle))
-    enqueued = handle.enqueue({"force": True} if force else {})
+    enqueued = handle.enqueue(_input(ctx.options.get("input")) | ({"force": True} if force else {}))
+    if force and enqueued.deduped:  # joined the live pass: the force cannot take effect until it ends
+        raise BackfillRunningError(
+            f"backfill {name!r} has a pass in flight (job {enqueued.id}); --force joined it instead of sweeping "
+            f"again. Fix: wait for it to complete (python manage.py jobs_backfill --list --name {name}) or cancel "
+            f"it (python manage.py jobs cancel {enqueued.id}), then run this again",
+            {"backfill": name, "job_id": enqueued.id, "run_id": enqueued.run_id},
+        )
     action: Action = "joined" if enqueued.deduped else "enqueued"
     return BackfillPlan(name, row.state, action, job_id=enqueued.id, run_id=enqueued.run_id)
+
+
+def _input(text: str | None) -> dict[str, Any]:
+    """``--input``: a JSON object of more input fields (``X_JOB_ARGUMENT_INVALID`` for anything else)."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise JobArgumentInvalidError(
+            f'--input is not JSON ({exc}). Fix: pass an object, e.g. --input \'{{"org_id": "org-1"}}\'',
+            {"flag": "--input"},
+        ) from exc
+    if not isinstance(value, dict):
+        raise JobArgumentInvalidError(
+            f"--input must be a JSON object of input fields, got {type(value).__name__}. Fix: --input "
+            '\'{"org_id": "org-1"}\'',
+            {"flag": "--input"},
+        )
+    if "force" in value:
+        raise JobArgumentInvalidError("--input holds 'force'. Fix: pass --force instead", {"flag": "--input"})
+    return value
 
 
 def _check_applied(name: str, requires: str) -> None:
