@@ -308,15 +308,17 @@ SQL_KEYSET_PAGE = "SELECT id FROM bench_rows WHERE id > %(after)s ORDER BY id LI
 SQL_TOUCH = "UPDATE bench_rows SET value = 1 WHERE id = ANY(%(ids)s)"
 
 
-def hand_keyset_loop(conn: psycopg.Connection[Any], batch: int, rate: float) -> int:
+def hand_keyset_loop(execute: Any, batch: int, rate: float) -> int:
     """What a team writes by hand: keyset pages of ``batch`` ids, the same UPDATE per page, at most
-    ``rate`` pages a second; answers the rows touched."""
+    ``rate`` pages a second; answers the rows touched. ``execute(sql, params)`` answers the rows of a
+    SELECT: a Django cursor's (the loop a Django team writes, in a management command) or a bare psycopg
+    connection's (the same loop outside Django, for reference)."""
     after, touched = 0, 0
     while True:
         page_started = time.perf_counter()
-        ids = [row[0] for row in conn.execute(SQL_KEYSET_PAGE, {"after": after, "batch": batch}).fetchall()]
+        ids = [row[0] for row in execute(SQL_KEYSET_PAGE, {"after": after, "batch": batch})]
         if ids:
-            conn.execute(SQL_TOUCH, {"ids": ids})
+            execute(SQL_TOUCH, {"ids": ids})
             touched += len(ids)
             after = ids[-1]
         if len(ids) < batch:
@@ -326,20 +328,43 @@ def hand_keyset_loop(conn: psycopg.Connection[Any], batch: int, rate: float) -> 
             time.sleep(pause)
 
 
+def django_execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """One statement on Django's connection under the bench settings, as a hand-written loop runs it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description is not None else []
+
+
+def timed_loop(execute: Any) -> float:
+    started = time.perf_counter()
+    touched = hand_keyset_loop(execute, 1_000, 200.0)
+    return touched / (time.perf_counter() - started)
+
+
 def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
     """A backfill pass over ``plan.backfill_rows`` rows at ``rate=200, batch=1000`` in one worker process
     (rows/s from the ledger's own started/completed stamps), against :func:`hand_keyset_loop` doing the
-    same UPDATE at the same cap in the bench process; and the worker's RSS after 10,000 rows and at the end.
+    same UPDATE at the same cap in the bench process on Django's connection (and, for reference, on a bare
+    psycopg connection, which binds parameters server-side where Django's default cursor binds them
+    client-side); and the worker's RSS after 10,000 rows and at the end.
     Two passes, each on a fresh database: the source as model instances (``BenchRow.objects.all()``, what
     the README shows first) and as ``values_list("pk", flat=True)`` (the ids the hand loop reads too)."""
     from bench.jobs import bench_backfill, bench_backfill_pks
 
     fresh_backfill_rows(plan)
+    hand_rate = timed_loop(django_execute)
+    close_connections()
+    fresh_backfill_rows(plan)
     with connect(DATABASE) as conn:
-        started = time.perf_counter()
-        touched = hand_keyset_loop(conn, 1_000, 200.0)
-        hand_rate = touched / (time.perf_counter() - started)
-    out: Figures = {"backfill_hand_rows_per_s": hand_rate}
+
+        def bare_execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+        bare_rate = timed_loop(bare_execute)
+    out: Figures = {"backfill_hand_rows_per_s": hand_rate, "backfill_bare_rows_per_s": bare_rate}
     for label, handle in (("", bench_backfill), ("pks_", bench_backfill_pks)):
         fresh_backfill_rows(plan)
         rate, rss_early, rss_end = one_backfill_pass(handle, sub, plan, log)

@@ -343,7 +343,7 @@ def test_the_throttle_pause_is_cut_short_by_a_cancel(sweep: AnyJobsEnv) -> None:
 
     def handle(rows: list[Post], page_signal: CancelSignal) -> None:
         handled.append(len(rows))
-        # the cancel lands while the page's pause (100 s at rate 0.01) is being waited out
+        # the cancel lands while the second page waits out the pause (100 s at rate 0.01) before its read
         threading.Timer(0.2, signal.abort, args=[UltimateError("X_CANCELLED", "cancelled by an operator")]).start()
 
     paced = backfill(name="paced", tenant="none", batch=10, rate=0.01,
@@ -358,7 +358,35 @@ def test_the_throttle_pause_is_cut_short_by_a_cancel(sweep: AnyJobsEnv) -> None:
     assert execution.error is not None and execution.error.code == "X_CANCELLED"
     (row,) = operator.inspect_backfills()
     assert (row.run.status, row.run.error_code) == ("failed", "X_ABORTED")
-    assert outputs(sweep, enqueued.id) == {}  # the page's step was not checkpointed: a retry handles it again
+    # the first page is checkpointed; the second page's step, cut short in its pause, is not: a retry
+    # starts there, and replays the first without a statement or a pause
+    assert outputs(sweep, enqueued.id) == {
+        "batch:0": {"cursor": Post.objects.order_by("pk")[9].pk, "rows": 10, "total": 10}
+    }
+
+
+def test_on_postgres_a_page_s_writes_and_its_checkpoint_commit_together() -> None:
+    """A page whose handle fails after writing leaves none of its writes (they were in the page's
+    transaction with the checkpoint), while every earlier page's writes and checkpoints stand."""
+    clock = FrozenClock()
+    with installed(clock, PostgresDriver(clock=clock)) as env:
+        pks = posts(25)
+        pages: list[int] = []
+
+        def handle(rows: list[Post], signal: CancelSignal) -> None:
+            pages.append(len(pages))
+            Post.objects.filter(pk__in=[p.pk for p in rows]).update(slug=f"page-{len(pages)}")
+            if len(pages) == 2:
+                raise RuntimeError("the second page fails after its UPDATE")
+
+        partial = backfill(name="partial", tenant="none", batch=10, rate=FAST, retry={"attempts": 1},
+                           source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
+        enqueued = partial.enqueue()
+        run_jobs(env.driver, clock=env.clock)
+        slugs = dict(Post.objects.values_list("pk", "slug"))
+        assert [slugs[pk] for pk in pks[:10]] == ["page-1"] * 10
+        assert [slugs[pk] for pk in pks[10:]] == [""] * 15  # page 2's UPDATE rolled back with its step
+        assert list(outputs(env, enqueued.id)) == ["batch:0"]
 
 
 def test_registered_backfills_is_backfill_and_pending(sweep: AnyJobsEnv) -> None:
