@@ -184,8 +184,9 @@ class TenantScopedModel(models.Model):
         abstract = True
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Any:
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Any:
+        # Django 6.1 passes fetch_mode= (and warns about a from_db() that cannot take it); 5.2 passes none
+        instance = super().from_db(db, field_names, values, **kwargs)
         if guarded_org() is not None:
             attname = _attname(cls, cls.TENANT_FIELD)
             # a row loaded without its org (only()/defer()/raw() without the column) cannot be checked

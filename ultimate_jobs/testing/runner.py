@@ -9,9 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
 from ..conf import job_clock, job_driver
-from ..definition import JobHandle
 from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from .clock import FrozenClock
@@ -41,8 +39,9 @@ class RunReport:
 
 
 def _queues() -> list[str]:
-    names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)}
-    return sorted(names | {"default"})
+    from ..worker.build import default_queues
+
+    return default_queues()
 
 
 def _rows(driver: JobDriver, **filters: Any) -> Iterator[JobRecord]:
