@@ -29,16 +29,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
 
-APP_JOBS = '''
+APP_JOBS = """
 from ultimate_jobs import JobRun, job
 
 
 @job(idempotency_key=lambda i: f"greet:{i['name']}", tenant="none")
 def greet(run: JobRun) -> str:
     return f"hello {run.input['name']}"
-'''
+"""
 
-APP_TASKS = '''
+APP_TASKS = """
 try:
     from django.tasks import task
 except ImportError:  # Django 5.2: the django-tasks backport
@@ -48,22 +48,22 @@ except ImportError:  # Django 5.2: the django-tasks backport
 @task
 def add(a: int, b: int) -> int:
     return a + b
-'''
+"""
 
-ENQUEUE = '''
+ENQUEUE = """
 from shop.jobs import greet
 from shop.tasks import add
 print(greet.enqueue({"name": "ada"}).id)
 print(add.enqueue(2, 3).id)
-'''
+"""
 
-RESULT = '''
+RESULT = """
 import sys
 from shop.tasks import add
 from ultimate_jobs.models import Job
 result = add.get_result(sys.argv[-1])
 print(result.status, result.return_value if result.is_finished else "-", Job.objects.get(id=sys.argv[-2]).state)
-'''
+"""
 
 
 def clean_env() -> dict[str, str]:
@@ -148,4 +148,6 @@ def test_the_built_wheel_runs_a_job_and_a_django_task_in_a_fresh_project(tmp_pat
 
 def _shell(body: str) -> str:
     """``body`` run under the project's settings (argv: job id, task id)."""
-    return "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'mysite.settings'); django.setup()\n" + body
+    return (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'mysite.settings'); django.setup()\n" + body
+    )
