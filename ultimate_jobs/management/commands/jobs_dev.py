@@ -35,12 +35,12 @@ class Command(RoleCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["reload"]:
-            autoreload.run_with_reloader(self.serve, reload=True, **options)
+        if options.pop("reload"):
+            autoreload.run_with_reloader(self.serve, reloading=True, **options)
             return
-        self.serve(reload=False, **options)
+        self.serve(reloading=False, **options)
 
-    def serve(self, *, reload: bool, **options: Any) -> None:
+    def serve(self, *, reloading: bool, **options: Any) -> None:
         """Build the roles and run them until a signal drains them — or, under ``--reload``, until a code
         change: the roles drain (within the drain deadline), then the autoreloader starts a fresh process."""
         deadline = options["drain_deadline"]
@@ -62,7 +62,7 @@ class Command(RoleCommand):
         if options["metrics_port"] is not None:
             serve_counters(options["metrics_port"])
         group = Roles(roles, drain_deadline_ms=deadline_ms)
-        if not reload:
+        if not reloading:
             group.run()
             return
         stopped = threading.Event()
