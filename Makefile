@@ -1,12 +1,16 @@
-# Every tool runs from the project virtualenv.
+# Every tool runs from the project virtualenv: .venv is Python 3.11 with Django 5.2 LTS; .venv-dj6 is
+# Python 3.12 (or 3.13) with Django 6.1, the second leg of `make test`. Both are built from scratch here.
 VENV := .venv
 PY := $(VENV)/bin/python
+VENV6 := .venv-dj6
+DJANGO_LTS := Django>=5.2,<5.3
+DJANGO_6 := Django>=6.1,<6.2
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
 
-.PHONY: venv services browser lint test demo bench chaos
+.PHONY: venv venv6 services browser lint test demo bench chaos
 
 venv: $(VENV)/.installed
 
@@ -15,7 +19,17 @@ $(PY):
 
 # Reinstall only when requirements.txt is newer than the stamp.
 $(VENV)/.installed: requirements.txt | $(PY)
-	$(VENV)/bin/pip install -r requirements.txt
+	$(VENV)/bin/pip install -r requirements.txt "$(DJANGO_LTS)"
+	touch $@
+
+venv6: $(VENV6)/.installed
+
+# Django 6.1 needs Python >= 3.12: scripts/find_python.sh finds 3.12 or 3.13 (PATH, pyenv, /usr/bin).
+$(VENV6)/bin/python:
+	"$$(scripts/find_python.sh 3.12 3.13)" -m venv $(VENV6)
+
+$(VENV6)/.installed: requirements.txt | $(VENV6)/bin/python
+	$(VENV6)/bin/pip install -r requirements.txt "$(DJANGO_6)"
 	touch $@
 
 services:
@@ -35,8 +49,10 @@ lint: venv
 	$(VENV)/bin/mypy ultimate_jobs
 	DJANGO_SETTINGS_MODULE=tests.settings $(PY) manage.py makemigrations --check --dry-run
 
-test: venv services browser lint
+# The whole suite twice: Django 5.2 LTS on Python 3.11, then Django 6.1 on Python 3.12+ (lint runs once).
+test: venv venv6 services browser lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV6)/bin/pytest $(PYTEST_ARGS)
 
 demo: venv services
 	$(PY) manage.py shop_demo

@@ -168,7 +168,8 @@ def completion_span(conn: psycopg.Connection[Any]) -> tuple[float, float]:
 
 
 def worker_argv(slots: int) -> list[str]:
-    return [sys.executable, "manage.py", "jobs_worker", "--concurrency", str(slots)]
+    # --quiet: the bench times the queue, not a console line per job
+    return [sys.executable, "manage.py", "jobs_worker", "--quiet", "--concurrency", str(slots)]
 
 
 def subject() -> Subject:
@@ -241,7 +242,7 @@ def case_outbox(sub: Subject, plan: Plan, log: Path) -> Figures:
 
     fresh_database(DATABASE)
     close_connections()
-    relay = WorkerProcess(argv=[sys.executable, "manage.py", "jobs_relay"], env=ENV, log_path=log)
+    relay = WorkerProcess(argv=[sys.executable, "manage.py", "jobs_relay", "--quiet"], env=ENV, log_path=log)
     enqueued: dict[int, float] = {}
     install_outbox(mode="required")
     try:

@@ -36,6 +36,16 @@ DATABASES = {
 
 ULTIMATE_JOBS = {"DRIVER": "memory"}
 
+# Django's own task API on this queue (tests/postgres/test_django_tasks.py); 5.2 reads it through the
+# django-tasks backport.
+TASKS = {
+    "default": {
+        "BACKEND": "ultimate_jobs.django_tasks.JobsBackend",
+        "QUEUES": ["default", "tasks-low"],
+        "OPTIONS": {"RETRY": {"attempts": 2, "backoff": "fixed", "delay": "1s"}},
+    },
+}
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -27,6 +27,10 @@ from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
 from .worker import JobWorker, job_worker
 
+cron_task = task
+"""``@cron_task(cron=..., tz=...)``: the clearer name of :func:`task` (the same function) — a cron
+schedule that enqueues jobs, not Django's ``django.tasks.task`` (a background function)."""
+
 
 def __getattr__(name: str) -> object:
     """``TenantScopedModel``/``TenantScopedQuerySet`` import Django models, so they load on first use
@@ -70,6 +74,7 @@ __all__ = [
     "TenantScopedQuerySet",
     "UltimateError",
     "backfill",
+    "cron_task",
     "cross_tenant",
     "current_signal",
     "events_purge_target",

@@ -6,6 +6,7 @@ job's ``on_settled``. Only the first settle lands; the others are no-ops."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import traceback
@@ -73,7 +74,14 @@ class Attempt:
 
     def log_fields(self) -> dict[str, Any]:
         c = self.claimed
-        return {"job_id": c.id, "name": c.name, "queue": c.queue, "attempt": c.attempt, "run_id": c.run_id}
+        return {
+            "job_id": c.id,
+            "name": c.name,
+            "queue": c.queue,
+            "attempt": c.attempt,
+            "max_attempts": c.max_attempts,
+            "run_id": c.run_id,
+        }
 
     # -- progress ------------------------------------------------------------------------------
 
@@ -223,6 +231,9 @@ class Attempt:
             outcome=ex.outcome,
             landed=ex.landed,
             error=self.scrub(str(error)),
+            duration_ms=ex.duration_ms,
+            retry_in_ms=None if ex.resume_at_ms is None or stop is not None else ex.resume_at_ms - self.clock.now_ms(),
+            traceback=self.scrub(body_traceback(error)),
             **self.log_fields(),
         )
 
@@ -248,6 +259,17 @@ class Attempt:
             tenant_id=self.tenant_id,
         )
         ex.on_settled_error = run_on_settled(self.handle, settled, self.tenant_id, scrub_text=self.scrub)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def body_traceback(error: BaseException) -> str:
+    """``error``'s traceback from the first frame outside this package (the body's own code) down."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb)).rstrip()
 
 
 def describe_error(error: BaseException) -> str:

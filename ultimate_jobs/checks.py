@@ -77,7 +77,7 @@ def _driver(name: str) -> list[checks.CheckMessage]:
         unavailable = _error(
             CHECK_DRIVER_UNAVAILABLE,
             "ULTIMATE_JOBS['DRIVER'] = 'redis': the Redis driver is not part of this build yet",
-            "set DRIVER to 'postgres' or 'memory'",
+            "set DRIVER to 'postgres' (jobs in your database; 'memory' is for tests only)",
         )
         return [unavailable, *_concurrency(name)]
     has_leases = True  # the memory and postgres drivers keep a lease store

@@ -359,8 +359,9 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
         )
     if config.driver == "redis":
         raise DriverUnavailableError(
-            f"the {config.driver!r} driver is not part of this build yet; set ULTIMATE_JOBS['DRIVER'] = 'memory' "
-            "or install a driver with set_job_driver()",
+            f"the {config.driver!r} driver is not part of this build yet; set ULTIMATE_JOBS['DRIVER'] = 'postgres' "
+            "(the default: jobs in your Django database) — 'memory' is for tests only, its jobs die with the "
+            "process",
             {"driver": config.driver},
         )
     factory = import_string(config.driver)

@@ -312,6 +312,12 @@ class JobIdInvalidError(CodedError):
     default_code = "X_JOB_ID_INVALID"
 
 
+class JobIdAmbiguousError(CodedError):
+    """An id prefix given to ``jobs show``/``retry``/``cancel`` that more than one job's id starts with."""
+
+    default_code = "X_JOB_ID_AMBIGUOUS"
+
+
 class JobArgumentInvalidError(CodedError):
     """An operator argument no row can hold or no command can use: a blank, NUL-bearing or over-long
     queue, task or step name or cancel reason, an action the page does not offer, a stats window over

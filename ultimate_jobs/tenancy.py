@@ -184,8 +184,9 @@ class TenantScopedModel(models.Model):
         abstract = True
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Any:
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Any:
+        # Django 6.1 passes fetch_mode= (and warns about a from_db() that cannot take it); 5.2 passes none
+        instance = super().from_db(db, field_names, values, **kwargs)
         if guarded_org() is not None:
             attname = _attname(cls, cls.TENANT_FIELD)
             # a row loaded without its org (only()/defer()/raw() without the column) cannot be checked
@@ -197,12 +198,13 @@ class TenantScopedModel(models.Model):
         check_org(getattr(self, self.TENANT_FIELD), model=type(self).__name__)
         super().save(*args, **kwargs)
 
-    def _do_update(self, base_qs: Any, *args: Any, **kwargs: Any) -> bool:
+    def _do_update(self, base_qs: Any, *args: Any, **kwargs: Any) -> Any:
+        # Django 5.2 answers a bool, 6.1 the returned rows (a list, empty when nothing was updated): passed on
         org = guarded_org()
         if org is None:
-            return bool(super()._do_update(base_qs, *args, **kwargs))
+            return super()._do_update(base_qs, *args, **kwargs)
         # the UPDATE carries the org in its WHERE: a pk of another org's row updates nothing ...
-        updated = bool(super()._do_update(base_qs.filter(**{self.TENANT_FIELD: org}), *args, **kwargs))
+        updated = super()._do_update(base_qs.filter(**{self.TENANT_FIELD: org}), *args, **kwargs)
         if not updated and _stored(_unguarded(type(self), base_qs.db).filter(pk=self.pk).exists):
             check_org(None, model=type(self).__name__)  # ... and is refused, never turned into an insert
         return updated

@@ -203,7 +203,7 @@ def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int =
     workers = [spawn(name, *worker_command(concurrency=concurrency), vt=vt) for name in names]
     for worker in workers:
         banner = worker.line(0)
-        assert banner.startswith("worker ") and banner.endswith(f" serving {QUEUE}"), worker.describe()
+        assert banner.startswith("worker ") and f" serving {QUEUE} (" in banner, worker.describe()
         worker.worker_id = banner.split()[1]
     return workers
 
@@ -433,3 +433,34 @@ def test_a_worker_serves_its_job_counters_on_the_metrics_port(spawn: Spawn, pg: 
 
     text = eventually(counted, timeout=START_S, interval=POLL_S)
     assert f'job_leases_lost_total{{queue="{QUEUE}"}} 0.0' in text
+
+
+def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: Spawn, pg: PgJobs) -> None:
+    dev = spawn("dev-reload", "manage.py", "jobs_dev", "--reload", "--queues", QUEUE, "--drain-deadline", "2s")
+    assert dev.line(0).startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
+    first = eventually(lambda: _children_of(dev.pid), timeout=START_S, interval=POLL_S)
+    job_id = pg.jobs.record_effect.enqueue({"key": "before-reload"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+    watched = REPO / "tests" / "e2e" / "pg_jobs.py"  # a module the roles imported (MODULES)
+    time.sleep(1.1)  # the stat reloader compares whole-second mtimes it polls each second
+    os.utime(watched)
+    changed = dev.line(1)
+    assert changed.startswith("jobs_dev: ") and "pg_jobs.py changed; draining, then restarting" in changed
+    assert dev.line(2).startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
+    second = eventually(lambda: [p for p in _children_of(dev.pid) if p not in first], timeout=START_S, interval=POLL_S)
+    job_id = pg.jobs.record_effect.enqueue({"key": "after-reload"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+    for pid in second:  # the roles' process first (it drains on SIGINT), then the reloader
+        os.kill(pid, signal.SIGINT)
+    dev.signal(signal.SIGINT)
+    dev.wait()
+    eventually(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in second), timeout=EXIT_S, interval=POLL_S)
+
+
+def _children_of(pid: int) -> list[int]:
+    """The live child pids of ``pid`` (the autoreloader's parent runs the roles in a child process)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        text = (task / "children").read_text() if (task / "children").exists() else ""
+        found += [int(p) for p in text.split()]
+    return found

@@ -272,6 +272,7 @@ def test_postgres_features_on_another_database_are_refused(
 def test_the_redis_driver_is_refused_until_it_is_built() -> None:
     (error,) = [e for e in errors_for({"DRIVER": "redis"}) if e.id == "ultimate_jobs.X_DRIVER_UNAVAILABLE"]
     assert "not part of this build" in error.msg
+    assert error.hint.startswith("set DRIVER to 'postgres'")  # the fix names the driver to run, not memory
 
 
 def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -> None:

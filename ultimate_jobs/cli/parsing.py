@@ -70,7 +70,9 @@ def add_subcommands(parser: CommandParser) -> None:
     pages.add_argument("--after", help="the page older than this cursor (a page's next)")
     pages.add_argument("--before", help="the page newer than this cursor (a page's previous)")
 
-    command("show", "one job: steps, redacted input, error and stack, progress").add_argument("id")
+    command("show", "one job: steps, redacted input, error and stack, progress").add_argument(
+        "id", help="a job id, or a unique start of one (as the worker prints it)"
+    )
     retry = command("retry", "re-queue a finished job (done, failed, dead, cancelled)")
     retry.add_argument("id")
     retry.add_argument("--from-step", help="run this step and every later one again; earlier steps replay")

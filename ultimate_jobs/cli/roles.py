@@ -17,6 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ..console import LOG_FORMATS, install_console
 from ..durations import format_duration, parse_duration
 from ..errors import UltimateError
 from ..operator.arguments import check_name, shown
@@ -39,9 +40,19 @@ class RoleCommand(BaseCommand):
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.__class__ = UsageParser
+        parser.add_argument("--quiet", action="store_true", help="print warnings and errors only (the same as -v 0)")
+        parser.add_argument(
+            "--log-format",
+            choices=LOG_FORMATS,
+            default="text",
+            help="text: a line per attempt outcome (default); json: one JSON object per log record",
+        )
         return parser
 
     def execute(self, *args: Any, **options: Any) -> str | None:
+        if getattr(self, "_called_from_command_line", False):  # call_command (a test) keeps its own logging
+            verbosity = 0 if options.get("quiet") else int(options.get("verbosity", 1))
+            install_console(verbosity=verbosity, log_format=options.get("log_format") or "text")
         try:
             return super().execute(*args, **options)
         except UltimateError as exc:

@@ -9,9 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
 from ..conf import job_clock, job_driver
-from ..definition import JobHandle
 from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
 from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from .clock import FrozenClock
@@ -41,8 +39,9 @@ class RunReport:
 
 
 def _queues() -> list[str]:
-    names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)}
-    return sorted(names | {"default"})
+    from ..worker.build import default_queues
+
+    return default_queues()
 
 
 def _rows(driver: JobDriver, **filters: Any) -> Iterator[JobRecord]:
@@ -82,15 +81,17 @@ def run_jobs(
     clock: FrozenClock | None = None,
     queues: Sequence[str] | None = None,
     context: Callable[[], Any] | None = None,
-    advance: bool = True,
+    advance: bool | None = None,
     horizon_ms: int = DEFAULT_HORIZON_MS,
     max_attempts: int = 10_000,
     worker_id: str = "run-jobs",
     batch: int = 8,
     seed: int = 0,
 ) -> RunReport:
-    """Claim and execute every due job until the queue is idle; with ``advance=True`` (and a frozen
-    clock) jump the clock to the next waiting row and keep going, up to ``horizon_ms`` ahead.
+    """Claim and execute every due job until the queue is idle; with a frozen clock (``advance`` left
+    ``None``, or ``True``) jump the clock to the next waiting row and keep going, up to ``horizon_ms``
+    ahead. On the real clock (no ``FrozenClock`` installed: a Django ``TestCase`` on the configured
+    driver) it runs the jobs that are due now and returns.
 
     >>> clock = FrozenClock(); driver = MemoryDriver(clock=clock); set_job_driver(driver); set_job_clock(clock)
     >>> onboard_org.enqueue({"org_id": "org-1"})
@@ -100,6 +101,8 @@ def run_jobs(
     """
     driver = driver or job_driver()
     active_clock = clock or job_clock()
+    if advance is None:  # a frozen clock is jumped to the next waiting row; real time runs what is due
+        advance = isinstance(active_clock, FrozenClock)
     if advance and not isinstance(active_clock, FrozenClock):
         raise TypeError("run_jobs(advance=True) needs a FrozenClock; pass clock= or advance=False")
     names = list(queues) if queues is not None else _queues()

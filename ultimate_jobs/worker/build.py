@@ -58,8 +58,15 @@ def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, i
 
 
 def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
-    """Every queue a registered job names, every queue the concurrency table names, and ``default``."""
+    """Every queue a registered job names, every queue the concurrency table names, every queue a
+    ``django.tasks`` backend of ours serves (``settings.TASKS``), and ``default``."""
     names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)} | {"default"}
+    try:
+        from ..django_tasks import task_queues
+    except ImportError:  # Django 5.2 without the django-tasks backport
+        pass
+    else:
+        names |= task_queues()
     if isinstance(concurrency, Mapping):
         names |= set(concurrency)
     return sorted(names)

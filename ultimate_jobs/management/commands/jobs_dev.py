@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.utils import autoreload
 
 from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...conf import jobs_settings
+from ...console import worker_start_line
 from ...durations import parse_duration
 from ...lifecycle import Role, Roles
 from ...metrics import serve_counters
@@ -25,8 +28,21 @@ class Command(RoleCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add_worker_arguments(parser, drained="work in flight")
         parser.add_argument("--metrics-port", type=port, help="serve this process's job counters on this port")
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart the roles when a Python file changes (Django's autoreloader, as runserver does)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options.pop("reload"):
+            autoreload.run_with_reloader(self.serve, reloading=True, **options)
+            return
+        self.serve(reloading=False, **options)
+
+    def serve(self, *, reloading: bool, **options: Any) -> None:
+        """Build the roles and run them until a signal drains them — or, under ``--reload``, until a code
+        change: the roles drain (within the drain deadline), then the autoreloader starts a fresh process."""
         deadline = options["drain_deadline"]
         deadline_ms = (
             parse_duration(deadline, field="--drain-deadline") if deadline else jobs_settings().drain_deadline_ms
@@ -42,10 +58,22 @@ class Command(RoleCommand):
         if outbox_supported():
             roles.append(relay_from_settings(drain_deadline=deadline_ms))
         roles.append(worker)
-        self.stdout.write(
-            f"jobs_dev: {', '.join(type(r).__name__ for r in roles)}; worker {worker.worker_id} serving "
-            f"{', '.join(worker.queues)}"
-        )
+        self.stdout.write(f"jobs_dev: {', '.join(type(r).__name__ for r in roles)}; {worker_start_line(worker)}")
         if options["metrics_port"] is not None:
             serve_counters(options["metrics_port"])
-        Roles(roles, drain_deadline_ms=deadline_ms).run()
+        group = Roles(roles, drain_deadline_ms=deadline_ms)
+        if not reloading:
+            group.run()
+            return
+        stopped = threading.Event()
+
+        def drain_on_change(sender: object, file_path: object, **kwargs: Any) -> None:
+            self.stdout.write(f"jobs_dev: {file_path} changed; draining, then restarting")
+            group.request_drain("reload")
+            stopped.wait(deadline_ms / 1000 + 5)
+
+        autoreload.file_changed.connect(drain_on_change, weak=False)
+        try:
+            group.run(install_signals=False)  # the autoreloader's thread: signals belong to its main thread
+        finally:
+            stopped.set()

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, add_worker_arguments, port
+from ...console import worker_start_line
 from ...metrics import serve_counters
 from ...worker.boot import parse_concurrency, worker_from_settings
 from ...worker.recycle import RecycleLimits, run_supervised
@@ -58,7 +59,7 @@ class Command(RoleCommand):
         )
         if options["metrics_port"] is not None:
             serve_counters(options["metrics_port"])
-        self.stdout.write(f"worker {worker.worker_id} serving {', '.join(worker.queues)}")
+        self.stdout.write(worker_start_line(worker))
         if supervisor_pid is None:
             worker.run()
             return

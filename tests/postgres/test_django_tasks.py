@@ -1,0 +1,190 @@
+"""``ultimate_jobs.django_tasks.JobsBackend``: Django's ``@task`` functions enqueued through Django's own
+API become ``x_jobs`` rows that our runner executes with our retries; ``get_result``/``refresh`` read the
+row back (status, errors, the JSON return value) — on the memory driver and on Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from tests.conftest import AnyJobsEnv
+from tests.djtasks import tasks
+from ultimate_jobs import JobRun, job
+from ultimate_jobs.django_tasks import JobsBackend, enqueue_key
+from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.testing import run_jobs
+from ultimate_jobs.worker.build import default_queues
+
+try:
+    from django.tasks import TaskResultStatus, task_backends
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import TaskResultStatus, task_backends  # type: ignore[no-redef]
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+
+
+@pytest.fixture(autouse=True)
+def no_calls() -> Iterator[None]:
+    tasks.CALLS.clear()
+    yield
+    tasks.CALLS.clear()
+
+
+def test_the_capability_flags_are_all_true_and_the_backend_is_the_configured_one() -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, JobsBackend)
+    assert (backend.supports_defer, backend.supports_async_task) == (True, True)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
+
+
+def test_an_enqueued_task_runs_on_our_runner_and_its_result_reads_back(any_jobs: AnyJobsEnv) -> None:
+    result = tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    row = any_jobs.driver.introspect.get(result.id)  # type: ignore[union-attr]
+    assert row is not None
+    assert (row.name, row.queue, row.state) == ("tests.djtasks.tasks.add", "default", "ready")
+    assert row.input == {"args": [2, 3], "kwargs": {}}
+    assert row.tenant_id is None and row.idempotency_key.startswith("django-task:")
+    assert row.max_attempts == 2  # OPTIONS["RETRY"]
+
+    report = run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert report.outcomes["completed"] == 1
+    assert tasks.CALLS == [("add", 2, 3)]
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.is_finished and result.finished_at is not None and result.attempts == 1
+    fetched = tasks.add.get_result(result.id)
+    assert (fetched.status, fetched.return_value, fetched.args) == (TaskResultStatus.SUCCESSFUL, 5, [2, 3])
+
+
+def test_each_enqueue_is_its_own_row_unless_the_caller_names_a_key(any_jobs: AnyJobsEnv) -> None:
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(1, 1)
+    assert first.id != second.id  # the same arguments never dedupe by accident
+    with enqueue_key("sum:1+1"):
+        named = tasks.add.enqueue(1, 1)
+        again = tasks.add.enqueue(1, 1)
+    assert named.id == again.id  # a live row under the named key answers the second enqueue
+    assert any_jobs.driver.introspect.get(named.id).idempotency_key == "sum:1+1"  # type: ignore[union-attr]
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert tasks.CALLS.count(("add", 1, 1)) == 3
+
+
+def test_a_failing_task_is_retried_then_failed_with_its_error(any_jobs: AnyJobsEnv) -> None:
+    result = tasks.decline.enqueue("o-7")
+    report = run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert [e.outcome for e in report.executions] == ["retried", "dead-lettered"]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 2
+    (error,) = result.errors
+    assert error.exception_class_path == "tests.djtasks.tasks.PaymentDeclined"
+    assert error.exception_class is tasks.PaymentDeclined
+    assert "card declined for o-7" in error.traceback
+    with pytest.raises(ValueError, match="failed"):
+        _ = result.return_value
+
+
+def test_a_retried_task_reads_ready_with_the_error_so_far(any_jobs: AnyJobsEnv) -> None:
+    result = tasks.decline.enqueue("o-8")
+    run_jobs(any_jobs.driver, clock=any_jobs.clock, advance=False)  # the retry waits 1 s: not due yet
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.errors[0].exception_class_path == "tests.djtasks.tasks.PaymentDeclined"
+    assert result.last_attempted_at is not None
+
+
+def test_run_after_delays_the_row_until_then(any_jobs: AnyJobsEnv) -> None:
+    at = datetime.fromtimestamp((any_jobs.clock.now_ms() + 60_000) / 1000, tz=UTC)
+    result = tasks.add.using(run_after=at).enqueue(4, 4)
+    row = any_jobs.driver.introspect.get(result.id)  # type: ignore[union-attr]
+    assert row is not None and row.run_at_ms == any_jobs.clock.now_ms() + 60_000
+    assert run_jobs(any_jobs.driver, clock=any_jobs.clock, advance=False).executions == []
+    any_jobs.clock.advance(60_000)
+    run_jobs(any_jobs.driver, clock=any_jobs.clock, advance=False)
+    assert tasks.add.get_result(result.id).return_value == 8
+
+
+def test_priority_and_queue_name_are_the_rows_and_the_higher_priority_runs_first(any_jobs: AnyJobsEnv) -> None:
+    low = tasks.relaxed.enqueue("low")
+    high = tasks.urgent.enqueue("high")
+    assert any_jobs.driver.introspect.get(high.id).priority == 10  # type: ignore[union-attr]
+    assert any_jobs.driver.introspect.get(low.id).queue == "tasks-low"  # type: ignore[union-attr]
+    run_jobs(any_jobs.driver, clock=any_jobs.clock, batch=1)
+    assert tasks.CALLS == [("urgent", "high"), ("relaxed", "low")]
+    assert tasks.urgent.using(priority=-5).enqueue("x").task.priority == -5
+
+
+def test_a_task_that_takes_context_gets_its_result_id_and_attempt(any_jobs: AnyJobsEnv) -> None:
+    result = tasks.with_context.enqueue(note="hi")
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert tasks.with_context.get_result(result.id).return_value == {"id": result.id, "attempt": 1, "note": "hi"}
+
+
+def test_an_async_task_and_aenqueue_and_aget_result(any_jobs: AnyJobsEnv) -> None:
+    result = asyncio.run(tasks.async_double.aenqueue(21))
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    fetched = asyncio.run(tasks.async_double.aget_result(result.id))
+    assert fetched.return_value == 42
+    # the thread-sensitive executor thread opened its own connection: close it, as a request's end would
+    asyncio.run(sync_to_async(connections.close_all)())
+
+
+def test_a_return_value_that_is_not_json_fails_the_task(any_jobs: AnyJobsEnv) -> None:
+    result = tasks.returns_set.enqueue()
+    run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class_path == "builtins.TypeError"
+
+
+def test_arguments_that_are_not_json_are_refused_at_the_enqueue(any_jobs: AnyJobsEnv) -> None:
+    with pytest.raises(UltimateError) as caught:
+        tasks.add.enqueue(datetime.now(UTC), 1)
+    assert caught.value.code == "X_VALIDATION"
+
+
+def test_unknown_ids_and_job_ids_are_not_results(any_jobs: AnyJobsEnv) -> None:
+    @job(idempotency_key=lambda i: "k", tenant="none")
+    def plain_job(run: JobRun[Any]) -> None:
+        return None
+
+    enqueued = plain_job.enqueue({})
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(enqueued.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("00000000-0000-4000-8000-000000000000")
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("not-an-id")
+
+
+def test_a_tenant_option_names_the_rows_org(any_jobs: AnyJobsEnv) -> None:
+    backend = JobsBackend(
+        "tenanted", {"QUEUES": ["default", "tasks-low"], "OPTIONS": {"TENANT": "tests.djtasks.tasks.org_of"}}
+    )
+    mine = backend.enqueue(tasks.relaxed, (), {"label": "x"})  # the reader answers None: no org
+    theirs = backend.enqueue(tasks.relaxed, (), {"label": "y", "org": "org-9"})
+    assert any_jobs.driver.introspect.get(mine.id).tenant_id is None  # type: ignore[union-attr]
+    assert any_jobs.driver.introspect.get(theirs.id).tenant_id == "org-9"  # type: ignore[union-attr]
+    with pytest.raises(UltimateError) as caught:
+        JobsBackend("odd", {"OPTIONS": {"TENANT": lambda task, args, kwargs: 7}}).enqueue(tasks.add, (1, 2), {})
+    assert caught.value.code == "X_INVARIANT"
+
+
+def test_bad_options_and_bad_tasks_are_refused() -> None:
+    with pytest.raises(UltimateError) as caught:
+        JobsBackend("bad", {"OPTIONS": {"RETRIES": 3}})
+    assert caught.value.code == "X_INVARIANT" and "RETRIES" in caught.value.message
+    with pytest.raises(InvalidTask):
+        tasks.add.using(queue_name="nowhere")  # not one of the backend's QUEUES
+
+
+def test_a_worker_without_queues_serves_the_backends_queues() -> None:
+    assert {"default", "tasks-low"} <= set(default_queues())

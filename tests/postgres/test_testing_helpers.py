@@ -1,0 +1,87 @@
+"""Testing the Django way: ``JobsTestCase`` under Django's ``TestCase``, the ``jobs_queue`` pytest
+fixture, and ``run_jobs()`` in a ``TestCase`` on the Postgres driver and the real clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import TestCase
+
+from ultimate_jobs import JobRun, job, registry
+from ultimate_jobs.conf import job_clock, job_driver, set_job_driver
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.testing import FrozenClock, JobsQueue, JobsTestCase, run_jobs
+from ultimate_jobs.testing.django import jobs_queue  # noqa: F401 — the fixture, as a user's conftest imports it
+
+RAN: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def closed_after() -> Iterator[None]:
+    """Close this thread's connection once the test's transaction is gone: a later test that runs a job
+    body without database access must not find a session the row-security scope would have to set."""
+    yield
+    connections.close_all()
+
+
+@job(idempotency_key=lambda i: f"nudge:{i['user']}", tenant="none", retry={"attempts": 3, "delay": "1m"})
+def nudge_user(run: JobRun[Any]) -> str:
+    RAN.append(run.input["user"])
+    if run.attempt == 1:
+        raise ConnectionError("mail server away")
+    run.step.sleep("3d")
+    return "sent"
+
+
+class WelcomeTests(JobsTestCase, TestCase):
+    def test_run_jobs_skips_the_retry_wait_and_the_sleep(self) -> None:
+        RAN.clear()
+        nudge_user.enqueue({"user": "ada"})
+        report = self.run_jobs()
+        self.assertEqual(report.outcomes["completed"], 1)
+        self.assertEqual(report.outcomes["retried"], 1)
+        self.assertIsInstance(job_driver(), MemoryDriver)
+        self.assertIsInstance(job_clock(), FrozenClock)
+
+
+@pytest.mark.django_db  # pytest-django's form of a Django TestCase: the test runs in a rolled-back transaction
+def test_run_jobs_on_the_real_clock_runs_what_is_due_and_leaves_the_rest() -> None:
+    """No FrozenClock: the configured (here Postgres) driver inside the test's transaction."""
+    RAN.clear()
+    set_job_driver(PostgresDriver())
+
+    @job(idempotency_key=lambda i: i["k"], tenant="none")
+    def record_now(run: JobRun[Any]) -> None:
+        RAN.append(run.input["k"])
+
+    try:
+        record_now.enqueue({"k": "due"})
+        later = record_now.enqueue({"k": "later"}, delay="1h")
+        report = run_jobs()
+        assert RAN == ["due"] and report.outcomes["completed"] == 1
+        row = job_driver().introspect.get(later.id)  # type: ignore[union-attr]
+        assert row is not None and row.state == "delayed"
+        with pytest.raises(TypeError):
+            run_jobs(advance=True)  # jumping time needs a FrozenClock
+    finally:
+        registry.unregister("record_now")
+        set_job_driver(None)
+
+
+@pytest.mark.django_db
+def test_the_jobs_queue_fixture_installs_and_removes(jobs_queue: JobsQueue) -> None:  # noqa: F811
+    RAN.clear()
+    assert job_driver() is jobs_queue.driver
+    nudge_user.enqueue({"user": "bo"})
+    report = jobs_queue.run_jobs()
+    assert report.outcomes["completed"] == 1
+    assert RAN == ["bo", "bo", "bo"]  # the failed attempt, the one that slept, the replay that finished
+
+
+@pytest.mark.django_db
+def test_after_the_fixture_the_configured_driver_is_back() -> None:
+    assert not isinstance(job_clock(), FrozenClock)
