@@ -9,7 +9,9 @@ Most tests run on the memory driver and ledger; the Django-model ledger runs on 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -38,6 +40,7 @@ from ultimate_jobs.webhooks import (
     django_webhook_ledger,
     retry_after_seconds,
     signed_content,
+    webhook_signature,
 )
 
 SECRET = "whsec_test_secret"
@@ -434,3 +437,35 @@ def test_the_django_ledger_counts_failures_and_shows_in_the_admin(receiver: Rece
     ledger.enable("ep-db")
     assert not ledger.is_disabled("ep-db")
     assert WebhookEndpointState.objects.get(endpoint_id="ep-db").consecutive_failures == 0
+
+
+def test_the_view_decorator_answers_401_405_or_runs_the_view(jobs: JobsEnv, receiver: Receiver) -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from ultimate_jobs import webhook_receiver
+
+    declare(Seams(receiver.url)).enqueue({"endpoint_id": "ep-1", "event_id": "evt_1"})
+    run_jobs(jobs.driver, clock=jobs.clock, advance=False)
+    (got,) = receiver.requests
+    seen: list[Any] = []
+
+    @webhook_receiver(secret=lambda request: ["an old secret", SECRET])  # rotating: either verifies
+    def hook(request: Any) -> HttpResponse:
+        seen.append(request.webhook)
+        return HttpResponse(status=204)
+
+    factory = RequestFactory()
+    headers = {k: v for k, v in got.headers.items() if k.startswith("x-ultimate-webhook-")}
+
+    def post(body: bytes) -> Any:
+        return hook(factory.post("/hooks", data=body, content_type="application/json", headers=headers))
+
+    # the delivery was signed on the frozen clock; the view checks against the real one
+    assert post(got.body).status_code == 401 and seen == []
+    fresh = int(time.time())
+    headers[WEBHOOK_SIGNATURE_HEADER] = webhook_signature(SECRET, fresh, "evt_1", "orders.paid", got.body)
+    assert post(got.body).status_code == 204 and [w.event_id for w in seen] == ["evt_1"]
+    refused = post(got.body + b" ")
+    assert refused.status_code == 401 and json.loads(refused.content)["code"] == "X_WEBHOOK_SIGNATURE_INVALID"
+    assert hook(factory.get("/hooks")).status_code == 405 and len(seen) == 1
