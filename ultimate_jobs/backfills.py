@@ -450,7 +450,7 @@ class _Pass:
         rows = list(queryset.order_by("pk")[: self.d.descriptor.batch])
         if rows:
             self.d.handle(rows, signal)
-            cursor = _cursor_value(rows[-1].pk)
+            cursor = cursor_value(rows[-1].pk)
         total += len(rows)
         if self.store is not None and self.row is not None:
             self.store.progress(
@@ -467,23 +467,7 @@ class _Pass:
             signal.throw_if_aborted()
 
     def _source(self) -> Any:
-        from django.db.models import QuerySet
-
-        queryset = self.d.source(self.run.ctx)
-        if not isinstance(queryset, QuerySet):
-            raise JobDeclarationInvalidError(
-                f"backfill {self.name!r}: source(ctx) answered {type(queryset).__name__}; answer a QuerySet "
-                "(Model.objects.filter(...)), which the pass pages by primary key",
-                {"job": self.name, "field": "source"},
-            )
-        query = queryset.query
-        if query.order_by or query.is_sliced or query.values_select or query.distinct_fields:
-            raise JobDeclarationInvalidError(
-                f"backfill {self.name!r}: source(ctx) carries its own order_by(), slice, values() or "
-                "distinct(fields); the pass pages by primary key and owns the order — drop them and filter only",
-                {"job": self.name, "field": "source"},
-            )
-        return queryset
+        return keyset_source(self.d.source(self.run.ctx), what=f"backfill {self.name!r}: source(ctx)", job=self.name)
 
     def _check_converged(self) -> None:
         """``count(ctx)`` once after the last page: rows it still matches mean source and count disagree."""
@@ -516,7 +500,28 @@ class _PageCall:
         return self.sweep.page(self.index, self.cursor, self.total)
 
 
-def _cursor_value(pk: Any) -> Any:
+def keyset_source(queryset: object, *, what: str, job: str) -> Any:
+    """``queryset`` when it can be paged by primary key (a QuerySet with no order, slice, ``values()`` or
+    ``distinct(fields)`` of its own); else ``X_JOB_DECLARATION_INVALID`` naming ``what`` answered it."""
+    from django.db.models import QuerySet
+
+    if not isinstance(queryset, QuerySet):
+        raise JobDeclarationInvalidError(
+            f"{what} answered {type(queryset).__name__}; answer a QuerySet (Model.objects.filter(...)), which "
+            "is paged by primary key",
+            {"job": job, "field": "source"},
+        )
+    query = queryset.query
+    if query.order_by or query.is_sliced or query.values_select or query.distinct_fields:
+        raise JobDeclarationInvalidError(
+            f"{what} carries its own order_by(), slice, values() or distinct(fields); the pages go by primary "
+            "key and own the order — drop them and filter only",
+            {"job": job, "field": "source"},
+        )
+    return queryset
+
+
+def cursor_value(pk: Any) -> Any:
     """A primary key as the step stores it: an int stays an int, anything else (UUID, text) is its text."""
     if isinstance(pk, int) and not isinstance(pk, bool):
         return pk

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 
+from .backfills import cursor_value, keyset_source
 from .definition import JobHandle, job
 from .durations import Duration
 from .errors import ExportPartTooLargeError, ExportRowInvalidError, InvariantError, JobDeclarationInvalidError
@@ -283,7 +284,7 @@ class _Export:
             signal.throw_if_aborted()
             self._put(export_part_key(self.prefix, index, self.d.format), data)
             if last_pk is not None:
-                cursor = _cursor_value(last_pk)
+                cursor = cursor_value(last_pk)
         total += count
         self.run.progress(total, None, f"{index + 1} page(s)")
         if count == self.d.batch and self.d.rate is not None:
@@ -387,23 +388,7 @@ class _Export:
         return storage
 
     def _source(self) -> Any:
-        from django.db.models import QuerySet
-
-        queryset = self.d.source(self.run)
-        if not isinstance(queryset, QuerySet):
-            raise JobDeclarationInvalidError(
-                f"export {self.d.name!r}: source(run) answered {type(queryset).__name__}; answer a QuerySet "
-                "(Model.objects.filter(...)), which the export pages by primary key",
-                {"job": self.d.name, "field": "source"},
-            )
-        query = queryset.query
-        if query.order_by or query.is_sliced or query.values_select or query.distinct_fields:
-            raise JobDeclarationInvalidError(
-                f"export {self.d.name!r}: source(run) carries its own order_by(), slice, values() or "
-                "distinct(fields); the export pages by primary key and owns the order — drop them and filter only",
-                {"job": self.d.name, "field": "source"},
-            )
-        return queryset
+        return keyset_source(self.d.source(self.run), what=f"export {self.d.name!r}: source(run)", job=self.d.name)
 
     def _throttle(self, started: float, signal: CancelSignal) -> None:
         assert self.d.rate is not None
@@ -471,9 +456,3 @@ def _bad_value(export: str, column: str, value: Any) -> ExportRowInvalidError:
 
 def _manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-
-
-def _cursor_value(pk: Any) -> Any:
-    if isinstance(pk, int) and not isinstance(pk, bool):
-        return pk
-    return str(pk)
