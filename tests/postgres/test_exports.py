@@ -253,7 +253,7 @@ def test_a_prefix_outside_the_storage_root_is_refused(pg: AnyJobsEnv, storage: F
 
 
 def peak_bytes(pg: AnyJobsEnv, storage: FileSystemStorage, export_id: str) -> int:
-    export = post_export(storage, name=f"posts.{export_id}", batch=2_000, max_part_bytes=128 * 1024)
+    export = post_export(storage, name=f"posts.{export_id}", batch=5_000, max_part_bytes=256 * 1024)
     export.enqueue({"export_id": export_id})
     gc.collect()
     tracemalloc.start()
@@ -269,13 +269,14 @@ def peak_bytes(pg: AnyJobsEnv, storage: FileSystemStorage, export_id: str) -> in
 @pytest.mark.slow
 def test_the_peak_memory_of_an_export_does_not_grow_with_its_rows(pg: AnyJobsEnv, storage: FileSystemStorage) -> None:
     posts(20_000)
+    peak_bytes(pg, storage, "warm")  # the first run imports and caches what later runs reuse: not measured
     small = peak_bytes(pg, storage, "small")
     Post.objects.all().delete()
     pks = posts(200_000)
     large = peak_bytes(pg, storage, "large")
     manifest, parts = read_parts(storage, "exports/large")
-    assert manifest["parts"] == 100
+    assert manifest["parts"] == 40
     ids = [int(r["id"]) for r in csv.DictReader(io.StringIO(b"".join(parts).decode()))]
     assert ids == pks
-    # ten times the rows, the same heap: one page (2,000 rows, one part under 128 KiB) at a time
+    # ten times the rows, the same heap: one page (5,000 rows, one part under 256 KiB) at a time
     assert large <= 1.2 * small, (small, large)
