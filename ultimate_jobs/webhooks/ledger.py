@@ -44,7 +44,15 @@ class WebhookAttempt:
 
 @runtime_checkable
 class WebhookLedger(Protocol):
-    """The seam a :func:`~ultimate_jobs.webhook` writes its attempts to and asks before every socket."""
+    """The seam a :func:`~ultimate_jobs.webhook` writes its attempts to and asks before every socket.
+
+    >>> class AuditLedger:                      # your own: keep history as long as your business must
+    ...     def record(self, attempt): ...       # store; answer the consecutive failures after it
+    ...     def is_disabled(self, endpoint_id): ...
+    ...     def disable(self, endpoint_id, *, at_ms, reason): ...
+    ...     def enable(self, endpoint_id): ...
+    >>> deliver = webhook(name="partner.webhooks", ..., ledger=AuditLedger())
+    """
 
     def record(self, attempt: WebhookAttempt) -> int:
         """Store ``attempt``; answer the endpoint's consecutive failures after it (0 after a success)."""
