@@ -40,7 +40,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
@@ -275,24 +275,25 @@ class _Export:
         queryset = self._source()
         if cursor is not None:
             queryset = queryset.filter(pk__gt=cursor)
-        rows = list(queryset.order_by("pk")[: self.d.batch])
-        count = len(rows)
+        # streamed into the encoder (a server-side cursor on Postgres): the page's bytes are its only copy
+        rows = queryset.order_by("pk")[: self.d.batch].iterator(chunk_size=min(self.d.batch, 5_000))
+        data, count, last_pk = self._encode(index, rows)
         if count or index == 0:  # part 0 is written even for an empty export: it holds the header
-            data = self._encode(index, rows)
-            last_pk = rows[-1].pk if rows else None
-            rows.clear()  # the instances go before the write: the part's bytes are the page's only copy
             signal.throw_if_aborted()
             self._put(export_part_key(self.prefix, index, self.d.format), data)
-            if last_pk is not None:
-                cursor = cursor_value(last_pk)
+        if last_pk is not None:
+            cursor = cursor_value(last_pk)
         total += count
         self.run.progress(total, None, f"{index + 1} page(s)")
         if count == self.d.batch and self.d.rate is not None:
             self._throttle(started, signal)
         return {"cursor": cursor, "rows": count, "total": total}
 
-    def _encode(self, index: int, rows: list[Any]) -> bytes:
+    def _encode(self, index: int, rows: Iterable[Any]) -> tuple[bytes, int, Any]:
+        """One part's bytes, the rows in it and the last row's primary key (``None`` when it has none)."""
         limit = self.d.max_part_bytes
+        count = 0
+        last: Any = None
         buffer = io.StringIO()
         columns = self.d.columns
         if self.d.format == "csv":
@@ -301,6 +302,8 @@ class _Export:
                 writer.writerow(columns)
             name, writerow, tell = self.d.name, writer.writerow, buffer.tell
             for instance in rows:
+                count += 1
+                last = instance
                 values = self._values(instance)
                 cells: list[Any] = []
                 for column in columns:
@@ -318,6 +321,8 @@ class _Export:
                     self._too_large(index, tell())
         else:
             for instance in rows:
+                count += 1
+                last = instance
                 values = self._values(instance)
                 buffer.write(json.dumps({c: _json_value(self.d.name, c, values.get(c)) for c in columns},
                                         ensure_ascii=False, separators=(",", ":"), allow_nan=False))  # fmt: skip
@@ -327,7 +332,7 @@ class _Export:
         data = buffer.getvalue().encode()
         if len(data) > limit:
             self._too_large(index, len(data))
-        return data
+        return data, count, (last.pk if last is not None else None)
 
     def _values(self, instance: Any) -> Mapping[str, Any]:
         if self.d.row is None:
