@@ -432,6 +432,11 @@ def test_the_django_ledger_counts_failures_and_shows_in_the_admin(receiver: Rece
     assert ledger.is_disabled("ep-db") and receiver.count() == 2
     page = admin_client.get("/admin/ultimate_jobs/webhookdelivery/")
     assert page.status_code == 200 and b"ep-db" in page.content and b"evt_1" in page.content
+    first = WebhookDelivery.objects.order_by("id").first()
+    assert first is not None
+    page = admin_client.get(f"/admin/ultimate_jobs/webhookdelivery/{first.pk}/change/")
+    assert page.status_code == 200 and b"ep-db" in page.content  # read-only: a view, no form to save
+    assert admin_client.get("/admin/ultimate_jobs/webhookdelivery/x%00y/history/").status_code == 400
     page = admin_client.get("/admin/ultimate_jobs/webhookendpointstate/")
     assert page.status_code == 200 and b"ep-db" in page.content
     ledger.enable("ep-db")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from ..errors import JobArgumentInvalidError
 from ..models import WebhookDelivery, WebhookEndpointState
+from ..operator.arguments import shown
 from ._support import ReadOnlyAdmin
 
 
@@ -34,7 +36,11 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     list_per_page = 100
 
     def check_key(self, object_id: str) -> str:
-        return object_id if object_id.isascii() and object_id.isdigit() and len(object_id) <= 19 else "0"
+        if not (object_id.isascii() and object_id.isdigit() and len(object_id) <= 18):
+            raise JobArgumentInvalidError(
+                f"{shown(object_id)} is not a webhook delivery id (a whole number)", {"field": "id"}
+            )
+        return object_id
 
 
 @admin.register(WebhookEndpointState)
