@@ -1,8 +1,10 @@
-"""The jobs the bench measures: a no-op, a probe whose body records its own pickup latency, and a
-backfill over ``bench_rows``."""
+"""The jobs the bench measures: a no-op, a probe whose body records its own pickup latency, a
+backfill over ``bench_rows`` and an export of it."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -10,7 +12,7 @@ from django.db import connection
 
 from bench.common import LATENCY_TABLE
 from bench.models import BenchRow
-from ultimate_jobs import JobRun, backfill, job
+from ultimate_jobs import JobRun, backfill, export_rows, job
 
 
 @job(name="bench_noop", idempotency_key=lambda i: f"noop:{i['n']}", tenant="none")
@@ -59,4 +61,26 @@ bench_backfill = backfill(
     rate=200,
     source=lambda ctx: BenchRow.objects.all(),
     handle=_touch,
+)
+
+
+EXPORT_DIR_ENV = "BENCH_EXPORT_DIR"
+"""Where ``bench_export`` writes (the bench sets it for its worker; a temp folder otherwise)."""
+
+
+def export_storage() -> Any:
+    from django.core.files.storage import FileSystemStorage
+
+    return FileSystemStorage(location=os.environ.get(EXPORT_DIR_ENV) or tempfile.gettempdir())
+
+
+bench_export = export_rows(
+    name="bench_export",
+    tenant="none",
+    prefix=lambda i: f"bench-export/{i['run']}",
+    source=lambda run: BenchRow.objects.all(),
+    columns=["id", "value"],
+    row=lambda r: {"id": r.pk, "value": r.value},
+    sink=export_storage,
+    batch=5_000,
 )

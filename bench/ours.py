@@ -11,10 +11,13 @@ Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django
 from __future__ import annotations
 
 import contextlib
+import csv
 import itertools
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -180,7 +183,19 @@ def subject() -> Subject:
         database=DATABASE,
         notes="python manage.py jobs_worker --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
-        cases=("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill"),
+        cases=(
+            "drain",
+            "enqueue",
+            "latency",
+            "idle",
+            "claim",
+            "memory",
+            "outbox",
+            "scheduler",
+            "history",
+            "backfill",
+            "export",
+        ),
         probe_sender=ProbeSender,
         worker_env=ENV,
     )
@@ -417,6 +432,66 @@ def one_backfill_pass(handle: Any, sub: Subject, plan: Plan, log: Path) -> tuple
     return float(rows) / float(seconds), rss_early, rss_end
 
 
+def plain_csv_export(path: Path) -> int:
+    """What a team writes by hand: one ``csv.writer`` over the QuerySet's ``.iterator()`` into one file;
+    answers the rows written."""
+    from bench.models import BenchRow
+
+    written = 0
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "value"])
+        for row in BenchRow.objects.all().order_by("pk").iterator(chunk_size=5_000):
+            writer.writerow([row.pk, row.value])
+            written += 1
+    return written
+
+
+def case_export(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """``bench_export`` (``export_rows``, batch 5,000, one CSV part per page into a ``FileSystemStorage``) over
+    ``plan.export_rows`` rows in one worker process — rows/s from its steps' own stamps, the first page's
+    start to the manifest's end — against :func:`plain_csv_export` over the same QuerySet in the bench
+    process. Both write to a temporary folder removed afterwards."""
+    from bench.jobs import EXPORT_DIR_ENV, bench_export
+
+    fresh_database(DATABASE)
+    with connect(DATABASE) as conn:
+        conn.execute(SQL_BACKFILL_ROWS, {"n": plan.export_rows})
+    vacuum_analyze(DATABASE)
+    with tempfile.TemporaryDirectory(prefix="bench-export-") as folder:
+        started = time.perf_counter()
+        plain = plain_csv_export(Path(folder) / "plain.csv")
+        plain_rate = plain / (time.perf_counter() - started)
+        close_connections()
+        queued = bench_export.enqueue({"run": "1"})
+        close_connections()
+        spec = spawn_argv(sub, plan.slots, log, env={EXPORT_DIR_ENV: folder})
+        with connect(DATABASE) as conn, workers([spec]) as procs:
+            alive = check_alive(procs)
+
+            def done() -> bool:
+                alive()
+                return scalar(conn, "SELECT state FROM x_jobs WHERE id = %s", [queued.id]) == "done"
+
+            wait_until(done, timeout=600.0, interval=0.1, what="the export")
+            seconds = float(
+                scalar(
+                    conn,
+                    "SELECT extract(epoch from max(finished_at) - min(started_at)) FROM x_job_steps WHERE job_id = %s",
+                    [queued.id],
+                )
+            )
+        manifest = json.loads((Path(folder) / "bench-export" / "1" / "manifest.json").read_text())
+    if manifest["rows"] != plain:
+        raise RuntimeError(f"the export wrote {manifest['rows']} rows and the plain loop {plain}")
+    ours_rate = manifest["rows"] / seconds
+    return {
+        "export_rows_per_s": ours_rate,
+        "export_plain_rows_per_s": plain_rate,
+        "export_ratio": ours_rate / plain_rate,
+    }
+
+
 def case_scheduler(plan: Plan, log: Path) -> Figures:
     from bench.scheduler_idle import measure_in_child
 
@@ -443,4 +518,6 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_history(plan)
     if case == "backfill":
         return case_backfill(sub, plan, log)
+    if case == "export":
+        return case_export(sub, plan, log)
     return procedure.run_case(sub, case, params, plan, log)

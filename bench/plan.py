@@ -10,7 +10,19 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill")
+CASES = (
+    "drain",
+    "enqueue",
+    "latency",
+    "idle",
+    "claim",
+    "memory",
+    "outbox",
+    "scheduler",
+    "history",
+    "backfill",
+    "export",
+)
 EXTRAS = (
     "claim",
     "memory",
@@ -18,6 +30,7 @@ EXTRAS = (
     "scheduler",
     "history",
     "backfill",
+    "export",
 )  # ultimate_jobs only, measured in repetition 1 only
 
 
@@ -50,6 +63,7 @@ class Plan:
     outbox_n: int  # outbox pickup probes (one every latency_interval_s)
     history_reads: int  # /metrics scrapes and jobs queues reads timed over each filler size
     backfill_rows: int  # rows of bench_rows one backfill pass sweeps
+    export_rows: int  # rows of bench_rows one export writes
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -93,6 +107,7 @@ FULL = Plan(
     outbox_n=100,
     history_reads=50,
     backfill_rows=1_000_000,
+    export_rows=1_000_000,
 )
 
 QUICK = replace(
@@ -112,6 +127,7 @@ QUICK = replace(
     outbox_n=10,
     history_reads=10,
     backfill_rows=50_000,
+    export_rows=50_000,
 )
 
 

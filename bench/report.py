@@ -25,7 +25,7 @@ METHOD = (
     "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
     "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
     "Repetitions are interleaved (repetition 1 of every case for every library, then 2, ...); cells are "
-    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history, backfill) run in "
+    "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history, backfill, export) run in "
     "repetition 1 only."
 )
 
@@ -110,6 +110,14 @@ def rows(plan: Plan) -> list[Row]:
         Row("backfill_rss_early_kb", "worker RSS after 10,000 rows", "MiB", False),
         Row("backfill_rss_end_kb", "worker RSS at the end of the pass", "MiB", False),
         Row("backfill_rss_ratio", "worker RSS: end / after 10,000 rows", "ratio", False),
+        Row(
+            "export_rows_per_s",
+            f"export of {plan.export_rows:,} rows to FileSystemStorage",
+            "rows/s",
+            True,
+        ),
+        Row("export_plain_rows_per_s", "plain csv.writer loop over the QuerySet's .iterator()", "rows/s", True),
+        Row("export_ratio", "export / plain csv.writer loop", "ratio", True),
     ]
 
 

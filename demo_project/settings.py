@@ -33,6 +33,10 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo"),
 }
 
+# The shop's outbound work (demo_project/shop/outbound.py): where exports land, and the webhook secret.
+SHOP_EXPORT_DIR = env("SHOP_EXPORT_DIR", default=str(BASE_DIR / "var" / "exports"))
+SHOP_WEBHOOK_SECRET = env("SHOP_WEBHOOK_SECRET", default="demo-webhook-secret")
+
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 ULTIMATE_JOBS = {

@@ -16,6 +16,7 @@ from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome,
 from .errors import UltimateError, register_error_retry
 from .events import events_purge_target, postgres_event_bus, publish_event, reset_event_bus, set_event_bus
 from .execute import JobExecution, Settled, execute_job, job_lease_key
+from .exports import export_part_key, export_rows
 from .facade import set_jobs_facade
 from .limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
@@ -25,6 +26,14 @@ from .run import JobRun
 from .scheduler import JobScheduler, TaskHandle, job_scheduler, lease_leader, next_task_run, task
 from .signals import CancelSignal, current_signal
 from .steps import Step, StepSuspension
+from .webhooks import (
+    WebhookLedger,
+    django_webhook_ledger,
+    memory_webhook_ledger,
+    verify_webhook_signature,
+    webhook,
+    webhook_receiver,
+)
 from .worker import JobWorker, job_worker
 
 cron_task = task
@@ -73,12 +82,16 @@ __all__ = [
     "TenantScopedModel",
     "TenantScopedQuerySet",
     "UltimateError",
+    "WebhookLedger",
     "backfill",
     "cron_task",
     "cross_tenant",
     "current_signal",
+    "django_webhook_ledger",
     "events_purge_target",
     "execute_job",
+    "export_part_key",
+    "export_rows",
     "install_outbox",
     "is_backfill",
     "is_final_attempt",
@@ -89,6 +102,7 @@ __all__ = [
     "job_scheduler",
     "job_worker",
     "lease_leader",
+    "memory_webhook_ledger",
     "nack_state",
     "next_task_run",
     "outbox_relay",
@@ -106,4 +120,7 @@ __all__ = [
     "set_jobs_facade",
     "system_clock",
     "task",
+    "verify_webhook_signature",
+    "webhook",
+    "webhook_receiver",
 ]

@@ -475,7 +475,7 @@ class _Pass:
         rows = list(queryset.order_by("pk")[: self.d.descriptor.batch])
         if rows:
             self.d.handle(rows, signal)
-            cursor = _cursor_value(pk_of(rows[-1]))
+            cursor = cursor_value(pk_of(rows[-1]))
         total += len(rows)
         last = len(rows) < self.d.descriptor.batch
         if self.store is not None and self.row is not None and (last or started >= self._next_report):
@@ -492,23 +492,9 @@ class _Pass:
             signal.throw_if_aborted()
 
     def _source(self) -> Any:
-        from django.db.models import QuerySet
-
-        queryset = self.d.source(self.run.ctx)
-        if not isinstance(queryset, QuerySet):
-            raise JobDeclarationInvalidError(
-                f"backfill {self.name!r}: source(ctx) answered {type(queryset).__name__}; answer a QuerySet "
-                "(Model.objects.filter(...)), which the pass pages by primary key",
-                {"job": self.name, "field": "source"},
-            )
-        query = queryset.query
-        if query.order_by or query.is_sliced or query.distinct_fields:
-            raise JobDeclarationInvalidError(
-                f"backfill {self.name!r}: source(ctx) carries its own order_by(), slice or distinct(fields); "
-                "the pass pages by primary key and owns the order — drop them and filter only",
-                {"job": self.name, "field": "source"},
-            )
-        return queryset
+        return keyset_source(
+            self.d.source(self.run.ctx), what=f"backfill {self.name!r}: source(ctx)", job=self.name, values=True
+        )
 
     def _check_converged(self) -> None:
         """``count(ctx)`` once after the last page: rows it still matches mean source and count disagree."""
@@ -580,7 +566,30 @@ def _instance_pk(row: Any) -> Any:
     return row.pk
 
 
-def _cursor_value(pk: Any) -> Any:
+def keyset_source(queryset: object, *, what: str, job: str, values: bool = False) -> Any:
+    """``queryset`` when it can be paged by primary key (a QuerySet with no order, slice or
+    ``distinct(fields)`` of its own, and no ``values()``/``values_list()`` unless ``values``); else
+    ``X_JOB_DECLARATION_INVALID`` naming ``what`` answered it."""
+    from django.db.models import QuerySet
+
+    if not isinstance(queryset, QuerySet):
+        raise JobDeclarationInvalidError(
+            f"{what} answered {type(queryset).__name__}; answer a QuerySet (Model.objects.filter(...)), which "
+            "is paged by primary key",
+            {"job": job, "field": "source"},
+        )
+    query = queryset.query
+    if query.order_by or query.is_sliced or query.distinct_fields or (query.values_select and not values):
+        shapes = "order_by(), slice" + ("" if values else ", values()") + " or distinct(fields)"
+        raise JobDeclarationInvalidError(
+            f"{what} carries its own {shapes}; the pages go by primary key and own the order — drop them and "
+            "filter only",
+            {"job": job, "field": "source"},
+        )
+    return queryset
+
+
+def cursor_value(pk: Any) -> Any:
     """A primary key as the step stores it: an int stays an int, anything else (UUID, text) is its text."""
     if isinstance(pk, int) and not isinstance(pk, bool):
         return pk

@@ -266,6 +266,72 @@ class StepDuplicateError(CodedError):
     default_code = "X_STEP_DUPLICATE"
 
 
+class ExportPartTooLargeError(CodedError):
+    """One page of an export encoded past ``max_part_bytes``: lower ``batch``."""
+
+    default_code = "X_EXPORT_PART_TOO_LARGE"
+
+
+class ExportRowInvalidError(CodedError):
+    """``row()`` answered a key ``columns`` does not carry, no mapping, or a value no encoder writes."""
+
+    default_code = "X_EXPORT_ROW_INVALID"
+
+
+class WebhookDeliveryFailedError(CodedError):
+    """A delivery the receiver did not accept (a 3xx, 408, 5xx) or that never got an answer: retried."""
+
+    default_code = "X_WEBHOOK_DELIVERY_FAILED"
+
+
+class WebhookDeliveryRejectedError(CodedError):
+    """The receiver refused the delivery for good (a 4xx other than 408 and 429): dead-lettered."""
+
+    default_code = "X_WEBHOOK_DELIVERY_REJECTED"
+
+
+class WebhookDeliveryThrottledError(CodedError):
+    """The receiver answered 429 or 503: retried after its Retry-After (``meta.retryAfterSeconds``)."""
+
+    default_code = "X_WEBHOOK_DELIVERY_THROTTLED"
+
+
+class WebhookEndpointDisabledError(CodedError):
+    """The endpoint is disabled (its own flag or the ledger's): nothing is sent."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_DISABLED"
+
+
+class WebhookEndpointInvalidError(CodedError):
+    """``endpoint(input)`` answered no usable endpoint: no id, an URL that is not http(s), no secret."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_INVALID"
+
+
+class WebhookEndpointUnknownError(CodedError):
+    """``endpoint(input)`` answered ``None``: no endpoint under that id."""
+
+    default_code = "X_WEBHOOK_ENDPOINT_UNKNOWN"
+
+
+class WebhookEventInvalidError(CodedError):
+    """An event id or topic that cannot be signed: empty, too long, or holding ``:`` or a control character."""
+
+    default_code = "X_WEBHOOK_EVENT_INVALID"
+
+
+class WebhookEventUnknownError(CodedError):
+    """``event(input)`` answered ``None``: no event under that id."""
+
+    default_code = "X_WEBHOOK_EVENT_UNKNOWN"
+
+
+class WebhookSignatureInvalidError(CodedError):
+    """A received delivery whose signature does not verify: missing, malformed, stale, or not this secret's mac."""
+
+    default_code = "X_WEBHOOK_SIGNATURE_INVALID"
+
+
 class NotImplementedOnDriverError(CodedError):
     """The driver has no introspect."""
 
@@ -337,6 +403,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_RATE_LIMITED": "retry-after",
     "X_OVERLOADED": "retry-after",
     "X_WEBHOOK_DELIVERY_THROTTLED": "retry-after",
+    "X_WEBHOOK_DELIVERY_FAILED": "retryable",
     "X_JOB_KEY_BUSY": "terminal",
     "X_STEP_DUPLICATE": "terminal",
     "X_JOB_TENANT_MISMATCH": "terminal",

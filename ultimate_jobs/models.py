@@ -309,6 +309,61 @@ class Backfill(models.Model):
         ]
 
 
+class WebhookEndpointState(models.Model):
+    """``x_webhook_endpoints``: what the ready-made webhook ledger (``django_webhook_ledger()``) knows of one
+    endpoint — its consecutive failures and, once ``disable_after`` is reached, when it was disabled. Only
+    the app re-enables an endpoint (``ledger.enable(endpoint_id)``)."""
+
+    endpoint_id = models.CharField(max_length=200, primary_key=True)
+    consecutive_failures = models.IntegerField(default=0)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.TextField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_webhook_endpoints"
+        verbose_name = "webhook endpoint"
+        verbose_name_plural = "webhook endpoints"
+
+    def __str__(self) -> str:
+        return f"webhook endpoint {self.endpoint_id}"
+
+
+class WebhookDelivery(models.Model):
+    """``x_webhook_deliveries``: one row per delivery attempt the ready-made webhook ledger recorded —
+    the response status or the failure's code, and the endpoint's consecutive-failure count after it."""
+
+    id = models.BigAutoField(primary_key=True)
+    endpoint_id = models.CharField(max_length=200)
+    event_id = models.CharField(max_length=200)
+    topic = models.CharField(max_length=200)
+    tenant_id = models.TextField(null=True, blank=True)
+    job_id = models.TextField()
+    run_id = models.TextField()
+    attempt = models.IntegerField()
+    url = models.TextField()
+    status_code = models.IntegerField(null=True, blank=True)
+    ok = models.BooleanField()
+    error_code = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    duration_ms = models.IntegerField()
+    consecutive_failures = models.IntegerField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "x_webhook_deliveries"
+        verbose_name = "webhook delivery"
+        verbose_name_plural = "webhook deliveries"
+        indexes = [
+            # one endpoint's deliveries, newest first (the admin's filter, an app's own history page)
+            models.Index(fields=["endpoint_id", "-created_at"], name="x_webhook_deliv_endpoint_idx"),
+            models.Index(fields=["-created_at"], name="x_webhook_deliv_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.event_id} to {self.endpoint_id} (attempt {self.attempt})"
+
+
 # -- admin pages -------------------------------------------------------------------------------------
 # Proxy models: no table of their own. Each gives an admin page its place in the index and its own
 # view/change permissions; the pages read and act through ``ultimate_jobs.operator`` (admin/).

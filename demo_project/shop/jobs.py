@@ -312,3 +312,8 @@ settle_charged_orders = backfill(
     handle=_settle_charged,
     count=lambda ctx: Order.objects.filter(charged=True, status=Order.Status.PLACED).count(),
 )
+
+
+# -- outbound: an export of the orders and an orders.paid webhook (demo_project/shop/outbound.py) ------
+
+from .outbound import export_orders, order_paid  # noqa: E402, F401 — declared with the shop's other jobs

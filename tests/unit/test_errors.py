@@ -28,6 +28,8 @@ SPEC_ERROR_CLASSES = [
     ("ClaimQueuesEmptyError", "X_JOB_CLAIM_QUEUES_EMPTY"),
     ("ConcurrencyUnenforceableError", "X_JOB_CONCURRENCY_UNENFORCEABLE"),
     ("DriverUnavailableError", "X_DRIVER_UNAVAILABLE"),
+    ("ExportPartTooLargeError", "X_EXPORT_PART_TOO_LARGE"),
+    ("ExportRowInvalidError", "X_EXPORT_ROW_INVALID"),
     ("IdempotencyRequiredError", "X_IDEMPOTENCY_REQUIRED"),
     ("JobAbortedError", "X_ABORTED"),
     ("JobConcurrencyInvalidError", "X_JOB_DECLARATION_INVALID"),
@@ -53,22 +55,20 @@ SPEC_ERROR_CLASSES = [
     ("LeaseLostError", "X_JOB_LEASE_LOST"),
     ("OutboxNoTxError", "X_OUTBOX_NO_TX"),
     ("StepDuplicateError", "X_STEP_DUPLICATE"),
+    ("WebhookDeliveryFailedError", "X_WEBHOOK_DELIVERY_FAILED"),
+    ("WebhookDeliveryRejectedError", "X_WEBHOOK_DELIVERY_REJECTED"),
+    ("WebhookDeliveryThrottledError", "X_WEBHOOK_DELIVERY_THROTTLED"),
+    ("WebhookEndpointDisabledError", "X_WEBHOOK_ENDPOINT_DISABLED"),
+    ("WebhookEndpointInvalidError", "X_WEBHOOK_ENDPOINT_INVALID"),
+    ("WebhookEndpointUnknownError", "X_WEBHOOK_ENDPOINT_UNKNOWN"),
+    ("WebhookEventInvalidError", "X_WEBHOOK_EVENT_INVALID"),
+    ("WebhookEventUnknownError", "X_WEBHOOK_EVENT_UNKNOWN"),
 ]
 
 # Codes of features this build does not have yet (exports, webhooks, action bridges): the codes
 # are fixed — their retry classification is in the table — and their classes come with the features.
 RESERVED_CODES = [
     "X_ACTION_JOB_UNBRIDGED",
-    "X_EXPORT_PART_TOO_LARGE",
-    "X_EXPORT_ROW_INVALID",
-    "X_WEBHOOK_DELIVERY_FAILED",
-    "X_WEBHOOK_DELIVERY_REJECTED",
-    "X_WEBHOOK_DELIVERY_THROTTLED",
-    "X_WEBHOOK_ENDPOINT_DISABLED",
-    "X_WEBHOOK_ENDPOINT_INVALID",
-    "X_WEBHOOK_ENDPOINT_UNKNOWN",
-    "X_WEBHOOK_EVENT_INVALID",
-    "X_WEBHOOK_EVENT_UNKNOWN",
 ]
 
 # The spec's "Errors" table: every code some class must carry.

@@ -1,5 +1,6 @@
 """The Django admin over ultimate_jobs (spec "/_x dashboard"): jobs, dead letters, queues, workers,
-tasks, the outbox and the backfill ledger. Read-only by default — no row is added, changed or deleted
+tasks, the outbox, the backfill ledger and the webhook ledger.
+Read-only by default — no row is added, changed or deleted
 through a form; what an operator may do is an action, allowed by the model's change permission, carried out through
 ``ultimate_jobs.operator`` and recorded in Django's admin log. See docs/operating.md, "Admin"."""
 
@@ -7,5 +8,16 @@ from .backfills import BackfillAdmin
 from .fleet import QueueAdmin, TaskAdmin, WorkerAdmin
 from .jobs import DeadLetterAdmin, JobAdmin
 from .outbox import OutboxAdmin
+from .webhooks import WebhookDeliveryAdmin, WebhookEndpointStateAdmin
 
-__all__ = ["BackfillAdmin", "DeadLetterAdmin", "JobAdmin", "OutboxAdmin", "QueueAdmin", "TaskAdmin", "WorkerAdmin"]
+__all__ = [
+    "BackfillAdmin",
+    "DeadLetterAdmin",
+    "JobAdmin",
+    "OutboxAdmin",
+    "QueueAdmin",
+    "TaskAdmin",
+    "WebhookDeliveryAdmin",
+    "WebhookEndpointStateAdmin",
+    "WorkerAdmin",
+]

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from demo_project.shop.scenario import ScenarioResult, run_scenario
 from demo_project.shop.scenario_maintenance import run_maintenance_part
+from demo_project.shop.scenario_outbound import run_outbound_part
 from demo_project.shop.scenario_outbox import run_outbox_part
 from demo_project.shop.scenario_scheduler import run_scheduler_part
 
@@ -37,6 +38,7 @@ class Command(BaseCommand):
             ("the outbox", run_outbox_part),
             ("the scheduler and events", run_scheduler_part),
             ("maintenance: a backfill and the retention sweep", run_maintenance_part),
+            ("outbound: an export of the orders and a signed webhook", run_outbound_part),
         )
         for title, part in parts:
             self.stdout.write(f"\n== {title} ==")
