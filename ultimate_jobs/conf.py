@@ -3,8 +3,8 @@ process-wide driver and clock.
 
 Every key is read here and nowhere else; :func:`read_settings` runs every reader at once for the system
 check (:mod:`ultimate_jobs.checks`), :func:`jobs_settings` raises the first refusal where a setting is
-used. ``REDIS_URL`` is read for its shape only: the Redis driver, which will use it, is not part of this
-build yet. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched against.
+used. ``REDIS_URL`` is the server the Redis driver (``DRIVER = "redis"``) connects to. ``ENVIRONMENT`` is
+what a backfill's ``environments=`` are matched against.
 """
 
 from __future__ import annotations
@@ -358,10 +358,14 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
             alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
         )
     if config.driver == "redis":
-        raise DriverUnavailableError(
-            f"the {config.driver!r} driver is not part of this build yet; set ULTIMATE_JOBS['DRIVER'] = 'memory' "
-            "or install a driver with set_job_driver()",
-            {"driver": config.driver},
+        try:
+            from .drivers.redis import RedisDriver
+        except ImportError as exc:
+            raise DriverUnavailableError(
+                "the 'redis' driver needs redis-py; pip install 'ultimate_jobs[redis]'", {"driver": config.driver}
+            ) from exc
+        return RedisDriver.from_url(
+            config.redis_url, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
         )
     factory = import_string(config.driver)
     built: JobDriver = factory()
