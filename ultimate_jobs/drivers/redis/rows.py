@@ -15,6 +15,10 @@ def text(value: Any) -> Any:
         return value.decode("utf-8")
     if isinstance(value, list):
         return [text(v) for v in value]
+    if isinstance(value, dict):
+        return {text(k): text(v) for k, v in value.items()}
+    if isinstance(value, set):
+        return {text(v) for v in value}
     return value
 
 

@@ -24,8 +24,8 @@ from ...logs import log_event
 if TYPE_CHECKING:
     from .driver import RedisDriver
 
-WAKE_BLOCK_MS = 120_000
-"""How long one ``XREAD`` blocks when nothing is announced: half a command a minute."""
+WAKE_BLOCK_MS = 300_000
+"""How long one ``XREAD`` blocks when nothing is announced: a fifth of a command a minute."""
 WAKE_BACKOFF_MAX_S = 5.0
 
 
@@ -37,6 +37,7 @@ class RedisWake:
         self._on_wake = on_wake
         kwargs: dict[str, Any] = dict(driver.client.connection_pool.connection_kwargs)
         kwargs["socket_timeout"] = WAKE_BLOCK_MS / 1000 + 10  # a silent server is found after one window
+        kwargs["health_check_interval"] = 0  # no PING before each read: the read itself is the check
         self._client = redis.Redis(
             connection_pool=redis.ConnectionPool(
                 connection_class=driver.client.connection_pool.connection_class, max_connections=2, **kwargs
