@@ -312,3 +312,27 @@ def test_workers_reconnect_across_a_redis_restart_and_lose_no_job(
             assert worker.popen.poll() is None, worker.describe()  # reconnected, still serving
     finally:
         spawner.close()
+
+
+IDLE_WARMUP_S = 10.0  # the idle wait doubles 250 ms -> 5 s within the first 8 s
+IDLE_WINDOW_S = 30.0
+
+
+@pytest.mark.slow
+def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, jobs: Any) -> None:
+    (worker,) = start_workers(spawn, "idle")
+    time.sleep(IDLE_WARMUP_S)
+    sent: list[str] = []
+    monitor_client = redis.Redis.from_url(QUEUE_URL, decode_responses=True)
+    with monitor_client.monitor() as monitor:
+        ends = time.monotonic() + IDLE_WINDOW_S
+        for command in monitor.listen():
+            if time.monotonic() >= ends:
+                break
+            if command.get("db") == 7 and command.get("client_type") != "lua":
+                sent.append(command["command"].split()[0].upper())
+    monitor_client.close()
+    per_minute = len(sent) * 60 / IDLE_WINDOW_S
+    assert per_minute <= 12, f"{len(sent)} commands in {IDLE_WINDOW_S:g}s: {sent}"
+    assert set(sent) == {"EVALSHA"}, sent  # the claims, each carrying the registry row; the wake sends nothing
+    assert worker.popen.poll() is None

@@ -2,15 +2,17 @@
 
 Every enqueue, due retry, requeue, promote and resume that makes a row due appends the queue name to
 ``{prefix}:wake`` (capped near 1,000 entries) in the script that made it due. The reader blocks on
-the stream for up to :data:`WAKE_BLOCK_MS`, so an idle process spends one command per block window on
-it and hears a new row at once; a lost connection drops the wake (the worker's poll still guarantees
-pickup), and the reader re-dials with backoff and reads from the newest entry again.
+the stream with no timeout, so an idle process spends no command on it and hears a new row at once.
+TCP keepalive probes (:data:`KEEPALIVE`) find a server that vanished without closing the connection
+within about a minute; a lost connection drops the wake (the worker's poll still guarantees pickup,
+its idle ceiling back at 2 s), and the reader re-dials with backoff and reads from the newest entry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -24,8 +26,8 @@ from ...logs import log_event
 if TYPE_CHECKING:
     from .driver import RedisDriver
 
-WAKE_BLOCK_MS = 300_000
-"""How long one ``XREAD`` blocks when nothing is announced: a fifth of a command a minute."""
+KEEPALIVE = {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
+"""The wake connection's keepalive: probe after 30 s idle, every 10 s, give up after 3 unanswered."""
 WAKE_BACKOFF_MAX_S = 5.0
 
 
@@ -36,8 +38,10 @@ class RedisWake:
         self._d = driver
         self._on_wake = on_wake
         kwargs: dict[str, Any] = dict(driver.client.connection_pool.connection_kwargs)
-        kwargs["socket_timeout"] = WAKE_BLOCK_MS / 1000 + 10  # a silent server is found after one window
-        kwargs["health_check_interval"] = 0  # no PING before each read: the read itself is the check
+        kwargs["socket_timeout"] = None  # the read blocks until an entry arrives or the connection dies
+        kwargs["socket_keepalive"] = True
+        kwargs["socket_keepalive_options"] = KEEPALIVE
+        kwargs["health_check_interval"] = 0  # no PING before each read: the keepalive is the check
         self._client = redis.Redis(
             connection_pool=redis.ConnectionPool(
                 connection_class=driver.client.connection_pool.connection_class, max_connections=2, **kwargs
@@ -76,7 +80,7 @@ class RedisWake:
                     self._live = True
                     backoff = 0.05
                     log_event(logging.INFO, "jobs.wake.live", driver="redis")
-                got = self._client.xread({self._stream: last, self._stop_stream: "$"}, block=WAKE_BLOCK_MS, count=500)
+                got = self._client.xread({self._stream: last, self._stop_stream: "$"}, block=0, count=500)
             except redis.RedisError as exc:
                 if self._stopped.is_set():
                     return
