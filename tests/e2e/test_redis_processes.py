@@ -336,3 +336,18 @@ def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, job
     assert per_minute <= 12, f"{len(sent)} commands in {IDLE_WINDOW_S:g}s: {sent}"
     assert set(sent) == {"EVALSHA"}, sent  # the claims, each carrying the registry row; the wake sends nothing
     assert worker.popen.poll() is None
+
+
+def test_jobs_dev_runs_on_redis_and_drains_on_sigterm(spawn: Spawn, jobs: Any, effects: redis.Redis) -> None:
+    dev = spawn("dev", "manage.py", "jobs_dev", "--queues", QUEUE, "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s")
+    assert dev.line(0).startswith("jobs_dev: "), dev.describe()
+    job_id = jobs.record_effect.enqueue({"key": "dev"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+    held = jobs.hold_retry.enqueue({"key": "dev-drain"}).id
+    eventually(lambda: markers(effects, held) == [("running", dev.pid, 1)], timeout=START_S, interval=POLL_S)
+    sent = time.monotonic()
+    dev.signal(signal.SIGTERM)
+    assert dev.wait() == 0, dev.describe()
+    assert time.monotonic() - sent < DRAIN_DEADLINE_S
+    interrupted = row(held)
+    assert (interrupted.state, interrupted.attempts) == ("ready", 0), interrupted
