@@ -10,7 +10,9 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-CASES = ("drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill")
+CASES = (
+    "drain", "enqueue", "latency", "idle", "claim", "memory", "outbox", "scheduler", "history", "backfill", "redis",
+)  # fmt: skip
 EXTRAS = (
     "claim",
     "memory",
