@@ -149,3 +149,12 @@ def test_the_wake_hears_another_process_enqueue_at_once(redis_client: redis.Redi
         unsubscribe()
         assert time.monotonic() - stopping < 2.0, "the blocked read did not end at once"
     assert not listening.wake_is_live()
+
+
+def test_no_client_connects_to_the_settings_redis_url(clock: FrozenClock, redis_client: redis.Redis) -> None:
+    from django.test import override_settings
+
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": REDIS_URL}):
+        driver = RedisDriver(clock=clock)
+    job_id = driver.enqueue(request()).id
+    assert RedisDriver(redis_client, clock=clock).introspect.get(job_id) is not None

@@ -51,6 +51,7 @@ from . import lua_operator, lua_ops
 from .lua_core import PRELUDE
 from .rows import claimed_job, exhausted_job, pairs, step_json, text
 
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DONE_TTL_MS = 7 * 86_400_000
 """How long a done row and its steps are kept by default (a week); dead and failed rows stay."""
 
@@ -101,6 +102,17 @@ def client_from_url(url: str) -> redis.Redis:
     )
 
 
+def settings_redis_url() -> str:
+    """``ULTIMATE_JOBS["REDIS_URL"]`` (its default when Django's settings are not configured)."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return DEFAULT_REDIS_URL
+    from ...conf import jobs_settings
+
+    return jobs_settings().redis_url
+
+
 def bucket_of(now: int) -> int:
     """The start of the narrowest counter bucket holding ``now``."""
     width = COUNTER_TIERS[0][0]
@@ -149,7 +161,7 @@ class RedisDriver:
     """The whole driver protocol over Redis, with the operator surface, fleet leases, the scheduler's
     leader and watermarks, and the backfill ledger.
 
-    ``client`` is a redis-py client (one is built from ``REDIS_URL`` by :meth:`from_url`); ``prefix``
+    ``client`` is a redis-py client (``None`` builds one for ``ULTIMATE_JOBS["REDIS_URL"]``); ``prefix``
     names the store (its keys are ``{prefix}:…``); ``done_ttl_ms`` is how long a done row and its steps
     are kept (``0`` keeps them), measured on ``clock``.
     """
@@ -176,7 +188,7 @@ class RedisDriver:
                 f"RedisDriver done_ttl_ms must be an int >= 0 (0 keeps done rows), got {done_ttl_ms!r}",
                 {"done_ttl_ms": done_ttl_ms},
             )
-        self.client = client if client is not None else client_from_url("redis://127.0.0.1:6379/0")
+        self.client = client if client is not None else client_from_url(settings_redis_url())
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
         self.clock = clock or system_clock()
