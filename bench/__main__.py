@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.common import ROOT
 from bench.plan import CASES, EXTRAS, Plan, build_plan
+from bench.redis_bench import redis_table, run_redis_comparison
 from bench.report import LIBRARIES, header_text, machine, notes_text, summarize, table, write_json
 
 RESULTS = ROOT / "bench" / "results"
@@ -143,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     progress(f"plan {plan.name}: {plan.runs} interleaved repetition(s); worker stderr goes to {log.relative_to(ROOT)}")
     problems: dict[str, str] = {}
-    libraries = build_libraries(plan, log, wanted, problems)
+    postgres_cases = [c for c in plan.cases if c != "redis"]
+    # the Postgres libraries' databases are (re)created only when a Postgres case runs
+    libraries = build_libraries(plan, log, wanted, problems) if postgres_cases else []
     runs: dict[str, dict[str, list[float]]] = {lib.name: {} for lib in libraries}
     for repetition in range(plan.runs):
         for case, params in work_items(plan, repetition):
@@ -159,11 +162,15 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for key, value in figures.items():
                     runs[lib.name].setdefault(key, []).append(float(value))
+    redis_results = run_redis_comparison(plan, log, progress, problems) if "redis" in plan.cases else {}
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results = {
         lib.name: {**lib.info, "runs": runs[lib.name], "summary": summarize(runs[lib.name])} for lib in libraries
     }
-    text = "\n\n".join([header_text(info, plan, results), table(plan, results), notes_text(results, problems)])
+    parts = [header_text(info, plan, results), *([table(plan, results)] if libraries else [])]
+    if redis_results:
+        parts.append(redis_table(plan, redis_results))
+    text = "\n\n".join([*parts, notes_text(results, problems)])
     print(text)
     out = RESULTS / f"{stamp}.json"
     write_json(
@@ -174,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "plan": json.loads(plan.as_json()),
             "results": results,
+            "redis": redis_results,
             "problems": problems,
             "table": text,
         },

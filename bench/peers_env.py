@@ -12,11 +12,15 @@ from typing import Any
 from bench.common import ROOT
 
 VENV = ROOT / "bench" / ".peers-venv"
-PACKAGES = ("pgqueuer==1.6.*", "procrastinate==3.10.*", "asyncpg", "psycopg[binary]")
+PACKAGES = (
+    "pgqueuer==1.6.*", "procrastinate==3.10.*", "asyncpg", "psycopg[binary]", "dramatiq[redis]==2.*",
+    "celery[redis]==5.7.*",
+)  # fmt: skip
 PROBE = (
-    "import asyncpg, psycopg, pgqueuer, procrastinate\n"
+    "import asyncpg, psycopg, pgqueuer, procrastinate, dramatiq, celery, redis\n"
     "from importlib.metadata import version\n"
-    "assert version('pgqueuer').startswith('1.6.') and version('procrastinate').startswith('3.10.')"
+    "assert version('pgqueuer').startswith('1.6.') and version('procrastinate').startswith('3.10.')\n"
+    "assert version('dramatiq').startswith('2.') and version('celery').startswith('5.7.')"
 )
 SCRIPTS = {"pgqueuer": "bench.peers.pgqueuer_bench", "procrastinate": "bench.peers.procrastinate_bench"}
 PEER_TIMEOUT_S = 3 * 3600

@@ -22,6 +22,7 @@ CASES = (
     "history",
     "backfill",
     "export",
+    "redis",
 )
 EXTRAS = (
     "claim",

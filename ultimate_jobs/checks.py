@@ -10,11 +10,13 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
 - what only the rest of the project can answer: ``X_SETTINGS_DATABASE_UNKNOWN`` (``DATABASE`` is no alias
   of ``DATABASES``), ``X_SETTINGS_DATABASE_NOT_POSTGRES`` (the Postgres driver or the outbox on another
   database), ``X_SETTINGS_CONTEXT_UNIMPORTABLE``, ``X_SETTINGS_DRIVER_UNKNOWN`` (a dotted path that does
-  not import to a callable), ``X_DRIVER_UNAVAILABLE`` (a driver not in this build) and
+  not import to a callable), ``X_DRIVER_UNAVAILABLE`` (the redis driver without redis-py installed) and
   ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
 """
 
 from __future__ import annotations
+
+from importlib import import_module
 
 from django.core import checks
 from django.db import connections
@@ -73,14 +75,19 @@ def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks
 def _driver(name: str) -> list[checks.CheckMessage]:
     """A built-in driver this build carries, or a dotted path to a factory; and a lease store for every job
     that declares ``concurrency`` (the worker would refuse to start)."""
-    if name == "redis":  # by the spec it will keep no lease store either
-        unavailable = _error(
-            CHECK_DRIVER_UNAVAILABLE,
-            "ULTIMATE_JOBS['DRIVER'] = 'redis': the Redis driver is not part of this build yet",
-            "set DRIVER to 'postgres' (jobs in your database; 'memory' is for tests only)",
-        )
-        return [unavailable, *_concurrency(name)]
-    has_leases = True  # the memory and postgres drivers keep a lease store
+    if name == "redis":  # it keeps a lease store; it needs redis-py, the [redis] extra
+        try:
+            import_module("redis")
+        except ImportError:
+            return [
+                _error(
+                    CHECK_DRIVER_UNAVAILABLE,
+                    "ULTIMATE_JOBS['DRIVER'] = 'redis' needs redis-py, which is not installed",
+                    "pip install 'ultimate_jobs[redis]', or set DRIVER to 'postgres' (jobs in your Django database)",
+                )
+            ]
+        return []
+    has_leases = True  # the memory, postgres and redis drivers keep a lease store
     if name not in ("memory", "postgres"):
         try:
             factory = import_string(name)

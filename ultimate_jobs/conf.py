@@ -3,8 +3,8 @@ process-wide driver and clock.
 
 Every key is read here and nowhere else; :func:`read_settings` runs every reader at once for the system
 check (:mod:`ultimate_jobs.checks`), :func:`jobs_settings` raises the first refusal where a setting is
-used. ``REDIS_URL`` is read for its shape only: the Redis driver, which will use it, is not part of this
-build yet. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched against.
+used. ``REDIS_URL`` is the server the Redis driver (``DRIVER = "redis"``) connects to. ``ENVIRONMENT`` is
+what a backfill's ``environments=`` are matched against.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _read_database(value: object) -> str:
 
 
 def _read_redis_url(value: object) -> str:
-    """The URL's shape only: the Redis driver that connects to it is not part of this build yet."""
+    """The URL's shape only: the Redis driver connects to it when it is built."""
     if not isinstance(value, str) or not value or any(c.isspace() or not c.isprintable() for c in value):
         raise SettingError("REDIS_URL", CHECK_REDIS_URL_INVALID, f"= {_shown(value)} is not a URL", _REDIS_URL_FIX)
     parts = urlsplit(value)
@@ -358,11 +358,16 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
             alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
         )
     if config.driver == "redis":
-        raise DriverUnavailableError(
-            f"the {config.driver!r} driver is not part of this build yet; set ULTIMATE_JOBS['DRIVER'] = 'postgres' "
-            "(the default: jobs in your Django database) — 'memory' is for tests only, its jobs die with the "
-            "process",
-            {"driver": config.driver},
+        try:
+            from .drivers.redis import RedisDriver
+        except ImportError as exc:
+            raise DriverUnavailableError(
+                "the 'redis' driver needs redis-py; pip install 'ultimate_jobs[redis]', or set "
+                "ULTIMATE_JOBS['DRIVER'] = 'postgres' (jobs in your Django database)",
+                {"driver": config.driver},
+            ) from exc
+        return RedisDriver.from_url(
+            config.redis_url, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
         )
     factory = import_string(config.driver)
     built: JobDriver = factory()

@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import connection
-
 from ultimate_jobs import operator, set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.retention import retention_sweep
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .demo_driver import DemoDriver, demo_driver, finished_rows
 from .jobs import settle_charged_orders
 from .models import Order
 
@@ -30,7 +28,7 @@ STRANDED = [("org-acme", "2001", 1_200), ("org-acme", "2002", 800), ("org-globex
 
 
 @contextmanager
-def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
+def _installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     set_job_clock(clock)
     set_job_driver(driver)
     try:
@@ -43,9 +41,9 @@ def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
 def run_maintenance_part() -> list[str]:
     """Sweep the stranded orders with a backfill, then run the retention sweep a week later."""
     clock = FrozenClock()
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     with _installed(clock, driver):
-        return [*_backfill(clock), "", *_retention(clock)]
+        return [*_backfill(clock), "", *_retention(clock, driver)]
 
 
 def _backfill(clock: FrozenClock) -> list[str]:
@@ -81,8 +79,8 @@ def _backfill(clock: FrozenClock) -> list[str]:
     return lines
 
 
-def _retention(clock: FrozenClock) -> list[str]:
-    before = _finished_rows()
+def _retention(clock: FrozenClock, driver: DemoDriver) -> list[str]:
+    before = finished_rows(driver)
     clock.advance(8 * DAY_MS)  # a week and a day later: the done rows of this part are past their 7 days
     sweep = retention_sweep.enqueue({})
     report = run_jobs(clock=clock)
@@ -90,13 +88,6 @@ def _retention(clock: FrozenClock) -> list[str]:
     return [
         "retention: x.purge, the app's own sweep (hourly via the x.purge.hourly task in production)",
         f"  eight days later it answered {result}",
-        f"  finished job rows {before} -> {_finished_rows()} (the rows past their retention went with their "
+        f"  finished job rows {before} -> {finished_rows(driver)} (the rows past their retention went with their "
         "steps, in bounded batches; the sweep's own row is new; younger and live rows are untouched)",
     ]
-
-
-def _finished_rows() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM x_jobs WHERE state IN ('done', 'failed', 'dead', 'cancelled')")
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0

@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 
 from ultimate_jobs import set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.facade import set_jobs_facade
 from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .demo_driver import DemoDriver, demo_driver
 from .jobs import confirm_order
 from .models import Order
 from .services import ShopServices
@@ -36,7 +36,7 @@ class CardDeclined(Exception):
 
 
 @contextmanager
-def outbox_installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[OutboxFacade]:
+def outbox_installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[OutboxFacade]:
     """The clock, the driver and the outbox facade, installed process-wide for the block."""
     facade = OutboxFacade(store=postgres_outbox_store(clock=clock), driver=driver, mode="required")
     set_job_clock(clock)
@@ -75,7 +75,7 @@ def _count(sql: str, params: list[object]) -> int:
 def run_outbox_part() -> list[str]:
     """Run the two checkouts, the relay and the worker pass; answer printable lines."""
     clock = FrozenClock(start_ms=int(STARTS_AT.timestamp() * 1000))
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     shop = ShopServices()
     Order.objects.filter(org_id=ORG, number__in=(COMMITTED, DECLINED)).delete()
     with connection.cursor() as cursor:
@@ -85,7 +85,7 @@ def run_outbox_part() -> list[str]:
         kept = checkout(COMMITTED)
         lost = checkout(DECLINED, declined=True)
         staged = facade.store.backlog()
-        jobs_before = _count("SELECT count(*) FROM x_jobs WHERE id IN (%s, %s)", [kept, lost])
+        jobs_before = sum(driver.introspect.get(job_id) is not None for job_id in (kept, lost))
         lines.append(
             f"  order {COMMITTED}: committed — enqueue() answered job {kept[-8:]} inside the transaction; "
             f"x_outbox holds {staged} staged row, x_jobs {jobs_before} (nothing runs before the relay)"

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ultimate_jobs import next_task_run, postgres_event_bus, publish_event, set_event_bus, set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .demo_driver import DemoDriver, demo_driver
 from .jobs import await_bank_transfer
 from .models import Order
 from .tasks import SHOP_ZONE, nightly_sales_report
@@ -28,10 +29,10 @@ TRANSFER_ORDER = ("org-acme", "1003")
 
 
 @contextmanager
-def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
+def _installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     set_job_clock(clock)
     set_job_driver(driver)
-    set_event_bus(postgres_event_bus(driver.executor))
+    set_event_bus(postgres_event_bus(django_executor()))  # the events live in Postgres on either driver
     try:
         yield
     finally:
@@ -47,7 +48,7 @@ def _when(ms: int) -> str:
 def run_scheduler_part() -> list[str]:
     """Fire the nightly task by hand and run a job that waits for an event; answer what happened."""
     clock = FrozenClock(start_ms=int(TUESDAY_3AM_BERLIN.timestamp() * 1000))
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     lines: list[str] = []
     with _installed(clock, driver):
         lines += _nightly_task(clock, driver)
@@ -56,7 +57,7 @@ def run_scheduler_part() -> list[str]:
     return lines
 
 
-def _nightly_task(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
+def _nightly_task(clock: FrozenClock, driver: DemoDriver) -> list[str]:
     described = nightly_sales_report.describe()
     now = clock.now_ms()
     answers = nightly_sales_report.enqueue()  # by hand: every entry now, with the job's own idempotency key
@@ -80,7 +81,7 @@ def _nightly_task(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
     return lines
 
 
-def _event_wait(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
+def _event_wait(clock: FrozenClock, driver: DemoDriver) -> list[str]:
     org_id, number = TRANSFER_ORDER
     Order.objects.update_or_create(
         org_id=org_id, number=number, defaults={"total_cents": 12_500, "status": Order.Status.PLACED}

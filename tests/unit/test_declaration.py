@@ -541,8 +541,8 @@ def test_describe(jobs: JobsEnv) -> None:
 
 @pytest.mark.parametrize(
     "config",
-    [{"DRIVER": "postgres", "DATABASE": "nowhere"}, {"DRIVER": "redis"}],
-    ids=["postgres-without-its-database", "redis-not-built"],
+    [{"DRIVER": "postgres", "DATABASE": "nowhere"}, {"DRIVER": "redis", "REDIS_URL": "redis://127.0.0.1:1/0"}],
+    ids=["postgres-without-its-database", "redis-server-not-listening"],
 )
 def test_no_driver_is_x_driver_unavailable_at_the_call(jobs: JobsEnv, config: dict[str, str]) -> None:
     charge = charge_handle()

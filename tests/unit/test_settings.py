@@ -4,6 +4,7 @@ start-up, and the settings this repository runs under pass the check."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -269,10 +270,15 @@ def test_postgres_features_on_another_database_are_refused(
     assert errors_for({"DRIVER": "memory", "OUTBOX": "off"}) == []
 
 
-def test_the_redis_driver_is_refused_until_it_is_built() -> None:
+def test_the_redis_driver_passes_the_check() -> None:
+    assert [e for e in errors_for({"DRIVER": "redis"}) if e.id == "ultimate_jobs.X_DRIVER_UNAVAILABLE"] == []
+
+
+def test_the_redis_driver_without_redis_py_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # what an install without the [redis] extra imports
     (error,) = [e for e in errors_for({"DRIVER": "redis"}) if e.id == "ultimate_jobs.X_DRIVER_UNAVAILABLE"]
-    assert "not part of this build" in error.msg
-    assert error.hint.startswith("set DRIVER to 'postgres'")  # the fix names the driver to run, not memory
+    assert "needs redis-py" in error.msg and "ultimate_jobs[redis]" in error.hint
+    assert "set DRIVER to 'postgres'" in error.hint and "memory" not in error.hint  # the fix names a driver to run
 
 
 def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -> None:
@@ -283,7 +289,7 @@ def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -
     for driver in ("memory", "postgres", "tests.unit.test_settings.leaseless_driver", "redis"):
         found = errors_for({"DRIVER": driver})
         unenforceable = [e for e in found if e.id == "ultimate_jobs.X_JOB_CONCURRENCY_UNENFORCEABLE"]
-        if driver in ("memory", "postgres"):
+        if driver in ("memory", "postgres", "redis"):
             assert unenforceable == [], driver
             continue
         (error,) = unenforceable

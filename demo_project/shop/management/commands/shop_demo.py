@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import OperationalError, connection
 from psycopg import sql
 
+from demo_project.shop.demo_driver import on_redis
 from demo_project.shop.scenario import ScenarioResult, run_scenario
 from demo_project.shop.scenario_maintenance import run_maintenance_part
 from demo_project.shop.scenario_outbound import run_outbound_part
@@ -22,7 +23,8 @@ from demo_project.shop.scenario_scheduler import run_scheduler_part
 
 class Command(BaseCommand):
     help = (
-        "Run the demo shop end to end in this process (the Postgres driver, frozen clock, the Order rows in the "
+        "Run the demo shop end to end in this process (the Postgres driver, or Redis with "
+        "ULTIMATE_JOBS_DRIVER=redis; frozen clock, the Order rows in the "
         "default database) and print a table of what happened to each job. -v 2 adds the job event log."
     )
 
@@ -65,7 +67,8 @@ def render(result: ScenarioResult, *, events: bool = False) -> str:
     """The printed report: the jobs table, then orders, counters, dead letters and on_settled pages."""
     started, ended = _when(result.started_ms), _when(result.ended_ms)
     out = [
-        f"ultimate_jobs demo shop: Postgres driver, frozen clock from {started}, jitter seed {result.seed}",
+        f"ultimate_jobs demo shop: {'Redis' if on_redis() else 'Postgres'} driver, frozen clock from {started}, "
+        f"jitter seed {result.seed}",
         "",
         table(
             ("job", "id", "state", "attempts", "outcomes", "note"),

@@ -1,0 +1,441 @@
+"""The Redis driver: every operation one Lua script, registered once and called by SHA.
+
+Keys share one hash tag — ``{x}`` for the default prefix ``x`` — so every key of a store lives in one
+Redis Cluster slot and each script runs atomically where that slot lives (two stores on one server or
+cluster differ by ``prefix``). Instants come from the driver's clock, not the server's, so a frozen
+clock drives the Redis driver exactly as it drives the memory one.
+
+>>> set_job_driver(RedisDriver.from_url("redis://127.0.0.1:6379/0"))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from ...clock import Clock, system_clock
+from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
+from ...ids import new_id
+from ...logs import log_event
+from ..base import (
+    COUNTER_TIERS,
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    PURGE_BATCH,
+    Ack,
+    ClaimedJob,
+    ClaimRef,
+    Enqueued,
+    EnqueueRequest,
+    ExhaustedJob,
+    Heartbeat,
+    JobState,
+    NackOptions,
+    QueueStats,
+    StepRecord,
+    WorkerInfo,
+    nack_counter,
+    nack_state,
+)
+from ..purging import finished_cutoffs
+from . import lua_operator, lua_ops
+from .lua_core import PRELUDE
+from .rows import claimed_job, exhausted_job, pairs, step_json, text
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DONE_TTL_MS = 7 * 86_400_000
+"""How long a done row and its steps are kept by default (a week); dead and failed rows stay."""
+
+R = TypeVar("R")
+
+SCRIPTS: dict[str, str] = {
+    "enqueue": lua_ops.ENQUEUE,
+    "claim": lua_ops.CLAIM,
+    "ack": lua_ops.ACK,
+    "nack": lua_ops.NACK,
+    "heartbeat": lua_ops.HEARTBEAT,
+    "save_step": lua_ops.SAVE_STEP,
+    "record_progress": lua_ops.RECORD_PROGRESS,
+    "stats": lua_ops.STATS,
+    "purge": lua_ops.PURGE,
+    "list": lua_operator.LIST,
+    "remove": lua_operator.REMOVE,
+    "requeue": lua_operator.REQUEUE,
+    "cancel": lua_operator.CANCEL,
+    "promote": lua_operator.PROMOTE,
+    "requeue_many": lua_operator.REQUEUE_MANY,
+    "remove_many": lua_operator.REMOVE_MANY,
+    "promote_many": lua_operator.PROMOTE_MANY,
+    "resume_queue": lua_operator.RESUME_QUEUE,
+    "rollup": lua_operator.ROLLUP,
+    "leader_acquire": lua_operator.LEADER_ACQUIRE,
+    "leader_release": lua_operator.LEADER_RELEASE,
+    "lease": lua_operator.LEASE,
+    "scheduler_load": lua_operator.SCHEDULER_LOAD,
+    "scheduler_fire": lua_operator.SCHEDULER_FIRE,
+    "backfill_begin": lua_operator.BACKFILL_BEGIN,
+    "backfill_progress": lua_operator.BACKFILL_PROGRESS,
+    "backfill_finish": lua_operator.BACKFILL_FINISH,
+}
+
+
+def client_from_url(url: str) -> redis.Redis:
+    """A redis-py client for ``url`` that decodes replies and retries a dropped connection three times
+    with backoff (a server restart, a failover), checking idle connections before reuse."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        health_check_interval=30,
+        socket_keepalive=True,
+        socket_connect_timeout=5,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+def settings_redis_url() -> str:
+    """``ULTIMATE_JOBS["REDIS_URL"]`` (its default when Django's settings are not configured)."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return DEFAULT_REDIS_URL
+    from ...conf import jobs_settings
+
+    return jobs_settings().redis_url
+
+
+def bucket_of(now: int) -> int:
+    """The start of the narrowest counter bucket holding ``now``."""
+    width = COUNTER_TIERS[0][0]
+    return now - now % width
+
+
+def request_doc(request: EnqueueRequest) -> dict[str, Any]:
+    """One enqueue request as the enqueue script reads it; ids are allocated here, so a retried call
+    answers the rows it already inserted instead of inserting them twice."""
+    return {
+        "id": request.id or new_id(),
+        "run_id": request.run_id or str(uuid.uuid4()),
+        "name": request.name,
+        "queue": request.queue,
+        "tenant": request.tenant_id,
+        "key": request.idempotency_key,
+        "input": json.dumps(dict(request.input), separators=(",", ":")),
+        "max": str(request.max_attempts),
+        "prio": str(request.priority),
+        "run_at": None if request.run_at_ms is None else str(request.run_at_ms),
+        "on_conflict": request.on_conflict,
+        "by": request.enqueued_by,
+        "tp": request.traceparent,
+        "ck": request.concurrency_key,
+    }
+
+
+def worker_doc(info: WorkerInfo) -> str:
+    """A registry row as stored."""
+    return json.dumps(
+        {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "started": info.started_at_ms,
+            "queues": list(info.queues),
+            "slots": info.slots,
+            "in_flight": list(info.in_flight),
+            "heartbeat": info.heartbeat_at_ms,
+        },
+        separators=(",", ":"),
+    )
+
+
+class RedisDriver:
+    """The whole driver protocol over Redis, with the operator surface, fleet leases, the scheduler's
+    leader and watermarks, and the backfill ledger.
+
+    ``client`` is a redis-py client (``None`` builds one for ``ULTIMATE_JOBS["REDIS_URL"]``); ``prefix``
+    names the store (its keys are ``{prefix}:…``); ``done_ttl_ms`` is how long a done row and its steps
+    are kept (``0`` keeps them), measured on ``clock``.
+    """
+
+    name = "redis"
+    supports_listen = True
+
+    def __init__(
+        self,
+        client: redis.Redis | None = None,
+        *,
+        prefix: str = "x",
+        clock: Clock | None = None,
+        done_ttl_ms: int = DONE_TTL_MS,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
+            raise InvariantError(
+                f"RedisDriver prefix {prefix!r} must be non-empty text without braces (it becomes the hash tag)",
+                {"prefix": prefix},
+            )
+        if isinstance(done_ttl_ms, bool) or not isinstance(done_ttl_ms, int) or done_ttl_ms < 0:
+            raise InvariantError(
+                f"RedisDriver done_ttl_ms must be an int >= 0 (0 keeps done rows), got {done_ttl_ms!r}",
+                {"done_ttl_ms": done_ttl_ms},
+            )
+        self.client = client if client is not None else client_from_url(settings_redis_url())
+        self.prefix = prefix
+        self.tag = "{" + prefix + "}"
+        self.clock = clock or system_clock()
+        self.done_ttl_ms = done_ttl_ms
+        self.visibility_timeout_ms = visibility_timeout_ms
+        helpers = PRELUDE + lua_operator.HELPERS
+        self._scripts: dict[str, Script] = {
+            name: self.client.register_script(helpers + body) for name, body in SCRIPTS.items()
+        }
+        from .introspect import RedisIntrospection
+        from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
+        from .wake import RedisWake
+
+        self._introspect = RedisIntrospection(self)
+        self._leases = RedisLeaseStore(self)
+        self._leader = RedisLeaderStore(self)
+        self._scheduler_state = RedisSchedulerStore(self)
+        self._backfills = RedisBackfillStore(self)
+        self._wake_lock = threading.Lock()
+        self._listeners: list[Callable[[str], None]] = []
+        self._wake: RedisWake | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisDriver:
+        """A driver over a client for ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        return cls(client_from_url(url), **options)
+
+    # -- capabilities --------------------------------------------------------------------------
+
+    @property
+    def introspect(self) -> Any:
+        return self._introspect
+
+    @property
+    def leases(self) -> Any:
+        return self._leases
+
+    @property
+    def leader(self) -> Any:
+        return self._leader
+
+    @property
+    def scheduler_state(self) -> Any:
+        return self._scheduler_state
+
+    @property
+    def backfills(self) -> Any:
+        return self._backfills
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def key(self, *parts: str) -> str:
+        """A key of this store: ``{prefix}:part:part``."""
+        return ":".join((self.tag, *parts))
+
+    def run(self, script: str, *args: Any) -> Any:
+        """Run one script by SHA (loading it on a server that lost its cache); a Redis failure is
+        ``X_DRIVER_UNAVAILABLE`` naming the server."""
+        with self.unavailable():
+            return text(self._scripts[script](keys=[self.tag], args=list(args)))
+
+    @contextmanager
+    def unavailable(self) -> Iterator[None]:
+        """Turn a redis-py error into ``X_DRIVER_UNAVAILABLE``, saying what to check."""
+        try:
+            yield
+        except redis.RedisError as exc:
+            raise DriverUnavailableError(
+                f"Redis did not answer the jobs driver ({type(exc).__name__}: {exc}); check that the server "
+                "ULTIMATE_JOBS['REDIS_URL'] names is up and reachable",
+                {"driver": "redis"},
+            ) from exc
+
+    # -- the wake ------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Hear the queues other processes announce (a blocking ``XREAD`` on the wake stream, on a
+        connection of its own). The reader starts with the first subscriber and stops with the last."""
+        from .wake import RedisWake
+
+        with self._wake_lock:
+            self._listeners.append(listener)
+            if self._wake is None:
+                self._wake = RedisWake(self, self._announce)
+                self._wake.start()
+
+        def unsubscribe() -> None:
+            with self._wake_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+                wake = None
+                if not self._listeners:
+                    wake, self._wake = self._wake, None
+            if wake is not None:
+                wake.stop()
+
+        return unsubscribe
+
+    def _announce(self, queue: str) -> None:
+        for listener in list(self._listeners):
+            listener(queue)
+
+    def wake_is_live(self) -> bool:
+        """Whether the wake reader is connected (the worker then raises its idle ceiling to 5 s)."""
+        wake = self._wake
+        return wake is not None and wake.is_live()
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        return self.enqueue_many([request])[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        if not requests:
+            return []
+        docs = [request_doc(r) for r in requests]
+        status, body = self.run("enqueue", str(self.clock.now_ms()), json.dumps(docs, separators=(",", ":")))
+        if status == "refused":
+            _, name, key, holder = body
+            raise JobDuplicateError(
+                f"{name}: idempotency key {key!r} is held by live job {holder}; "
+                "enqueue with on_conflict='dedupe' to answer that job instead",
+                {"job": name, "key": key, "holder": holder},
+            )
+        return [Enqueued(job_id, run_id, bool(int(deduped))) for job_id, run_id, deduped in body]
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
+    ) -> list[ClaimedJob]:
+        if not queues:
+            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
+        now = self.clock.now_ms()
+        limit = max(limit, 0)
+        caps = [
+            [q, limit if queue_limits is None else max(0, min(limit, queue_limits.get(q, limit)))]
+            for q in sorted(set(queues))
+        ]
+        spec = {
+            "queues": caps,
+            "drop": sorted(drop_exhausted),
+            "token": uuid.uuid4().hex[:24],
+            "bucket": str(bucket_of(now)),
+            "done_ttl": str(self.done_ttl_ms),
+            "record": None if record is None else [record.id, worker_doc(record)],
+        }
+        claimed, exhausted = self.run(
+            "claim", str(now), str(limit), worker_id, str(now + visibility_timeout_ms), json.dumps(spec)
+        )
+        buried = [exhausted_job(pairs(row)) for row in exhausted]
+        if buried and on_exhausted is not None:
+            on_exhausted(buried)
+        return [claimed_job(pairs(row), pairs(steps)) for row, steps in claimed]
+
+    # -- settles -------------------------------------------------------------------------------
+
+    def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
+        log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        if not acks:
+            return frozenset()
+        now = self.clock.now_ms()
+        args: list[str] = [str(now), str(bucket_of(now)), str(self.done_ttl_ms)]
+        for a in acks:
+            args += [a.job_id, a.ref.worker_id, a.ref.claim, str(a.duration_ms or 0)]
+        landed = frozenset(self.run("ack", *args))
+        for a in acks:
+            if a.job_id not in landed:
+                self._unowned(a.job_id, a.ref, "ack")
+        return landed
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        now = self.clock.now_ms()
+        doc = {
+            "target": nack_state(options),
+            "count_attempt": options.count_attempt,
+            "run_at": None if options.run_at_ms is None else str(options.run_at_ms),
+            "error": options.error,
+            "code": options.code,
+            "counter": nack_counter(options),
+            "duration": str(options.duration_ms or 0),
+            "bucket": str(bucket_of(now)),
+        }
+        landed = bool(self.run("nack", str(now), job_id, ref.worker_id, ref.claim, json.dumps(doc)))
+        if not landed:
+            self._unowned(job_id, ref, "nack")
+        return landed
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        if not beats:
+            return frozenset()
+        args: list[str] = [str(self.clock.now_ms() + visibility_timeout_ms)]
+        for beat in beats:
+            args += [beat.job_id, beat.ref.worker_id, beat.ref.claim]
+        return frozenset(self.run("heartbeat", *args))
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        landed = bool(self.run("save_step", job_id, ref.worker_id, ref.claim, step.name, step_json(step)))
+        if not landed:
+            self._unowned(job_id, ref, "save_step")
+        return landed
+
+    def stats(self) -> list[QueueStats]:
+        rows = self.run("stats", str(self.clock.now_ms()))
+        return [
+            QueueStats(
+                queue=q,
+                ready=int(ready),
+                delayed=int(delayed),
+                running=int(running),
+                suspended=int(suspended),
+                dead=int(dead),
+                oldest_ready_ms=int(float(oldest)) if oldest else None,
+                paused=bool(int(paused)),
+            )
+            for q, ready, delayed, running, suspended, dead, oldest, paused in rows
+        ]
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        cutoffs = finished_cutoffs(before_ms, limit)
+        doc = {state: str(instant) for state, instant in cutoffs.items()}
+        return int(self.run("purge", str(limit), json.dumps(doc) if doc else "{}"))
+
+    def close(self) -> None:
+        """Stop the wake reader. Idempotent; the client and its connection pool stay usable."""
+        with self._wake_lock:
+            self._listeners.clear()
+            wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.stop()
+
+
+def call(driver: RedisDriver, fn: Callable[[], R]) -> R:
+    """Run a plain redis-py call under the driver's error translation."""
+    with driver.unavailable():
+        return fn()

@@ -1,0 +1,226 @@
+"""The Lua the Redis driver runs: a shared prelude and one script per operation.
+
+Every key a script touches is built from ``KEYS[1]``, the driver's hash tag (``{x}`` for prefix ``x``),
+so all of a store's keys live in one Redis Cluster slot and each script runs atomically on the node
+that owns it. Instants, tokens and ids come from the caller (the driver's clock, ``uuid4``); a script
+never reads the server's time or draws a random number, so a replica replays exactly what ran.
+
+Numbers are stored as the decimal text the caller sent, and scripts compare them with ``tonumber``
+(exact below 2**53); a number a script writes is formatted with ``%d``, never ``tostring``.
+"""
+
+from __future__ import annotations
+
+from ..base import COUNTER_TIERS
+
+_TIERS = ", ".join(f"{{{width}, {keep}}}" for width, keep in COUNTER_TIERS)
+
+PRELUDE = (
+    r"""
+local T = KEYS[1]
+local OFF = 1000000000000000
+local LIVE = {ready = true, delayed = true, running = true, suspended = true}
+local WAITING = {ready = true, delayed = true, suspended = true}
+local function jk(id) return T .. ':job:' .. id end
+local function sk(id) return T .. ':steps:' .. id end
+local function qk(q, kind) return T .. ':q:' .. kind .. ':' .. q end
+local function stk(state) return T .. ':st:' .. state end
+local function livekey(name, tenant, key) return cjson.encode({name, tenant or '', key}) end
+local function num(v) return tonumber(v) end
+local function fmt(n) return string.format('%d', n) end
+local function opt(v) if v == nil or v == cjson.null or v == false then return nil end return v end
+
+local function wake(q)
+  redis.call('XADD', T .. ':wake', 'MAXLEN', '~', '1000', '*', 'q', q)
+end
+
+-- file a row where its state puts it: waiting rows by run time, running rows by lease expiry
+local function refile(id)
+  local h = redis.call('HMGET', jk(id), 'queue', 'state', 'run_at', 'lease', 'dm')
+  local q, st = h[1], h[2]
+  redis.call('ZREM', qk(q, 'timed'), id)
+  redis.call('ZREM', qk(q, 'leased'), id)
+  redis.call('ZREM', qk(q, 'ready'), id)
+  if h[5] then
+    redis.call('ZREM', qk(q, 'due'), h[5])
+    redis.call('HDEL', jk(id), 'dm')
+  end
+  if WAITING[st] then
+    redis.call('ZADD', qk(q, 'timed'), h[3], id)
+    if st ~= 'suspended' then redis.call('ZADD', qk(q, 'ready'), h[3], id) end
+  elseif st == 'running' and h[4] then
+    redis.call('ZADD', qk(q, 'leased'), h[4], id)
+  end
+end
+
+-- move a row into its queue's claim order: priority descending, run time, creation, insertion
+local function order_of(id)
+  local h = redis.call('HMGET', jk(id), 'prio', 'run_at', 'created', 'seq')
+  return -num(h[1]), string.format('%016d%016d%016d', num(h[2]) + OFF, num(h[3]) + OFF, num(h[4])) .. id
+end
+
+local function push_due(id, q)
+  local score, dm = order_of(id)
+  redis.call('ZADD', qk(q, 'due'), score, dm)
+  redis.call('HSET', jk(id), 'dm', dm)
+end
+
+local function set_state(id, new, now)
+  local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue', 'created')
+  local old = h[1]
+  local lk = livekey(h[2], h[3], h[4])
+  if LIVE[old] and not LIVE[new] then
+    if redis.call('HGET', T .. ':live', lk) == id then redis.call('HDEL', T .. ':live', lk) end
+  elseif LIVE[new] and not LIVE[old] then
+    redis.call('HSET', T .. ':live', lk, id)
+  end
+  redis.call('HSET', jk(id), 'state', new, 'updated', now)
+  if old ~= new then
+    redis.call('HINCRBY', T .. ':counts', old .. ':' .. h[5], -1)
+    redis.call('HINCRBY', T .. ':counts', new .. ':' .. h[5], 1)
+    redis.call('ZREM', stk(old), id)
+    redis.call('ZADD', stk(new), h[6], id)
+  end
+  if old == 'done' then redis.call('ZREM', T .. ':done', id) end
+  if new ~= 'running' then redis.call('HDEL', jk(id), 'worker', 'claim', 'lease') end
+  if LIVE[new] then
+    redis.call('HDEL', jk(id), 'finished')
+    redis.call('ZREM', T .. ':finished', id)
+  else
+    redis.call('HSET', jk(id), 'finished', now)
+    redis.call('ZADD', T .. ':finished', now, id)
+    if new == 'done' then redis.call('ZADD', T .. ':done', now, id) end
+  end
+  refile(id)
+end
+
+local function delete(id)
+  local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue', 'dm')
+  if not h[1] then return end
+  local lk = livekey(h[2], h[3], h[4])
+  if redis.call('HGET', T .. ':live', lk) == id then redis.call('HDEL', T .. ':live', lk) end
+  redis.call('HINCRBY', T .. ':counts', h[1] .. ':' .. h[5], -1)
+  redis.call('ZREM', stk(h[1]), id)
+  redis.call('ZREM', T .. ':all', id)
+  redis.call('ZREM', T .. ':finished', id)
+  redis.call('ZREM', T .. ':done', id)
+  redis.call('ZREM', qk(h[5], 'timed'), id)
+  redis.call('ZREM', qk(h[5], 'leased'), id)
+  redis.call('ZREM', qk(h[5], 'ready'), id)
+  if h[6] then redis.call('ZREM', qk(h[5], 'due'), h[6]) end
+  redis.call('DEL', jk(id), sk(id))
+end
+
+local function owned(id, worker, claim)
+  local h = redis.call('HMGET', jk(id), 'state', 'worker', 'claim')
+  return h[1] == 'running' and h[2] == worker and h[3] == claim
+end
+
+-- the settle counters: fields 'width:start:index:job', index 0 done 1 retried 2 failed 3 dead 4 duration
+local TIERS = {"""
+    + _TIERS
+    + r"""}
+local CIDX = {done = 0, retried = 1, failed = 2, dead = 3}
+local function count(job, outcome, duration, bucket)
+  local base = TIERS[1][1] .. ':' .. bucket .. ':'
+  redis.call('HINCRBY', T .. ':counters', base .. CIDX[outcome] .. ':' .. job, 1)
+  redis.call('HINCRBY', T .. ':counters', base .. '4:' .. job, duration)
+end
+
+local function fold_counters(now)
+  local keep = {}
+  for _, t in ipairs(TIERS) do keep[t[1]] = t[2] end
+  local flat = redis.call('HGETALL', T .. ':counters')
+  local expired = {}
+  local buckets = 0
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    local w, s, idx, job = string.match(f, '^(%d+):(%-?%d+):(%d):(.*)$')
+    local width, start = num(w), num(s)
+    if start + width <= now - keep[width] then
+      local bk = w .. ':' .. s .. ':' .. job
+      if not expired[bk] then expired[bk] = true; buckets = buckets + 1 end
+      redis.call('HDEL', T .. ':counters', f)
+      for _, t in ipairs(TIERS) do
+        local wider, wider_keep = t[1], t[2]
+        if wider > width then
+          local ws = start - (start % wider)
+          if ws + wider > now - wider_keep then
+            local into = fmt(wider) .. ':' .. fmt(ws) .. ':' .. idx .. ':' .. job
+            redis.call('HINCRBY', T .. ':counters', into, flat[i + 1])
+            break
+          end
+        end
+      end
+    end
+  end
+  return buckets
+end
+
+-- done rows past the retention window go, a few per call, so the store never keeps them forever
+local function reap_done(now, ttl)
+  if ttl <= 0 then return end
+  local old = redis.call('ZRANGEBYSCORE', T .. ':done', '-inf', fmt(now - ttl), 'LIMIT', 0, 32)
+  for _, id in ipairs(old) do delete(id) end
+end
+
+-- insert a batch all or nothing; answers {answers, due queues} or {false, refusal}
+local function insert(reqs, now)
+  local answers, fresh, fresh_keys, order = {}, {}, {}, {}
+  for i, r in ipairs(reqs) do
+    local rid = opt(r.id)
+    local existing = nil
+    if rid then
+      local run = redis.call('HGET', jk(rid), 'run_id')
+      if run then existing = {rid, run} elseif fresh[rid] then existing = {rid, fresh[rid].run_id} end
+    end
+    if existing then
+      answers[i] = {existing[1], existing[2], 1}
+    else
+      local lk = livekey(r.name, opt(r.tenant), r.key)
+      local holder, holder_run = nil, nil
+      if fresh_keys[lk] then
+        holder, holder_run = fresh_keys[lk].id, fresh_keys[lk].run_id
+      else
+        holder = redis.call('HGET', T .. ':live', lk)
+        if holder then holder_run = redis.call('HGET', jk(holder), 'run_id') end
+      end
+      if holder then
+        if r.on_conflict == 'error' then return {false, {'dup', r.name, r.key, holder}} end
+        answers[i] = {holder, holder_run, 1}
+      else
+        fresh[r.id] = r
+        fresh_keys[lk] = r
+        table.insert(order, r)
+        answers[i] = {r.id, r.run_id, 0}
+      end
+    end
+  end
+  local due = {}
+  for _, r in ipairs(order) do
+    local run_at = opt(r.run_at) or now
+    local state = 'ready'
+    if num(run_at) > num(now) then state = 'delayed' end
+    local seq = redis.call('INCR', T .. ':seq')
+    local fields = {'id', r.id, 'run_id', r.run_id, 'name', r.name, 'queue', r.queue, 'key', r.key,
+      'input', r.input, 'max', r.max, 'prio', r.prio, 'run_at', run_at, 'created', now, 'updated', now,
+      'state', state, 'attempts', '0', 'seq', fmt(seq)}
+    for _, f in ipairs({'tenant', 'by', 'tp', 'ck'}) do
+      if opt(r[f]) then table.insert(fields, f); table.insert(fields, r[f]) end
+    end
+    redis.call('HSET', jk(r.id), unpack(fields))
+    redis.call('HSET', T .. ':live', livekey(r.name, opt(r.tenant), r.key), r.id)
+    redis.call('HINCRBY', T .. ':counts', state .. ':' .. r.queue, 1)
+    redis.call('ZADD', stk(state), now, r.id)
+    redis.call('ZADD', T .. ':all', now, r.id)
+    redis.call('SADD', T .. ':queues', r.queue)
+    refile(r.id)
+    if state == 'ready' then due[r.queue] = true end
+  end
+  local queues = {}
+  for q in pairs(due) do table.insert(queues, q) end
+  table.sort(queues)
+  return {answers, queues}
+end
+"""
+)

@@ -1,0 +1,191 @@
+"""One Lua script per driver operation (the prelude in :mod:`.lua_core` is prepended to each).
+
+Arguments are passed in ``ARGV`` as text; batches travel as one JSON document. A script answers
+nested arrays of text (a row is its ``HGETALL``), which the driver decodes into its records.
+"""
+
+from __future__ import annotations
+
+ENQUEUE = r"""
+local now = ARGV[1]
+local out = insert(cjson.decode(ARGV[2]), now)
+if out[1] == false then return {'refused', out[2]} end
+for _, q in ipairs(out[2]) do wake(q) end
+local flat = {}
+for _, a in ipairs(out[1]) do table.insert(flat, {a[1], a[2], a[3]}) end
+return {'ok', flat}
+"""
+
+CLAIM = r"""
+local now, limit, worker, lease_until = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local spec = cjson.decode(ARGV[5])
+if opt(spec.record) then redis.call('HSET', T .. ':workers', spec.record[1], spec.record[2]) end
+local drop = {}
+for _, n in ipairs(spec.drop) do drop[n] = true end
+local final, offered = {}, {}
+for _, qc in ipairs(spec.queues) do
+  local q, cap = qc[1], qc[2]
+  if redis.call('SISMEMBER', T .. ':paused:queues', q) == 0 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', qk(q, 'timed'), '-inf', now)) do
+      redis.call('ZREM', qk(q, 'timed'), id)
+      push_due(id, q)
+    end
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', qk(q, 'leased'), '-inf', now)) do
+      redis.call('ZREM', qk(q, 'leased'), id)
+      local h = redis.call('HMGET', jk(id), 'attempts', 'max')
+      if num(h[1]) >= num(h[2]) then  -- a lapsed final attempt: buried below, never handed out
+        local score, dm = order_of(id)
+        table.insert(final, {score, dm, id})
+      else
+        push_due(id, q)
+      end
+    end
+    if cap > 0 then
+      local got = redis.call('ZRANGE', qk(q, 'due'), 0, cap - 1, 'WITHSCORES')
+      for i = 1, #got, 2 do table.insert(offered, {tonumber(got[i + 1]), got[i], q}) end
+    end
+  end
+end
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a[2] < b[2]
+end
+local exhausted = {}
+table.sort(final, before)
+for _, f in ipairs(final) do
+  local id = f[3]
+  local name = redis.call('HGET', jk(id), 'name')
+  local state = 'dead'
+  if drop[name] then state = 'failed' end
+  set_state(id, state, now)
+  redis.call('HSET', jk(id), 'err', 'LEASE_LAPSED_FINAL_ATTEMPT')
+  redis.call('HDEL', jk(id), 'code')
+  count(name, state, '0', spec.bucket)
+  table.insert(exhausted, redis.call('HGETALL', jk(id)))
+end
+table.sort(offered, before)
+local claimed = {}
+for i = 1, math.min(limit, #offered) do
+  local o = offered[i]
+  local id = string.sub(o[2], 49)
+  redis.call('ZREM', qk(o[3], 'due'), o[2])
+  redis.call('HDEL', jk(id), 'dm')
+  redis.call('HINCRBY', jk(id), 'attempts', 1)
+  redis.call('HSET', jk(id), 'worker', worker, 'claim', spec.token .. string.format('%08x', i), 'lease', lease_until)
+  set_state(id, 'running', now)
+  table.insert(claimed, {redis.call('HGETALL', jk(id)), redis.call('HGETALL', sk(id))})
+end
+reap_done(num(now), tonumber(spec.done_ttl))
+return {claimed, exhausted}
+"""
+
+ACK = r"""
+local now, bucket, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local landed = {}
+for i = 4, #ARGV, 4 do
+  local id, worker, claim, duration = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if owned(id, worker, claim) then
+    set_state(id, 'done', now)
+    count(redis.call('HGET', jk(id), 'name'), 'done', duration, bucket)
+    table.insert(landed, id)
+  end
+end
+reap_done(num(now), ttl)
+return landed
+"""
+
+NACK = r"""
+local now, id, worker, claim = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local o = cjson.decode(ARGV[5])
+if not owned(id, worker, claim) then return 0 end
+if not o.count_attempt then
+  local a = num(redis.call('HGET', jk(id), 'attempts'))
+  if a > 0 then redis.call('HINCRBY', jk(id), 'attempts', -1) end
+end
+local run_at = opt(o.run_at)
+if run_at then
+  redis.call('HSET', jk(id), 'run_at', run_at)
+elseif o.target == 'ready' then
+  redis.call('HSET', jk(id), 'run_at', now)
+end
+if opt(o.error) then
+  redis.call('HSET', jk(id), 'err', o.error)
+  if opt(o.code) then redis.call('HSET', jk(id), 'code', o.code) else redis.call('HDEL', jk(id), 'code') end
+end
+set_state(id, o.target, now)
+if opt(o.counter) then count(redis.call('HGET', jk(id), 'name'), o.counter, o.duration, o.bucket) end
+if o.target == 'ready' and num(redis.call('HGET', jk(id), 'run_at')) <= num(now) then
+  wake(redis.call('HGET', jk(id), 'queue'))
+end
+return 1
+"""
+
+HEARTBEAT = r"""
+local until_ms = ARGV[1]
+local renewed = {}
+for i = 2, #ARGV, 3 do
+  local id = ARGV[i]
+  if owned(id, ARGV[i + 1], ARGV[i + 2]) then
+    redis.call('HSET', jk(id), 'lease', until_ms)
+    refile(id)
+    table.insert(renewed, id)
+  end
+end
+return renewed
+"""
+
+SAVE_STEP = r"""
+if not owned(ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('HSET', sk(ARGV[1]), ARGV[4], ARGV[5])
+return 1
+"""
+
+RECORD_PROGRESS = r"""
+if not owned(ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('HSET', jk(ARGV[1]), 'progress', ARGV[4])
+return 1
+"""
+
+STATS = r"""
+local now = ARGV[1]
+local out = {}
+local queues = redis.call('SMEMBERS', T .. ':queues')
+table.sort(queues)
+for _, q in ipairs(queues) do
+  local c = redis.call('HMGET', T .. ':counts', 'ready:' .. q, 'delayed:' .. q, 'running:' .. q,
+    'suspended:' .. q, 'dead:' .. q)
+  local total = 0
+  for i = 1, 5 do c[i] = c[i] or '0'; total = total + num(c[i]) end
+  if total > 0 then
+    local oldest = redis.call('ZRANGEBYSCORE', qk(q, 'ready'), '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+    local paused = redis.call('SISMEMBER', T .. ':paused:queues', q)
+    table.insert(out, {q, c[1], c[2], c[3], c[4], c[5], oldest[2] or '', paused})
+  end
+end
+return out
+"""
+
+PURGE = r"""
+local limit = tonumber(ARGV[1])
+local cut = cjson.decode(ARGV[2])
+local highest = nil
+for _, v in pairs(cut) do if not highest or num(v) > highest then highest = num(v) end end
+if not highest then return 0 end
+local gone, offset = 0, 0
+while gone < limit do
+  local batch = redis.call('ZRANGEBYSCORE', T .. ':finished', '-inf', '(' .. fmt(highest), 'WITHSCORES',
+    'LIMIT', offset, 500)
+  if #batch == 0 then break end
+  for i = 1, #batch, 2 do
+    local id = batch[i]
+    local state = redis.call('HGET', jk(id), 'state')
+    if gone < limit and state and cut[state] and num(batch[i + 1]) < num(cut[state]) then
+      delete(id)
+      gone = gone + 1
+    else
+      offset = offset + 1
+    end
+  end
+end
+return gone
+"""
