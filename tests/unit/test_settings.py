@@ -4,6 +4,7 @@ start-up, and the settings this repository runs under pass the check."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.test import override_settings
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
-from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, jobs_settings
+from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, driver_resolution, jobs_settings
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import OutboxNoTxError
 from ultimate_jobs.facade import DirectFacade, jobs_facade
@@ -269,6 +270,52 @@ def test_postgres_features_on_another_database_are_refused(
     assert errors_for({"DRIVER": "memory", "OUTBOX": "off"}) == []
 
 
+class VendorConnections:
+    """``django.db.connections`` with one alias, ``default``, of ``vendor``."""
+
+    settings = {"default": {}}
+
+    def __init__(self, vendor: str) -> None:
+        self.vendor = vendor
+
+    def __getitem__(self, alias: str) -> Any:
+        return type("Wrapper", (), {"vendor": self.vendor})()
+
+
+@pytest.mark.parametrize(("vendor", "driver"), [("postgresql", "postgres"), ("sqlite", "sqlite")])
+def test_an_unset_driver_follows_the_database(vendor: str, driver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.conf.connections", VendorConnections(vendor))
+    with override_settings(ULTIMATE_JOBS={}):
+        assert jobs_settings().driver == driver
+        assert (
+            driver_resolution() == f"ultimate_jobs: driver {driver!r} (DRIVER unset; DATABASES['default'] is {vendor})"
+        )
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "memory"}):  # a DRIVER set is taken as it is
+        assert jobs_settings().driver == "memory"
+        assert driver_resolution() == "ultimate_jobs: driver 'memory' (ULTIMATE_JOBS['DRIVER'])"
+
+
+def test_an_unset_driver_on_another_vendor_fails_the_check_naming_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.conf.connections", VendorConnections("mysql"))
+    (error,) = errors_for({})
+    assert error.id == "ultimate_jobs.X_SETTINGS_DRIVER_UNKNOWN"
+    assert "DRIVER" in error.msg and "mysql" in error.msg
+    assert "('postgres', 'sqlite', 'redis', 'memory')" in error.hint
+
+
+def test_the_sqlite_driver_on_another_database_is_refused() -> None:
+    (error,) = errors_for({"DRIVER": "sqlite"})  # the suite's database is PostgreSQL
+    assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_NOT_SQLITE"
+    assert "the sqlite driver needs SQLite" in error.msg and "'postgres'" in error.hint
+
+
+def test_manage_py_check_says_which_driver_it_resolved() -> None:
+    out = io.StringIO()
+    with override_settings(ULTIMATE_JOBS={}):
+        call_command("check", stdout=out)
+    assert "ultimate_jobs: driver 'postgres' (DRIVER unset; DATABASES['default'] is postgresql)" in out.getvalue()
+
+
 def test_the_redis_driver_is_refused_until_it_is_built() -> None:
     (error,) = [e for e in errors_for({"DRIVER": "redis"}) if e.id == "ultimate_jobs.X_DRIVER_UNAVAILABLE"]
     assert "not part of this build" in error.msg
@@ -279,10 +326,10 @@ def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -
     def throttled_sync(run: JobRun[dict[str, str]]) -> None:
         return None
 
-    for driver in ("memory", "postgres", "tests.unit.test_settings.leaseless_driver", "redis"):
+    for driver in ("memory", "postgres", "sqlite", "tests.unit.test_settings.leaseless_driver", "redis"):
         found = errors_for({"DRIVER": driver})
         unenforceable = [e for e in found if e.id == "ultimate_jobs.X_JOB_CONCURRENCY_UNENFORCEABLE"]
-        if driver in ("memory", "postgres"):
+        if driver in ("memory", "postgres", "sqlite"):
             assert unenforceable == [], driver
             continue
         (error,) = unenforceable
