@@ -2,6 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+SQLITE_PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
@@ -35,8 +36,11 @@ lint: venv
 	$(VENV)/bin/mypy ultimate_jobs
 	DJANGO_SETTINGS_MODULE=tests.settings $(PY) manage.py makemigrations --check --dry-run
 
+# The suite on PostgreSQL, then the SQLite half (tests/sqlite) under its own settings: the driver
+# conformance suite, the worker tests and the worker processes on one SQLite file.
 test: venv services browser lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(SQLITE_PYTEST_ARGS)
 
 demo: venv services
 	$(PY) manage.py shop_demo

@@ -68,7 +68,10 @@ def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks
                 "the database)",
             )
         ]
-    uses = (("the postgres driver", driver == "postgres"), ("the outbox", outbox in ("optional", "required")))
+    uses = (
+        ("the postgres driver", driver == "postgres"),
+        ("the outbox", outbox in ("optional", "required") and vendor != "sqlite"),  # SQLite stages it too
+    )
     users = [name for name, used in uses if used]
     if vendor == "postgresql" or not users:
         return []

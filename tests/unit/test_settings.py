@@ -243,15 +243,6 @@ def test_a_database_alias_not_in_databases_is_refused() -> None:
     assert "['default']" in error.hint
 
 
-class SqliteConnections:
-    """``django.db.connections`` with one SQLite alias (overriding DATABASES in a test is not supported)."""
-
-    settings = {"default": {}}
-
-    def __getitem__(self, alias: str) -> Any:
-        return type("Sqlite", (), {"vendor": "sqlite"})()
-
-
 @pytest.mark.parametrize(
     ("config", "users"),
     [
@@ -263,11 +254,18 @@ class SqliteConnections:
 def test_postgres_features_on_another_database_are_refused(
     config: dict[str, str], users: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ultimate_jobs.checks.connections", SqliteConnections())
+    monkeypatch.setattr("ultimate_jobs.checks.connections", VendorConnections("mysql"))
     (error,) = errors_for(config)
     assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_NOT_POSTGRES"
     assert error.msg.startswith(users)
     assert errors_for({"DRIVER": "memory", "OUTBOX": "off"}) == []
+
+
+def test_the_outbox_stages_on_sqlite_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.checks.connections", VendorConnections("sqlite"))
+    assert errors_for({"DRIVER": "sqlite", "OUTBOX": "required"}) == []
+    (error,) = errors_for({"DRIVER": "postgres", "OUTBOX": "required"})
+    assert error.msg.startswith("the postgres driver need")
 
 
 class VendorConnections:
