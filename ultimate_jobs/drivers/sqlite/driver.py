@@ -290,7 +290,11 @@ class SqliteDriver:
                         candidates.append(row)
                 candidates.sort(key=lambda r: (-r[5], ms(r[6]), r[0]))
                 take.extend(r[0] for r in candidates[:cap])
-            buried = q(sql.SQL_BURY, {"ids": dumps(bury), "drop": dumps(sorted(drop_exhausted)), "now": now_ts})
+            buried = (
+                q(sql.SQL_BURY, {"ids": dumps(bury), "drop": dumps(sorted(drop_exhausted)), "now": now_ts})
+                if bury
+                else []
+            )
             self._count_buried(buried, now)
             claimed_rows = (
                 q(
