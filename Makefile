@@ -42,7 +42,11 @@ test: venv services browser lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(SQLITE_PYTEST_ARGS)
 
-demo: venv services
+# The demo runs on the embedded default, an SQLite file under the project (.demo/shop.sqlite3, created on
+# first run) — no server. make demo DATABASE_URL=postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo runs
+# the same scenario on the Postgres driver (the local services are started for it).
+demo: venv
+	@case "$$DATABASE_URL" in postgres*|pgsql*) scripts/ensure_services.sh ;; esac
 	$(PY) manage.py shop_demo
 
 # The chaos suite at full size (make test runs its short form): real workers and relays SIGKILLed and a

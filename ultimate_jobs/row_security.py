@@ -274,7 +274,8 @@ def unenforced_aliases() -> tuple[str, ...]:
 def check_row_security(app_configs: Any = None, databases: Any = None, **_: Any) -> list[checks.CheckMessage]:
     """Warn when a scoped database's role bypasses row-level security, or a scoped table has none; say so
     (an Info, not an error) when a scoped model lives on a database with no row-level security (SQLite):
-    :class:`EnableTenantRowSecurity` is a no-op there and only the Python guard confines a run."""
+    :class:`EnableTenantRowSecurity` is a no-op there and only the Python guard confines a run. Like every
+    database check, it runs for the databases Django names (``check --database``, ``migrate``)."""
     found: list[checks.CheckMessage] = [
         checks.Info(
             f"database {alias!r} is {connections[alias].vendor}, which has no row-level security: "
@@ -283,6 +284,7 @@ def check_row_security(app_configs: Any = None, databases: Any = None, **_: Any)
             id="ultimate_jobs.X_TENANCY_ROW_SECURITY_UNAVAILABLE",
         )
         for alias in unenforced_aliases()
+        if databases and alias in databases  # the database checks: check --database, migrate
     ]
     for alias in scoped_aliases():
         if not databases or alias not in databases:

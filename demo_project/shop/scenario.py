@@ -1,5 +1,6 @@
 """The demo shop's scenario, end to end in one process: seed orders, enqueue the shop's jobs, drive
-them with :func:`ultimate_jobs.testing.run_jobs` on the Postgres driver and a frozen clock, and answer
+them with :func:`ultimate_jobs.testing.run_jobs` on the demo database's driver (SQLite by default, Postgres
+on a PostgreSQL ``DATABASE_URL``) and a frozen clock, and answer
 what happened to each job. Deterministic: the clock starts at a fixed instant, the outages are
 scripted and the retry jitter is seeded — only the minted job ids differ from run to run.
 
@@ -16,16 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
-
 from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.drivers.base import CounterTotals, JobFilter, JobRecord, StepRecord
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.durations import format_duration
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.events.memory import MemoryEventBus
+from ultimate_jobs.models import Job, JobCounter, JobLease, JobStep, PausedQueue, PausedTask, TaskFire, Worker
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .backend import DemoDriver, demo_driver
 from .jobs import (
     book_shipment,
     daily_sales_report,
@@ -132,7 +132,7 @@ class _Facts:
 
 
 @contextmanager
-def installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
+def installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     """Install ``clock``, ``driver`` and a memory event bus process-wide for the block, then put the
     defaults back (``set_job_driver(None)`` rebuilds from settings on next use)."""
     set_job_clock(clock)
@@ -185,11 +185,8 @@ def captured_events(clock: FrozenClock) -> Iterator[_EventLog]:
 
 def clear_queue() -> None:
     """Start from an empty queue: the demo database is the demo's own, so a second run repeats the first."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE x_jobs, x_job_steps, x_job_leases, x_job_counters, x_workers, x_job_paused_queues, "
-            "x_job_paused_tasks, x_job_task_fires"
-        )
+    for model in (Job, JobStep, JobLease, JobCounter, Worker, PausedQueue, PausedTask, TaskFire):
+        model.objects.all().delete()
 
 
 def seed_orders() -> None:
@@ -205,7 +202,7 @@ def seed_orders() -> None:
 def run_scenario(*, seed: int = 0) -> ScenarioResult:
     """Run the whole scenario and answer what happened. Writes ``Order`` rows in the default database."""
     clock = FrozenClock(start_ms=int(STARTS_AT.timestamp() * 1000))
-    driver = PostgresDriver(clock=clock)  # every statement takes the frozen clock's now
+    driver = demo_driver(clock)  # every statement takes the frozen clock's now
     clear_queue()
     shop = ShopServices(
         mailer=Mailer(outages=1),  # the first email fails with X_MAIL_TEMPORARY
@@ -290,7 +287,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
 
 
 def run_worker_part(
-    clock: FrozenClock, driver: PostgresDriver, shop: ShopServices
+    clock: FrozenClock, driver: DemoDriver, shop: ShopServices
 ) -> tuple[list[tuple[JobHandle[Any, Any], str]], list[JobExecution]]:
     """The same queue under a real worker (thread pools, heartbeat, deadlines) on the frozen clock:
     a payout batch stopped by its 30s timeout, and a second sync of one account refused while the
@@ -319,7 +316,7 @@ def run_worker_part(
     return handles, list(worker.executions)
 
 
-def _settled(driver: PostgresDriver, job_id: str) -> None:
+def _settled(driver: DemoDriver, job_id: str) -> None:
     """Wait (bounded, real time) until a worker thread has settled ``job_id`` out of ``running``."""
     deadline = time.monotonic() + HANG_LIMIT_SECONDS
     while (record := driver.introspect.get(job_id)) is not None and record.state == "running":

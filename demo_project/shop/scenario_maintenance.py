@@ -7,7 +7,8 @@ Then the clock moves on eight days and ``x.purge`` — the sweep the app declare
 removes the finished job rows past their retention (done: 7 days). ``run_maintenance_part()`` answers
 printable lines; the ``shop_demo`` command prints them after the other parts.
 
-It runs on the Postgres driver with a frozen job clock, in this process (``run_jobs``).
+It runs on the demo database's driver (SQLite or Postgres) with a frozen job clock, in this process
+(``run_jobs``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from contextlib import contextmanager
 from django.db import connection
 
 from ultimate_jobs import operator, set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.retention import retention_sweep
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .backend import DemoDriver, demo_driver
 from .jobs import settle_charged_orders
 from .models import Order
 
@@ -30,7 +31,7 @@ STRANDED = [("org-acme", "2001", 1_200), ("org-acme", "2002", 800), ("org-globex
 
 
 @contextmanager
-def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
+def _installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     set_job_clock(clock)
     set_job_driver(driver)
     try:
@@ -43,7 +44,7 @@ def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
 def run_maintenance_part() -> list[str]:
     """Sweep the stranded orders with a backfill, then run the retention sweep a week later."""
     clock = FrozenClock()
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     with _installed(clock, driver):
         return [*_backfill(clock), "", *_retention(clock)]
 

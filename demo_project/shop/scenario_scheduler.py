@@ -2,9 +2,9 @@
 this scenario publishes. ``run_scheduler_part()`` answers printable lines; the ``shop_demo`` command
 prints them after the main scenario.
 
-It runs on the Postgres driver with a frozen job clock (Tuesday 03:00 in Berlin, the nightly task's own
-instant) and the Postgres event bus — whose clock is the DATABASE's, so the wait is stamped and judged
-on the same clock the publish is, whatever the job clock says.
+It runs on the demo database's driver with a frozen job clock (Tuesday 03:00 in Berlin, the nightly task's
+own instant) and that database's stored event bus — whose clock is the database's (on SQLite, the one
+host's), so the wait is stamped and judged on the same clock the publish is, whatever the job clock says.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from ultimate_jobs import next_task_run, postgres_event_bus, publish_event, set_event_bus, set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs import next_task_run, publish_event, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
+from .backend import DemoDriver, demo_driver, demo_event_bus
 from .jobs import await_bank_transfer
 from .models import Order
 from .tasks import SHOP_ZONE, nightly_sales_report
@@ -28,10 +28,10 @@ TRANSFER_ORDER = ("org-acme", "1003")
 
 
 @contextmanager
-def _installed(clock: FrozenClock, driver: PostgresDriver) -> Iterator[None]:
+def _installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     set_job_clock(clock)
     set_job_driver(driver)
-    set_event_bus(postgres_event_bus(driver.executor))
+    set_event_bus(demo_event_bus(driver))
     try:
         yield
     finally:
@@ -47,7 +47,7 @@ def _when(ms: int) -> str:
 def run_scheduler_part() -> list[str]:
     """Fire the nightly task by hand and run a job that waits for an event; answer what happened."""
     clock = FrozenClock(start_ms=int(TUESDAY_3AM_BERLIN.timestamp() * 1000))
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     lines: list[str] = []
     with _installed(clock, driver):
         lines += _nightly_task(clock, driver)
@@ -56,7 +56,7 @@ def run_scheduler_part() -> list[str]:
     return lines
 
 
-def _nightly_task(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
+def _nightly_task(clock: FrozenClock, driver: DemoDriver) -> list[str]:
     described = nightly_sales_report.describe()
     now = clock.now_ms()
     answers = nightly_sales_report.enqueue()  # by hand: every entry now, with the job's own idempotency key
@@ -80,7 +80,7 @@ def _nightly_task(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
     return lines
 
 
-def _event_wait(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
+def _event_wait(clock: FrozenClock, driver: DemoDriver) -> list[str]:
     org_id, number = TRANSFER_ORDER
     Order.objects.update_or_create(
         org_id=org_id, number=number, defaults={"total_cents": 12_500, "status": Order.Status.PLACED}
@@ -100,7 +100,7 @@ def _event_wait(clock: FrozenClock, driver: PostgresDriver) -> list[str]:
     return [
         f"await_bank_transfer {queued.id[-8:]} for order {number}: {' → '.join(waiting) or '-'} "
         "(waiting on bank.transfer.received, holding no process)",
-        f"  published bank.transfer.received for order {number}, stamped {published_at} by the database clock",
+        f"  published bank.transfer.received for order {number}, stamped {published_at} by the bus clock",
         f"  next poll: {done.outcome if done else 'not run'} — reference "
         f"{(done.result or {}).get('reference', '-') if done else '-'}; order {number} is now {order.status}",
     ]
