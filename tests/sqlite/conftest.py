@@ -4,6 +4,7 @@ module that re-exports the shared driver-agnostic tests (``any_jobs`` users) run
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 
 import pytest
@@ -26,12 +27,16 @@ def any_jobs(request: pytest.FixtureRequest) -> Iterator[AnyJobsEnv]:
         yield env  # type: ignore[misc]
 
 
-def shared_tests(module: object) -> dict[str, object]:
+def shared_tests(module: object, *, using: tuple[str, ...] = ()) -> dict[str, object]:
     """The test functions of ``module`` that run on every driver: those not pinned to one driver
-    (``any_jobs`` parametrized indirectly with a single named driver — memory_only, postgres_only)."""
+    (``any_jobs`` parametrized indirectly with a single named driver — memory_only, postgres_only) and,
+    when ``using`` names fixtures, only those asking for one of them (a module whose other tests are
+    about something else, such as its own Postgres processes)."""
     found: dict[str, object] = {}
     for name, fn in vars(module).items():
         if not name.startswith("test_") or not callable(fn):
+            continue
+        if using and not set(using) & set(inspect.signature(fn).parameters):
             continue
         pinned = any(
             mark.name == "parametrize" and mark.args and mark.args[0] == "any_jobs"
@@ -40,3 +45,11 @@ def shared_tests(module: object) -> dict[str, object]:
         if not pinned:
             found[name] = fn
     return found
+
+
+def adopt_shared_tests(namespace: dict[str, object], module: object, *, using: tuple[str, ...] = ()) -> None:
+    """Make ``namespace`` (a test module's ``globals()`` after ``from module import *`` for its fixtures and
+    helpers) collect exactly :func:`shared_tests` of ``module``: the star import's other tests go."""
+    for name in [n for n in namespace if n.startswith("test_")]:
+        del namespace[name]
+    namespace.update(shared_tests(module, using=using))
