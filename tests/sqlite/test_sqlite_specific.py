@@ -16,6 +16,7 @@ from django.test import override_settings
 from ultimate_jobs.conf import build_driver, jobs_settings
 from ultimate_jobs.drivers.base import EnqueueRequest, NackOptions
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
+from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import event_bus, reset_event_bus
 from ultimate_jobs.events.sqlite import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.row_security import check_row_security
@@ -168,3 +169,11 @@ def test_enqueue_request_ids_in_any_spelling_name_one_row(driver: SqliteDriver) 
     )
     assert first.id == "0190c1a2-0000-7000-8000-000000000001"
     assert driver.introspect.get("0190c1a2000070008000000000000001") is not None
+
+
+def test_a_request_id_that_is_no_uuid_is_refused_before_any_row(driver: SqliteDriver) -> None:
+    bad = EnqueueRequest("conformance.job", "conformance", {}, "k", None, 3, id="job-1")
+    with pytest.raises(UltimateError) as caught:
+        driver.enqueue_many([request(key="ok"), bad])
+    assert caught.value.code == "X_INVARIANT" and "must be UUIDs" in caught.value.message
+    assert driver.stats() == []

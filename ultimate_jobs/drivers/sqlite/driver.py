@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from ...clock import Clock, system_clock
-from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, JobDuplicateError
+from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
 from ...ids import new_id
 from ...logs import log_event
 from ..base import (
@@ -169,8 +169,10 @@ class SqliteDriver:
         job_id = hex_id(request.id) if request.id is not None else uuid.UUID(new_id()).hex
         run_id = hex_id(request.run_id) if request.run_id is not None else uuid.UUID(new_id()).hex
         if job_id is None or run_id is None:
-            raise JobDuplicateError(  # pragma: no cover - the callers mint uuids
-                f"{request.name}: id {request.id!r} / run id {request.run_id!r} is no uuid", {"job": request.name}
+            raise InvariantError(
+                f"{request.name}: the request's id {request.id!r} and run id {request.run_id!r} must be UUIDs "
+                "(leave them None and the driver mints them)",
+                {"job": request.name},
             )
         run_at = now if request.run_at_ms is None else request.run_at_ms
         return {
