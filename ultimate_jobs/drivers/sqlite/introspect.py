@@ -9,12 +9,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ...errors import (
-    JobDuplicateError,
     JobNotFoundError,
     JobNotPromotableError,
     JobNotRemovableError,
     JobNotRequeueableError,
-    JobPageInvalidError,
 )
 from ...logs import log_event
 from ..base import (
@@ -37,18 +35,16 @@ from ..base import (
     TaskFire,
     WorkerInfo,
     check_page,
-    decode_cursor,
 )
+from ..postgres.introspect import _cursor as _uuid_cursor
+from ..postgres.introspect import _duplicate, _not_found
+from ..postgres.introspect import _id_range as _uuid_range
 from . import sql as sql_hot
 from . import sql_operator as sql
 from .rows import dashed, dumps, hex_id, job_record, ms, step_record, ts, worker_info, worker_params
 
 if TYPE_CHECKING:
     from .driver import SqliteDriver
-
-_UUID_LOW = "00000000-0000-0000-0000-000000000000"
-_UUID_HIGH = "ffffffff-ffff-ffff-ffff-ffffffffffff"
-_HEX = frozenset("0123456789abcdef")
 
 
 class SqliteIntrospection:
@@ -339,42 +335,15 @@ class SqliteIntrospection:
 
 
 def _cursor(cursor: str | None, which: str) -> tuple[int, str] | None:
-    """A decoded cursor whose id can name a row (as its column text); anything else is ``X_JOB_PAGE_INVALID``."""
-    if cursor is None:
-        return None
-    created, job_id = decode_cursor(cursor, which=which)
-    canonical = hex_id(job_id)
-    if canonical is None:
-        raise JobPageInvalidError(
-            f"filter.{which} is not a cursor a page produced; pass job_cursor(row) of a row from the previous page. "
-            "Fix: python manage.py jobs list --limit 200 --json",
-            {"cursor": which},
-        )
-    return created, canonical
+    """A decoded cursor (the Postgres driver's rules and refusal) with its id as the column text."""
+    decoded = _uuid_cursor(cursor, which)
+    return None if decoded is None else (decoded[0], decoded[1].replace("-", ""))
 
 
 def _id_range(prefix: str | None) -> tuple[str | None, str | None] | None:
-    """The id column range whose dashed text starts with ``prefix``: ``(None, None)`` for no prefix, ``None``
-    for a prefix no id's canonical text starts with (ids print lowercase, dashed)."""
-    if prefix is None:
-        return None, None
-    if len(prefix) > len(_UUID_LOW):
-        return None
-    for ch, shape in zip(prefix, _UUID_LOW, strict=False):
-        if (shape == "-") != (ch == "-") or (ch != "-" and ch not in _HEX):
-            return None
-    low = prefix + _UUID_LOW[len(prefix) :]
-    high = prefix + _UUID_HIGH[len(prefix) :]
-    return low.replace("-", ""), high.replace("-", "")
-
-
-def _not_found(job_id: str) -> JobNotFoundError:
-    return JobNotFoundError(
-        f"no queue holds job {job_id!r}. Fix: python manage.py jobs list --json", {"job_id": job_id}
-    )
-
-
-def _duplicate(job_id: str, key: str | None, holder: str) -> JobDuplicateError:
-    return JobDuplicateError(
-        f"job {job_id}'s idempotency key {key!r} is held by live job {holder}", {"job_id": job_id, "holder": holder}
-    )
+    """The id column range whose dashed text starts with ``prefix`` (the Postgres driver's range, as
+    column text): ``(None, None)`` for no prefix, ``None`` for a prefix no id's canonical text starts with."""
+    found = _uuid_range(prefix)
+    if found is None or found[0] is None or found[1] is None:
+        return found
+    return found[0].replace("-", ""), found[1].replace("-", "")
