@@ -89,11 +89,11 @@ class SqliteExecutor:
         """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception), or a
         savepoint inside the caller's ``atomic()`` block."""
         conn = connections[self.alias]
-        if conn.in_atomic_block:
+        raw = self._raw()
+        if conn.in_atomic_block or raw.in_transaction:  # the caller's transaction (atomic, or autocommit off)
             with transaction.atomic(using=self.alias):
                 yield
             return
-        raw = self._raw()
         conn.validate_no_broken_transaction()
         with conn.wrap_database_errors:
             raw.execute(SQL_BEGIN_IMMEDIATE)
