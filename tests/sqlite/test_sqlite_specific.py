@@ -177,3 +177,14 @@ def test_a_request_id_that_is_no_uuid_is_refused_before_any_row(driver: SqliteDr
         driver.enqueue_many([request(key="ok"), bad])
     assert caught.value.code == "X_INVARIANT" and "must be UUIDs" in caught.value.message
     assert driver.stats() == []
+
+
+def test_the_migrations_build_0008s_indexes_plainly_on_sqlite() -> None:
+    out = io.StringIO()
+    call_command("sqlmigrate", "ultimate_jobs", "0008", stdout=out)
+    statements = [line for line in out.getvalue().splitlines() if line.startswith("CREATE")]
+    assert [s.split(" ON ")[0] for s in statements] == [
+        'CREATE INDEX "x_jobs_live_queue_idx"',
+        'CREATE INDEX "x_jobs_finished_idx"',
+        'CREATE INDEX "x_outbox_published_idx"',
+    ]
