@@ -188,3 +188,16 @@ def test_the_migrations_build_0008s_indexes_plainly_on_sqlite() -> None:
         'CREATE INDEX "x_jobs_finished_idx"',
         'CREATE INDEX "x_outbox_published_idx"',
     ]
+
+
+def test_under_debug_every_statement_shows_in_the_connections_queries(driver: SqliteDriver) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        driver.enqueue(request(key="seen"))
+        (job,) = claim(driver, limit=1)
+        assert driver.ack(job.id, job.ref)
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert any(s.startswith("INSERT INTO x_jobs") for s in statements)
+    assert any("UPDATE x_jobs AS j\nSET state = 'running'" in s for s in statements)
+    assert any("SET state = 'done'" in s for s in statements)
