@@ -27,14 +27,15 @@ def any_jobs(request: pytest.FixtureRequest) -> Iterator[AnyJobsEnv]:
         yield env  # type: ignore[misc]
 
 
-def shared_tests(module: object, *, using: tuple[str, ...] = ()) -> dict[str, object]:
+def shared_tests(module: object, *, using: tuple[str, ...] = (), leave_out: tuple[str, ...] = ()) -> dict[str, object]:
     """The test functions of ``module`` that run on every driver: those not pinned to one driver
     (``any_jobs`` parametrized indirectly with a single named driver — memory_only, postgres_only) and,
     when ``using`` names fixtures, only those asking for one of them (a module whose other tests are
-    about something else, such as its own Postgres processes)."""
+    about something else, such as its own Postgres processes); ``leave_out`` names tests that are about
+    Postgres itself (each module says why)."""
     found: dict[str, object] = {}
     for name, fn in vars(module).items():
-        if not name.startswith("test_") or not callable(fn):
+        if not name.startswith("test_") or not callable(fn) or name in leave_out:
             continue
         if using and not set(using) & set(inspect.signature(fn).parameters):
             continue
@@ -47,9 +48,11 @@ def shared_tests(module: object, *, using: tuple[str, ...] = ()) -> dict[str, ob
     return found
 
 
-def adopt_shared_tests(namespace: dict[str, object], module: object, *, using: tuple[str, ...] = ()) -> None:
+def adopt_shared_tests(
+    namespace: dict[str, object], module: object, *, using: tuple[str, ...] = (), leave_out: tuple[str, ...] = ()
+) -> None:
     """Make ``namespace`` (a test module's ``globals()`` after ``from module import *`` for its fixtures and
     helpers) collect exactly :func:`shared_tests` of ``module``: the star import's other tests go."""
     for name in [n for n in namespace if n.startswith("test_")]:
         del namespace[name]
-    namespace.update(shared_tests(module, using=using))
+    namespace.update(shared_tests(module, using=using, leave_out=leave_out))
