@@ -72,8 +72,8 @@ def spawn(lite: ModuleType) -> Iterator[Spawn]:
         "ULTIMATE_JOBS_SQLITE_DB": str(connection.settings_dict["NAME"]),
     }
 
-    def start(name: str, *, vt: str = "30s", concurrency: int = 4) -> Child:
-        args = [sys.executable, "manage.py", "jobs_worker", "--queues", QUEUE, "--concurrency", str(concurrency)]
+    def start(name: str, *, vt: str = "30s", concurrency: int = 4, command: str = "jobs_worker") -> Child:
+        args = [sys.executable, "manage.py", command, "--queues", QUEUE, "--concurrency", str(concurrency)]
         args += ["--drain-deadline", f"{DRAIN_DEADLINE_S:g}s"]
         child = Child(name, args, {**base_env, "UJ_VT": vt})
         children.append(child)
@@ -186,3 +186,21 @@ def test_sigterm_drains_the_job_uncounted_and_another_worker_takes_it_at_once(sp
     assert time.monotonic() - sent < 15.0  # far inside the 30 s visibility timeout: a hand-back, not a lapse
     assert (done["attempts"], done["last_code"]) == (1, "X_DRAINING")  # the drained attempt was not counted
     assert markers(job_id) == [("running", a.pid, 1), ("again", b.pid, 1)], b.describe()
+
+
+@pytest.mark.slow
+def test_jobs_dev_runs_every_role_on_one_file_and_drains_them_on_sigterm(spawn: Spawn, lite: ModuleType) -> None:
+    dev = spawn("dev", command="jobs_dev")
+    banner = dev.line(0)
+    assert banner.startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
+    job_id = lite.record_effect.enqueue({"key": "dev"}).id
+    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
+    held = lite.hold_retry.enqueue({"key": "dev-drain"}).id
+    eventually(lambda: markers(held) == [("running", dev.pid, 1)], timeout=START_S, interval=POLL_S)
+
+    sent = time.monotonic()
+    dev.signal(signal.SIGTERM)
+    assert dev.wait() == 0, dev.describe()
+    assert time.monotonic() - sent < DRAIN_DEADLINE_S
+    interrupted = job_row(held)
+    assert (interrupted["state"], interrupted["attempts"]) == ("ready", 0), interrupted  # handed back uncounted
