@@ -6,6 +6,7 @@ VENV6 := .venv-dj6
 DJANGO_LTS := Django>=5.2,<5.3
 DJANGO_6 := Django>=6.1,<6.2
 PYTEST_ARGS ?=
+SQLITE_PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
@@ -49,12 +50,19 @@ lint: venv
 	$(VENV)/bin/mypy ultimate_jobs
 	DJANGO_SETTINGS_MODULE=tests.settings $(PY) manage.py makemigrations --check --dry-run
 
-# The whole suite twice: Django 5.2 LTS on Python 3.11, then Django 6.1 on Python 3.12+ (lint runs once).
+# The whole suite on PostgreSQL twice — Django 5.2 LTS on Python 3.11, then Django 6.1 on Python 3.12+ (lint
+# runs once) — then the SQLite half (tests/sqlite) under its own settings: the driver conformance suite, the
+# worker tests and the worker processes on one SQLite file.
 test: venv venv6 services browser lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 	$(VENV6)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(SQLITE_PYTEST_ARGS)
 
-demo: venv services
+# The demo runs on the embedded default, an SQLite file under the project (.demo/shop.sqlite3, created on
+# first run) — no server. make demo DATABASE_URL=postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo runs
+# the same scenario on the Postgres driver (the local services are started for it).
+demo: venv
+	@case "$$DATABASE_URL" in postgres*|pgsql*) scripts/ensure_services.sh ;; esac
 	$(PY) manage.py shop_demo
 
 # The chaos suite at full size (make test runs its short form): real workers and relays SIGKILLed and a

@@ -58,6 +58,19 @@ def ours_library(plan: Plan, log: Path) -> Library:
     return local_library(ours.subject(), ours.prepare_ours, ours.run_case, plan, log)
 
 
+def sqlite_library(plan: Plan, log: Path) -> Library:
+    """ultimate_jobs on the SQLite driver: one file, one worker process (bench/sqlite.py)."""
+    from bench import ours, sqlite
+
+    ours.setup()
+    return Library(
+        name=sqlite.NAME,
+        prepare=sqlite.prepare,
+        run_case=lambda case, params: sqlite.run_case(case, params, plan, log),
+        info=sqlite.info(),
+    )
+
+
 def bare_library(plan: Plan, log: Path) -> Library:
     from bench import bare, procedure
 
@@ -101,6 +114,8 @@ def build_libraries(plan: Plan, log: Path, wanted: list[str], problems: dict[str
                 lib = ours_library(plan, log)
             elif name == "bare psycopg":
                 lib = bare_library(plan, log)
+            elif name == "ultimate_jobs sqlite":
+                lib = sqlite_library(plan, log)
             else:
                 if python is None:
                     from bench.peers_env import ensure_peers_venv

@@ -40,6 +40,8 @@ LATENCY_TABLE = "bench_latency"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parent.parent
+SQLITE_FILE = ROOT / "bench" / "results" / "sqlite" / "bench.sqlite3"
+"""The SQLite column's database file (``bench/sqlite.py``), copied fresh from its template per measurement."""
 
 
 def conninfo(dbname: str) -> str:

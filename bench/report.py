@@ -13,7 +13,7 @@ from typing import Any
 from bench.common import connect, median_of
 from bench.plan import Plan
 
-LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg")
+LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg", "ultimate_jobs sqlite")
 LOAD_WARNING = 0.5
 
 METHOD = (

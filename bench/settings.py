@@ -1,9 +1,12 @@
 """Django settings for the bench, Django's defaults otherwise: ultimate_jobs on the postgres driver over a
 dedicated database (``ultimate_jobs_bench``, created and migrated by ``python -m bench``), and the ``bench``
 app whose ``jobs.py`` declares the measured jobs. Worker processes (``manage.py jobs_worker``) run under it
-too."""
+too. The ``sqlite`` alias is the SQLite column's file (``bench/sqlite.py``); its worker processes run under
+``bench.settings_sqlite``."""
 
-from bench.common import PG_HOST, PG_PASSWORD, PG_PORT, PG_USER
+import os
+
+from bench.common import PG_HOST, PG_PASSWORD, PG_PORT, PG_USER, SQLITE_FILE
 
 BENCH_DATABASE = "ultimate_jobs_bench"
 
@@ -24,6 +27,11 @@ DATABASES = {
         "HOST": PG_HOST,
         "PORT": PG_PORT,
         # CONN_MAX_AGE is left at Django's default (0), as the README does not tell users to change it.
+    },
+    "sqlite": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("BENCH_SQLITE_FILE", str(SQLITE_FILE)),
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
     },
 }
 

@@ -29,9 +29,16 @@ INSTALLED_APPS = [
     "demo_project.shop",
 ]
 
+# The embedded default: an SQLite file under the project, created on first run — no server. A PostgreSQL
+# DATABASE_URL (make demo DATABASE_URL=postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo) runs the same
+# demo on the Postgres driver: ULTIMATE_JOBS['DRIVER'] is left unset, so it follows the database.
+DEMO_SQLITE_FILE = env("DEMO_SQLITE_FILE", default=str(BASE_DIR / ".demo" / "shop.sqlite3"))
 DATABASES = {
-    "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo"),
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{DEMO_SQLITE_FILE}"),
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # writers wait for SQLite's one write lock instead of failing; atomic() takes it up front
+    DATABASES["default"].setdefault("OPTIONS", {}).update(timeout=30, transaction_mode="IMMEDIATE")
 
 # The shop's outbound work (demo_project/shop/outbound.py): where exports land, and the webhook secret.
 SHOP_EXPORT_DIR = env("SHOP_EXPORT_DIR", default=str(BASE_DIR / "var" / "exports"))
@@ -40,7 +47,7 @@ SHOP_WEBHOOK_SECRET = env("SHOP_WEBHOOK_SECRET", default="demo-webhook-secret")
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 ULTIMATE_JOBS = {
-    "DRIVER": env("ULTIMATE_JOBS_DRIVER", default="postgres"),
+    **({"DRIVER": env("ULTIMATE_JOBS_DRIVER")} if env("ULTIMATE_JOBS_DRIVER", default=None) else {}),
     "REDIS_URL": REDIS_URL,
     # What a shop job reads as run.ctx: the payment gateway, mailer, carrier and warehouse.
     "CONTEXT": "demo_project.shop.services.shop_services",

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import pytest
@@ -126,3 +127,13 @@ def own_backfills() -> Iterator[None]:
     finally:
         for handle in hidden:
             registry.register(handle)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/sqlite runs under ``--ds=tests.sqlite_settings`` only (``make test`` runs it so); under the
+    Postgres settings its modules are not collected."""
+    if collection_path.name == "sqlite" and collection_path.parent == Path(__file__).parent:
+        from django.conf import settings
+
+        return settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3"
+    return None

@@ -9,7 +9,8 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
   ``X_SETTINGS_LIMITS_INVALID``, ``X_SETTINGS_REDIS_URL_INVALID``, ``X_SETTINGS_ENVIRONMENT_INVALID``;
 - what only the rest of the project can answer: ``X_SETTINGS_DATABASE_UNKNOWN`` (``DATABASE`` is no alias
   of ``DATABASES``), ``X_SETTINGS_DATABASE_NOT_POSTGRES`` (the Postgres driver or the outbox on another
-  database), ``X_SETTINGS_CONTEXT_UNIMPORTABLE``, ``X_SETTINGS_DRIVER_UNKNOWN`` (a dotted path that does
+  database), ``X_SETTINGS_DATABASE_NOT_SQLITE`` (the SQLite driver on another database),
+  ``X_SETTINGS_CONTEXT_UNIMPORTABLE``, ``X_SETTINGS_DRIVER_UNKNOWN`` (a dotted path that does
   not import to a callable), ``X_DRIVER_UNAVAILABLE`` (the redis driver without redis-py installed) and
   ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
 """
@@ -27,6 +28,7 @@ from .conf import CHECK_DRIVER_UNKNOWN, read_settings
 OBJ = "settings.ULTIMATE_JOBS"
 CHECK_DATABASE_UNKNOWN = "X_SETTINGS_DATABASE_UNKNOWN"
 CHECK_DATABASE_NOT_POSTGRES = "X_SETTINGS_DATABASE_NOT_POSTGRES"
+CHECK_DATABASE_NOT_SQLITE = "X_SETTINGS_DATABASE_NOT_SQLITE"
 CHECK_CONTEXT_UNIMPORTABLE = "X_SETTINGS_CONTEXT_UNIMPORTABLE"
 CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
 CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
@@ -59,7 +61,19 @@ def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks
             )
         ]
     vendor = connections[alias].vendor
-    uses = (("the postgres driver", driver == "postgres"), ("the outbox", outbox in ("optional", "required")))
+    if driver == "sqlite" and vendor != "sqlite":
+        return [
+            _error(
+                CHECK_DATABASE_NOT_SQLITE,
+                f"the sqlite driver needs SQLite; ULTIMATE_JOBS['DATABASE'] = {alias!r} is {vendor}",
+                "point DATABASE at an SQLite alias, or set DRIVER = 'postgres' (or leave DRIVER unset: it follows "
+                "the database)",
+            )
+        ]
+    uses = (
+        ("the postgres driver", driver == "postgres"),
+        ("the outbox", outbox in ("optional", "required") and vendor != "sqlite"),  # SQLite stages it too
+    )
     users = [name for name, used in uses if used]
     if vendor == "postgresql" or not users:
         return []
@@ -87,8 +101,8 @@ def _driver(name: str) -> list[checks.CheckMessage]:
                 )
             ]
         return []
-    has_leases = True  # the memory, postgres and redis drivers keep a lease store
-    if name not in ("memory", "postgres"):
+    has_leases = True  # the memory, postgres, sqlite and redis drivers keep a lease store
+    if name not in ("memory", "postgres", "sqlite"):
         try:
             factory = import_string(name)
             if not callable(factory):

@@ -3,8 +3,9 @@ process-wide driver and clock.
 
 Every key is read here and nowhere else; :func:`read_settings` runs every reader at once for the system
 check (:mod:`ultimate_jobs.checks`), :func:`jobs_settings` raises the first refusal where a setting is
-used. ``REDIS_URL`` is the server the Redis driver (``DRIVER = "redis"``) connects to. ``ENVIRONMENT`` is
-what a backfill's ``environments=`` are matched against.
+used. ``DRIVER`` unset follows the database: ``postgres`` on a PostgreSQL ``DATABASE`` alias, ``sqlite`` on
+an SQLite one (:func:`resolve_driver`). ``REDIS_URL`` is the server the Redis driver (``DRIVER = "redis"``)
+connects to. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched against.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.db import connections
 from django.utils.module_loading import import_string
 
 from .clock import Clock, system_clock
@@ -26,7 +28,9 @@ from .durations import parse_duration
 from .errors import DriverUnavailableError, InvariantError
 from .limits import LimitConfig
 
-DRIVERS = ("postgres", "redis", "memory")
+DRIVERS = ("postgres", "sqlite", "redis", "memory")
+DRIVER_FOR_VENDOR = {"postgresql": "postgres", "sqlite": "sqlite"}
+"""The driver an unset ``DRIVER`` resolves to, by the vendor of the ``DATABASE`` alias."""
 OUTBOX_MODES = ("optional", "required", "off")
 
 # The system-check ids (``ultimate_jobs.<id>``) a value that cannot be read reports under.
@@ -314,8 +318,15 @@ def read_settings() -> tuple[dict[str, Any], list[SettingError]]:
     ]
     values: dict[str, Any] = {}
     for key, (name, default, reader) in _KEYS.items():
+        if key == "DRIVER" and key not in raw:
+            continue  # follows the database, below
         try:
             values[name] = reader(raw.get(key, default))
+        except SettingError as exc:
+            errors.append(exc)
+    if "DRIVER" not in raw and "database" in values:
+        try:
+            values["driver"] = resolve_driver(values["database"])
         except SettingError as exc:
             errors.append(exc)
     if values.get("metrics_public") and values.get("metrics_token") is not None:
@@ -328,6 +339,37 @@ def read_settings() -> tuple[dict[str, Any], list[SettingError]]:
             )
         )
     return values, errors
+
+
+def resolve_driver(alias: str) -> str:
+    """The driver an unset ``DRIVER`` means for database ``alias``: ``postgres`` on PostgreSQL, ``sqlite`` on
+    SQLite; any other vendor is ``X_SETTINGS_DRIVER_UNKNOWN`` naming the choices. An alias that is not in
+    ``DATABASES`` answers ``postgres`` (the check reports the alias itself: ``X_SETTINGS_DATABASE_UNKNOWN``)."""
+    if alias not in connections.settings:
+        return "postgres"
+    vendor = connections[alias].vendor
+    if vendor in DRIVER_FOR_VENDOR:
+        return DRIVER_FOR_VENDOR[vendor]
+    raise SettingError(
+        "DRIVER",
+        CHECK_DRIVER_UNKNOWN,
+        f"is unset and DATABASES[{alias!r}] is {vendor}, which no built-in driver runs on",
+        f"set DRIVER to one of {DRIVERS} (postgres needs PostgreSQL, sqlite needs SQLite) or a dotted path, "
+        "or point DATABASE at a PostgreSQL or SQLite alias",
+    )
+
+
+def driver_resolution() -> str:
+    """One line saying which driver the settings resolve to and why — what ``manage.py check`` prints."""
+    values, _ = read_settings()
+    if "driver" not in values:
+        return "ultimate_jobs: no driver resolves; see the errors above"
+    raw = getattr(settings, "ULTIMATE_JOBS", None) or {}
+    database = values.get("database", "default")
+    if isinstance(raw, Mapping) and "DRIVER" in raw:
+        return f"ultimate_jobs: driver {values['driver']!r} (ULTIMATE_JOBS['DRIVER'])"
+    vendor = connections[database].vendor if database in connections.settings else "unknown"
+    return f"ultimate_jobs: driver {values['driver']!r} (DRIVER unset; DATABASES[{database!r}] is {vendor})"
 
 
 def jobs_settings() -> JobsSettings:
@@ -355,6 +397,12 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
         from .drivers.postgres.driver import PostgresDriver
 
         return PostgresDriver(
+            alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
+        )
+    if config.driver == "sqlite":
+        from .drivers.sqlite.driver import SqliteDriver
+
+        return SqliteDriver(
             alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
         )
     if config.driver == "redis":

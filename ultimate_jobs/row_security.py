@@ -260,9 +260,35 @@ def install() -> None:
 # -- the system check ---------------------------------------------------------------------------------
 
 
+def unenforced_aliases() -> tuple[str, ...]:
+    """The non-Postgres database aliases some tenant-scoped model is written to: row-level security is a
+    PostgreSQL feature, so there only the Python guard holds."""
+    from .tenancy import TenantScopedModel
+
+    found = set()
+    for model in apps.get_models():
+        if issubclass(model, TenantScopedModel):
+            alias = router.db_for_write(model)
+            if connections[alias].vendor != "postgresql":
+                found.add(alias)
+    return tuple(sorted(found))
+
+
 def check_row_security(app_configs: Any = None, databases: Any = None, **_: Any) -> list[checks.CheckMessage]:
-    """Warn when a scoped database's role bypasses row-level security, or a scoped table has none."""
-    found: list[checks.CheckMessage] = []
+    """Warn when a scoped database's role bypasses row-level security, or a scoped table has none; say so
+    (an Info, not an error) when a scoped model lives on a database with no row-level security (SQLite):
+    :class:`EnableTenantRowSecurity` is a no-op there and only the Python guard confines a run. Like every
+    database check, it runs for the databases Django names (``check --database``, ``migrate``)."""
+    found: list[checks.CheckMessage] = [
+        checks.Info(
+            f"database {alias!r} is {connections[alias].vendor}, which has no row-level security: "
+            "EnableTenantRowSecurity does nothing there, and only the Python guard confines a run to its org",
+            hint="for the database itself to refuse another org's rows, run the tenant-scoped models on PostgreSQL",
+            id="ultimate_jobs.X_TENANCY_ROW_SECURITY_UNAVAILABLE",
+        )
+        for alias in unenforced_aliases()
+        if databases and alias in databases  # the database checks: check --database, migrate
+    ]
     for alias in scoped_aliases():
         if not databases or alias not in databases:
             continue  # Django asks for the databases a check may query (none unless --database / migrate)

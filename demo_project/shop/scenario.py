@@ -1,5 +1,6 @@
 """The demo shop's scenario, end to end in one process: seed orders, enqueue the shop's jobs, drive
-them with :func:`ultimate_jobs.testing.run_jobs` on the Postgres driver and a frozen clock, and answer
+them with :func:`ultimate_jobs.testing.run_jobs` on the demo database's driver (SQLite by default, Postgres
+on a PostgreSQL ``DATABASE_URL``) and a frozen clock, and answer
 what happened to each job. Deterministic: the clock starts at a fixed instant, the outages are
 scripted and the retry jitter is seeded — only the minted job ids differ from run to run.
 
@@ -16,16 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
-
 from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.drivers.base import CounterTotals, JobFilter, JobRecord, StepRecord
 from ultimate_jobs.durations import format_duration
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.events.memory import MemoryEventBus
+from ultimate_jobs.models import Job, JobCounter, JobLease, JobStep, PausedQueue, PausedTask, TaskFire, Worker
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-from .demo_driver import DemoDriver, clear_redis_store, demo_driver, on_redis
+from .backend import DemoDriver, clear_redis_store, demo_driver, on_redis
 from .jobs import (
     book_shipment,
     daily_sales_report,
@@ -188,11 +188,8 @@ def clear_queue() -> None:
     if on_redis():
         clear_redis_store()
         return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE x_jobs, x_job_steps, x_job_leases, x_job_counters, x_workers, x_job_paused_queues, "
-            "x_job_paused_tasks, x_job_task_fires"
-        )
+    for model in (Job, JobStep, JobLease, JobCounter, Worker, PausedQueue, PausedTask, TaskFire):
+        model.objects.all().delete()
 
 
 def seed_orders() -> None:

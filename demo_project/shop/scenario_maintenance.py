@@ -7,7 +7,8 @@ Then the clock moves on eight days and ``x.purge`` — the sweep the app declare
 removes the finished job rows past their retention (done: 7 days). ``run_maintenance_part()`` answers
 printable lines; the ``shop_demo`` command prints them after the other parts.
 
-It runs on the Postgres driver with a frozen job clock, in this process (``run_jobs``).
+It runs on the demo database's driver (SQLite or Postgres) with a frozen job clock, in this process
+(``run_jobs``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ultimate_jobs import operator, set_job_clock, set_job_driver
 from ultimate_jobs.retention import retention_sweep
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-from .demo_driver import DemoDriver, demo_driver, finished_rows
+from .backend import DemoDriver, demo_driver, finished_rows
 from .jobs import settle_charged_orders
 from .models import Order
 

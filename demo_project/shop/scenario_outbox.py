@@ -2,10 +2,10 @@
 are written in ONE ``transaction.atomic()`` block. A committed checkout is relayed and runs; a checkout
 whose card is declined rolls back and leaves neither an order nor a job.
 
-Runs in-process on the Postgres driver and a frozen clock, with the outbox facade installed for the part
-(``mode="required"``: an enqueue outside a transaction would be ``X_OUTBOX_NO_TX``), a relay driven one
-pass at a time, and ``run_jobs`` over the ``checkout`` queue only. ``shop_demo`` prints the lines
-:func:`run_outbox_part` answers.
+Runs in-process on the demo database's driver (SQLite or Postgres) and a frozen clock, with the outbox
+facade installed for the part (``mode="required"``: an enqueue outside a transaction would be
+``X_OUTBOX_NO_TX``), a relay driven one pass at a time, and ``run_jobs`` over the ``checkout`` queue only.
+``shop_demo`` prints the lines :func:`run_outbox_part` answers.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from ultimate_jobs import set_job_clock, set_job_driver
 from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
+from ultimate_jobs.models import OutboxRow
+from ultimate_jobs.outbox import OutboxFacade, outbox_relay
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-from .demo_driver import DemoDriver, demo_driver
+from .backend import DemoDriver, demo_driver, demo_outbox_store
 from .jobs import confirm_order
 from .models import Order
 from .services import ShopServices
@@ -38,7 +39,7 @@ class CardDeclined(Exception):
 @contextmanager
 def outbox_installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[OutboxFacade]:
     """The clock, the driver and the outbox facade, installed process-wide for the block."""
-    facade = OutboxFacade(store=postgres_outbox_store(clock=clock), driver=driver, mode="required")
+    facade = OutboxFacade(store=demo_outbox_store(clock), driver=driver, mode="required")
     set_job_clock(clock)
     set_job_driver(driver)
     set_jobs_facade(facade)
@@ -65,21 +66,13 @@ def checkout(number: str, *, declined: bool = False) -> str:
     return job_id
 
 
-def _count(sql: str, params: list[object]) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
 def run_outbox_part() -> list[str]:
     """Run the two checkouts, the relay and the worker pass; answer printable lines."""
     clock = FrozenClock(start_ms=int(STARTS_AT.timestamp() * 1000))
     driver = demo_driver(clock)
     shop = ShopServices()
     Order.objects.filter(org_id=ORG, number__in=(COMMITTED, DECLINED)).delete()
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE x_outbox")
+    OutboxRow.objects.all().delete()
     lines = ["transactional outbox: the checkout writes the Order row and enqueues confirm_order in ONE atomic()"]
     with outbox_installed(clock, driver) as facade:
         kept = checkout(COMMITTED)
@@ -93,7 +86,7 @@ def run_outbox_part() -> list[str]:
         lines.append(
             f"  order {DECLINED}: the card was declined and the transaction rolled back — Order rows "
             f"{Order.objects.filter(org_id=ORG, number=DECLINED).count()}, x_outbox rows for job {lost[-8:]} "
-            f"{_count('SELECT count(*) FROM x_outbox WHERE id = %s', [lost])}"
+            f"{OutboxRow.objects.filter(id=lost).count()}"
         )
         relay = outbox_relay(store=facade.store, driver=driver, clock=clock, relay_id="demo-relay")
         published = relay.run_once()

@@ -2,9 +2,9 @@
 this scenario publishes. ``run_scheduler_part()`` answers printable lines; the ``shop_demo`` command
 prints them after the main scenario.
 
-It runs on the Postgres driver with a frozen job clock (Tuesday 03:00 in Berlin, the nightly task's own
-instant) and the Postgres event bus — whose clock is the DATABASE's, so the wait is stamped and judged
-on the same clock the publish is, whatever the job clock says.
+It runs on the demo database's driver with a frozen job clock (Tuesday 03:00 in Berlin, the nightly task's
+own instant) and that database's stored event bus — whose clock is the database's (on SQLite, the one
+host's), so the wait is stamped and judged on the same clock the publish is, whatever the job clock says.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from ultimate_jobs import next_task_run, postgres_event_bus, publish_event, set_event_bus, set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.executor import django_executor
+from ultimate_jobs import next_task_run, publish_event, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
-from .demo_driver import DemoDriver, demo_driver
+from .backend import DemoDriver, demo_driver, demo_event_bus
 from .jobs import await_bank_transfer
 from .models import Order
 from .tasks import SHOP_ZONE, nightly_sales_report
@@ -32,7 +31,7 @@ TRANSFER_ORDER = ("org-acme", "1003")
 def _installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[None]:
     set_job_clock(clock)
     set_job_driver(driver)
-    set_event_bus(postgres_event_bus(django_executor()))  # the events live in Postgres on either driver
+    set_event_bus(demo_event_bus(driver))
     try:
         yield
     finally:
@@ -101,7 +100,7 @@ def _event_wait(clock: FrozenClock, driver: DemoDriver) -> list[str]:
     return [
         f"await_bank_transfer {queued.id[-8:]} for order {number}: {' → '.join(waiting) or '-'} "
         "(waiting on bank.transfer.received, holding no process)",
-        f"  published bank.transfer.received for order {number}, stamped {published_at} by the database clock",
+        f"  published bank.transfer.received for order {number}, stamped {published_at} by the bus clock",
         f"  next poll: {done.outcome if done else 'not run'} — reference "
         f"{(done.result or {}).get('reference', '-') if done else '-'}; order {number} is now {order.status}",
     ]

@@ -22,7 +22,6 @@ from ultimate_jobs import Concurrency, JobRun, job, registry
 from ultimate_jobs.conf import set_job_clock
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.drivers.base import Heartbeat, JobDriver, JobRecord, Progress
-from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.execute import Settled, job_lease_key
@@ -912,9 +911,10 @@ def test_log_records_are_the_event_name_with_the_job_facts(
 # -- the claim loop ----------------------------------------------------------------------------
 
 
-def on_wall_time(jobs: AnyJobsEnv) -> MemoryDriver | PostgresDriver:
-    """A fresh driver of the test's kind on the system clock (a Postgres one reads the same tables)."""
-    return PostgresDriver() if isinstance(jobs.driver, PostgresDriver) else MemoryDriver()
+def on_wall_time(jobs: AnyJobsEnv) -> JobDriver:
+    """A fresh driver of the test's kind on the system clock (a Postgres or SQLite one reads the same tables)."""
+    built: JobDriver = type(jobs.driver)()
+    return built
 
 
 def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: AnyJobsEnv, probe: Probe) -> None:

@@ -308,7 +308,7 @@ def test_install_outbox_follows_the_mode_and_uninstalls(outbox: Outbox, settings
         install_outbox(mode="maybe", store=outbox.store)  # type: ignore[arg-type]
 
 
-def test_the_outbox_needs_a_postgres_jobs_database(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_outbox_needs_a_postgres_or_sqlite_jobs_database(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert outbox_boot.outbox_supported() is True  # the suite's database is PostgreSQL
     settings.ULTIMATE_JOBS = {"DRIVER": "memory", "DATABASE": "nowhere"}
     assert outbox_boot.outbox_supported() is False
@@ -316,19 +316,19 @@ def test_the_outbox_needs_a_postgres_jobs_database(settings: Any, monkeypatch: p
         outbox_boot.build_outbox_store()
     assert caught.value.code == "X_DRIVER_UNAVAILABLE"
 
-    class Sqlite:
-        vendor = "sqlite"
+    class Mysql:
+        vendor = "mysql"
 
     class Connections:
         settings = {"default": {}}
 
-        def __getitem__(self, alias: str) -> Sqlite:
-            return Sqlite()
+        def __getitem__(self, alias: str) -> Mysql:
+            return Mysql()
 
     settings.ULTIMATE_JOBS = {"DRIVER": "memory"}
     monkeypatch.setattr(outbox_boot, "connections", Connections())
     assert outbox_boot.outbox_supported() is False
-    with pytest.raises(DriverUnavailableError, match="the outbox stages in PostgreSQL"):
+    with pytest.raises(DriverUnavailableError, match="the outbox stages in PostgreSQL or SQLite"):
         outbox_boot.build_outbox_store()
 
 

@@ -4,6 +4,7 @@ start-up, and the settings this repository runs under pass the check."""
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from django.test import override_settings
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
-from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, jobs_settings
+from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, driver_resolution, jobs_settings
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import OutboxNoTxError
 from ultimate_jobs.facade import DirectFacade, jobs_facade
@@ -243,15 +244,6 @@ def test_a_database_alias_not_in_databases_is_refused() -> None:
     assert "['default']" in error.hint
 
 
-class SqliteConnections:
-    """``django.db.connections`` with one SQLite alias (overriding DATABASES in a test is not supported)."""
-
-    settings = {"default": {}}
-
-    def __getitem__(self, alias: str) -> Any:
-        return type("Sqlite", (), {"vendor": "sqlite"})()
-
-
 @pytest.mark.parametrize(
     ("config", "users"),
     [
@@ -263,11 +255,64 @@ class SqliteConnections:
 def test_postgres_features_on_another_database_are_refused(
     config: dict[str, str], users: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ultimate_jobs.checks.connections", SqliteConnections())
+    monkeypatch.setattr("ultimate_jobs.checks.connections", VendorConnections("mysql"))
     (error,) = errors_for(config)
     assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_NOT_POSTGRES"
     assert error.msg.startswith(users)
     assert errors_for({"DRIVER": "memory", "OUTBOX": "off"}) == []
+
+
+def test_the_outbox_stages_on_sqlite_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.checks.connections", VendorConnections("sqlite"))
+    assert errors_for({"DRIVER": "sqlite", "OUTBOX": "required"}) == []
+    (error,) = errors_for({"DRIVER": "postgres", "OUTBOX": "required"})
+    assert error.msg.startswith("the postgres driver need")
+
+
+class VendorConnections:
+    """``django.db.connections`` with one alias, ``default``, of ``vendor``."""
+
+    settings = {"default": {}}
+
+    def __init__(self, vendor: str) -> None:
+        self.vendor = vendor
+
+    def __getitem__(self, alias: str) -> Any:
+        return type("Wrapper", (), {"vendor": self.vendor})()
+
+
+@pytest.mark.parametrize(("vendor", "driver"), [("postgresql", "postgres"), ("sqlite", "sqlite")])
+def test_an_unset_driver_follows_the_database(vendor: str, driver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.conf.connections", VendorConnections(vendor))
+    with override_settings(ULTIMATE_JOBS={}):
+        assert jobs_settings().driver == driver
+        assert (
+            driver_resolution() == f"ultimate_jobs: driver {driver!r} (DRIVER unset; DATABASES['default'] is {vendor})"
+        )
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "memory"}):  # a DRIVER set is taken as it is
+        assert jobs_settings().driver == "memory"
+        assert driver_resolution() == "ultimate_jobs: driver 'memory' (ULTIMATE_JOBS['DRIVER'])"
+
+
+def test_an_unset_driver_on_another_vendor_fails_the_check_naming_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ultimate_jobs.conf.connections", VendorConnections("mysql"))
+    (error,) = errors_for({})
+    assert error.id == "ultimate_jobs.X_SETTINGS_DRIVER_UNKNOWN"
+    assert "DRIVER" in error.msg and "mysql" in error.msg
+    assert "('postgres', 'sqlite', 'redis', 'memory')" in error.hint
+
+
+def test_the_sqlite_driver_on_another_database_is_refused() -> None:
+    (error,) = errors_for({"DRIVER": "sqlite"})  # the suite's database is PostgreSQL
+    assert error.id == "ultimate_jobs.X_SETTINGS_DATABASE_NOT_SQLITE"
+    assert "the sqlite driver needs SQLite" in error.msg and "'postgres'" in error.hint
+
+
+def test_manage_py_check_says_which_driver_it_resolved() -> None:
+    out = io.StringIO()
+    with override_settings(ULTIMATE_JOBS={}):
+        call_command("check", stdout=out)
+    assert "ultimate_jobs: driver 'postgres' (DRIVER unset; DATABASES['default'] is postgresql)" in out.getvalue()
 
 
 def test_the_redis_driver_passes_the_check() -> None:
@@ -286,10 +331,10 @@ def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -
     def throttled_sync(run: JobRun[dict[str, str]]) -> None:
         return None
 
-    for driver in ("memory", "postgres", "tests.unit.test_settings.leaseless_driver", "redis"):
+    for driver in ("memory", "postgres", "sqlite", "tests.unit.test_settings.leaseless_driver", "redis"):
         found = errors_for({"DRIVER": driver})
         unenforceable = [e for e in found if e.id == "ultimate_jobs.X_JOB_CONCURRENCY_UNENFORCEABLE"]
-        if driver in ("memory", "postgres", "redis"):
+        if driver in ("memory", "postgres", "sqlite", "redis"):
             assert unenforceable == [], driver
             continue
         (error,) = unenforceable

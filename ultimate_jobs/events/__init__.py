@@ -33,8 +33,8 @@ _bus: EventBus | None = None
 
 def event_bus() -> EventBus:
     """The installed bus. Until :func:`set_event_bus` installs one it is built from settings: on the
-    Postgres driver, the Postgres bus over the driver's database (every process sees every event);
-    otherwise a process-local memory bus."""
+    Postgres driver, the Postgres bus over the driver's database (every process sees every event); on the
+    SQLite driver, the SQLite bus over its database (likewise); otherwise a process-local memory bus."""
     global _bus
     with _lock:
         if _bus is None:
@@ -54,6 +54,11 @@ def _default_bus() -> EventBus:
         from ..drivers.postgres.executor import django_executor
 
         return PostgresEventBus(django_executor(config.database))
+    if config.driver == "sqlite":
+        from ..drivers.sqlite.executor import SqliteExecutor
+        from .sqlite import SqliteEventBus
+
+        return SqliteEventBus(SqliteExecutor(config.database))
     return MemoryEventBus()
 
 

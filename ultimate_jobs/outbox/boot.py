@@ -2,7 +2,7 @@
 when ``OUTBOX`` is ``"optional"`` or ``"required"`` — :func:`install_outbox_from_settings` — or by hand with
 :func:`install_outbox`) and the relay role (what ``jobs_relay`` and ``jobs_dev`` run).
 
-The outbox stages in Postgres whatever the driver is: ``x_outbox`` lives in the jobs database
+The outbox stages in the jobs database (PostgreSQL or SQLite) whatever the driver is: ``x_outbox`` lives there
 (``ULTIMATE_JOBS['DATABASE']``), next to the business rows a transaction writes, and the relay
 publishes onto the configured driver — Postgres, Redis or memory alike.
 """
@@ -29,7 +29,8 @@ _store: OutboxStore | None = None
 
 
 def build_outbox_store(*, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS) -> OutboxStore:
-    """The Postgres store over the jobs database; ``X_DRIVER_UNAVAILABLE`` when that alias is not Postgres."""
+    """The store over the jobs database — Postgres or SQLite, by its vendor; ``X_DRIVER_UNAVAILABLE`` on any
+    other database."""
     alias = jobs_settings().database
     if alias not in connections.settings:
         raise DriverUnavailableError(
@@ -37,20 +38,25 @@ def build_outbox_store(*, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS) -> Outbo
             {"alias": alias},
         )
     vendor = connections[alias].vendor
+    if vendor == "sqlite":
+        from .sqlite import sqlite_outbox_store
+
+        return sqlite_outbox_store(alias=alias, claim_lease_ms=claim_lease_ms)
     if vendor != "postgresql":
         raise DriverUnavailableError(
-            f"the outbox stages in PostgreSQL (x_outbox, in the business rows' transaction); alias {alias!r} is "
-            f"{vendor}. Point ULTIMATE_JOBS['DATABASE'] at a PostgreSQL database or leave the outbox uninstalled",
+            f"the outbox stages in PostgreSQL or SQLite (x_outbox, in the business rows' transaction); alias "
+            f"{alias!r} is {vendor}. Point ULTIMATE_JOBS['DATABASE'] at a PostgreSQL or SQLite database or leave "
+            "the outbox uninstalled",
             {"alias": alias, "vendor": vendor},
         )
     return postgres_outbox_store(alias=alias, claim_lease_ms=claim_lease_ms)
 
 
 def outbox_supported() -> bool:
-    """Whether this process's jobs database can hold ``x_outbox`` (the alias exists and is PostgreSQL):
-    what ``jobs_dev`` asks before adding the relay to its roles."""
+    """Whether this process's jobs database can hold ``x_outbox`` (the alias exists and is PostgreSQL or
+    SQLite): what ``jobs_dev`` asks before adding the relay to its roles."""
     alias = jobs_settings().database
-    return alias in connections.settings and connections[alias].vendor == "postgresql"
+    return alias in connections.settings and connections[alias].vendor in ("postgresql", "sqlite")
 
 
 def outbox_store() -> OutboxStore:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import OperationalError, connection
 from psycopg import sql
 
-from demo_project.shop.demo_driver import on_redis
+from demo_project.shop.backend import driver_title
 from demo_project.shop.scenario import ScenarioResult, run_scenario
 from demo_project.shop.scenario_maintenance import run_maintenance_part
 from demo_project.shop.scenario_outbound import run_outbound_part
@@ -23,9 +24,10 @@ from demo_project.shop.scenario_scheduler import run_scheduler_part
 
 class Command(BaseCommand):
     help = (
-        "Run the demo shop end to end in this process (the Postgres driver, or Redis with "
-        "ULTIMATE_JOBS_DRIVER=redis; frozen clock, the Order rows in the "
-        "default database) and print a table of what happened to each job. -v 2 adds the job event log."
+        "Run the demo shop end to end in this process (the SQLite driver on the default SQLite file, or the Postgres "
+        "driver on a PostgreSQL DATABASE_URL, or the Redis driver with ULTIMATE_JOBS_DRIVER=redis; frozen clock; "
+        "the Order rows in the default database) and print a "
+        "table of what happened to each job. -v 2 adds the job event log."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,7 +35,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         ensure_database()
-        call_command("migrate", verbosity=0)  # a fresh demo database works with no setup step
+        call_command("migrate", verbosity=0, skip_checks=True)  # a fresh demo database works with no setup step
         result = run_scenario(seed=options["seed"])
         self.stdout.write(render(result, events=options["verbosity"] >= 2))
         parts = (
@@ -48,7 +50,11 @@ class Command(BaseCommand):
 
 
 def ensure_database() -> None:
-    """Create the demo's database when the server has none by that name (``DATABASE_URL``'s)."""
+    """Create the demo's database when there is none: an SQLite file (and its directory) is created by the
+    first connection; a PostgreSQL server gets the database ``DATABASE_URL`` names."""
+    if connection.vendor == "sqlite":
+        Path(connection.settings_dict["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        return
     try:
         connection.ensure_connection()
         return
@@ -67,8 +73,7 @@ def render(result: ScenarioResult, *, events: bool = False) -> str:
     """The printed report: the jobs table, then orders, counters, dead letters and on_settled pages."""
     started, ended = _when(result.started_ms), _when(result.ended_ms)
     out = [
-        f"ultimate_jobs demo shop: {'Redis' if on_redis() else 'Postgres'} driver, frozen clock from {started}, "
-        f"jitter seed {result.seed}",
+        f"ultimate_jobs demo shop: {driver_title()}, frozen clock from {started}, jitter seed {result.seed}",
         "",
         table(
             ("job", "id", "state", "attempts", "outcomes", "note"),

@@ -1,0 +1,10 @@
+"""tests/postgres/test_step_boundary.py's driver-agnostic tests (run there on memory and Postgres) on the SQLite
+driver: the same bodies, collected here so ``any_jobs`` is this directory's."""
+
+from __future__ import annotations
+
+from tests.postgres import test_step_boundary as shared
+from tests.postgres.test_step_boundary import *  # noqa: F403  (the module's fixtures and helpers)
+from tests.sqlite.conftest import adopt_shared_tests
+
+adopt_shared_tests(globals(), shared)

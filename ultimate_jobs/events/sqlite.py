@@ -1,0 +1,93 @@
+"""The SQLite event bus: events in ``x_job_events`` on the jobs database, so every process on the file sees
+every event. Stamped and expired by the host's clock — on SQLite every process shares one host."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ..clock import Clock, system_clock
+from ..drivers.base import PURGE_BATCH
+from ..drivers.sqlite.executor import SqliteExecutor
+from ..drivers.sqlite.rows import dashed, dumps, loads, ms, ts
+from ..durations import Duration, parse_duration
+from ..errors import InvariantError
+from .base import DEFAULT_EVENT_TTL, EventRecord, matches
+from .sql_sqlite import SQL_EVENT_CANDIDATES_SQLITE, SQL_EVENT_PUBLISH_SQLITE, SQL_EVENT_PURGE_SQLITE
+
+FIND_PAGE = 100
+"""Events a find reads per statement while it looks for one whose data contains the match."""
+
+
+class SqliteEventBus:
+    """The bus over ``x_job_events`` on an SQLite alias. Build it with :func:`sqlite_event_bus`."""
+
+    def __init__(self, executor: SqliteExecutor, clock: Clock | None = None) -> None:
+        self.executor = executor
+        self.clock = clock or system_clock()
+
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def publish(self, event: str, data: Mapping[str, Any], *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
+        if not isinstance(event, str) or not event:
+            raise InvariantError("publish_event: the event name must be a non-empty string", {})
+        ttl_ms = parse_duration(ttl, field="ttl")
+        if ttl_ms <= 0:
+            raise InvariantError(f"publish_event {event!r}: ttl must be positive, got {ttl_ms} ms", {"event": event})
+        body = dict(data)
+        try:
+            encoded = dumps(body)
+        except (TypeError, ValueError) as exc:  # NaN/Infinity and objects are not JSON
+            raise InvariantError(
+                f"publish_event {event!r}: the data is not JSON-serialisable ({exc}); publish plain dicts, lists, "
+                "strings, numbers, booleans or None",
+                {"event": event},
+            ) from exc
+        now = self.now()
+        event_id = uuid.uuid4()
+        params = {
+            "id": event_id.hex,
+            "event": event,
+            "data": encoded,
+            "published": ts(now),
+            "expires": ts(now + ttl_ms),
+        }
+        self.executor.query(SQL_EVENT_PUBLISH_SQLITE, params)
+        return EventRecord(str(event_id), event, body, now, now + ttl_ms)
+
+    def find(self, event: str, match: Mapping[str, Any] | None, *, since_ms: int) -> EventRecord | None:
+        after_at, after_id = "", ""
+        params = {"event": event, "since": ts(since_ms), "now": ts(self.now()), "limit": FIND_PAGE}
+        while True:
+            rows = self.executor.query(
+                SQL_EVENT_CANDIDATES_SQLITE, {**params, "after_at": after_at, "after_id": after_id}
+            )
+            for event_id, name, data, published, expires in rows:
+                body = loads(data)
+                if matches(body, match):
+                    return EventRecord(dashed(event_id), name, body, ms(published), ms(expires))
+            if len(rows) < FIND_PAGE:
+                return None
+            after_at, after_id = ts(ms(rows[-1][3])), rows[-1][0]
+
+    def purge_expired(self) -> int:
+        """Delete expired events a bounded batch per statement (:data:`PURGE_BATCH`), until a batch comes
+        back short; answers how many went."""
+        removed = 0
+        while True:
+            count = len(self.executor.query(SQL_EVENT_PURGE_SQLITE, {"now": ts(self.now()), "limit": PURGE_BATCH}))
+            removed += count
+            if count < PURGE_BATCH:
+                return removed
+
+
+def sqlite_event_bus(alias: str = "default") -> SqliteEventBus:
+    """The event bus every process on one SQLite jobs database shares (a process on the sqlite driver gets
+    it by default).
+
+    >>> set_event_bus(sqlite_event_bus("default"))
+    >>> publish_event("order.paid", {"order_id": "o-1"})
+    """
+    return SqliteEventBus(SqliteExecutor(alias))
