@@ -142,6 +142,8 @@ def install_console(*, verbosity: int = 1, log_format: LogFormat = "text", strea
 def database_text(alias: str = "default") -> str:
     """``alias (vendor name@host:port)`` for a start line; never the password."""
     settings_dict = connections[alias].settings_dict
+    if connections[alias].vendor == "sqlite":
+        return f"{alias} (sqlite {settings_dict.get('NAME')})"
     where = settings_dict.get("HOST") or "local socket"
     port = settings_dict.get("PORT")
     return f"{alias} ({connections[alias].vendor} {settings_dict.get('NAME')}@{where}{':' + str(port) if port else ''})"

@@ -99,7 +99,7 @@ def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int =
     workers = [spawn(name, *command, vt=vt) for name in names]
     for worker in workers:
         banner = worker.line(0)
-        assert banner.startswith("worker ") and banner.endswith(f" serving {QUEUE}"), worker.describe()
+        assert banner.startswith("worker ") and f" serving {QUEUE} (" in banner, worker.describe()
         worker.worker_id = banner.split()[1]
     return workers
 

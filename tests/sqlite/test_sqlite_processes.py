@@ -89,7 +89,9 @@ def spawn(lite: ModuleType) -> Iterator[Spawn]:
 def serving(*workers: Child) -> list[Child]:
     for worker in workers:
         banner = worker.line(0)
-        assert banner.startswith("worker ") and banner.endswith(f" serving {QUEUE}"), worker.describe()
+        assert banner.startswith("worker ") and f" serving {QUEUE} (" in banner and "driver sqlite" in banner, (
+            worker.describe()
+        )
         worker.worker_id = banner.split()[1]
     return list(workers)
 
