@@ -118,6 +118,7 @@ def test_the_probe_proves_the_session_and_is_never_a_queue(
     first = make_wake(on_wake=first_heard)
     second = make_wake(on_wake=second_heard)  # each hears the other's probe on the shared channel too
     eventually(lambda: first.is_live() and second.is_live(), timeout=WAIT)
+    eventually(lambda: len(events(logs, "jobs.wake.live")) >= 2, timeout=WAIT)  # logged just after going live
     live = events(logs, "jobs.wake.live")
     assert len(live) == 2 and all(r.levelno == logging.INFO for r in live)
     assert {r.jobs["session_pid"] for r in live} == {first.session_pid, second.session_pid}
