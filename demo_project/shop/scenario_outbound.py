@@ -3,7 +3,7 @@ delivered over real HTTP to this project's own receiver view, which verifies its
 
 The receiver is served for the part by a WSGI server on 127.0.0.1 (an ephemeral port) in a thread, and
 routes to ``order_paid_hook`` — the view ``/hooks/orders/`` serves under ``runserver``. Jobs run in this
-process on the Postgres driver (``run_jobs``), on a frozen clock started at the real time: a webhook is
+process on the demo's driver (``run_jobs``), on a frozen clock started at the real time: a webhook is
 signed at its send time, and the receiver refuses a timestamp five minutes away from its own clock.
 ``run_outbound_part()`` answers printable lines.
 """
@@ -22,11 +22,11 @@ from django.core.handlers.wsgi import WSGIRequest
 from django.db import close_old_connections
 
 from ultimate_jobs import set_job_clock, set_job_driver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.models import WebhookDelivery
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.webhooks import WEBHOOK_SIGNATURE_HEADER, WebhookEndpoint
 
+from .backend import demo_driver
 from .models import Order
 from .outbound import ENDPOINTS, RECEIVED, export_dir, export_orders, order_paid, order_paid_hook, webhook_secret
 
@@ -39,7 +39,7 @@ PART_ORDERS = [("3001", 12_500), ("3002", 990), ("3003", 30_000)]
 def run_outbound_part() -> list[str]:
     """Export org-acme's orders, then deliver one order's ``orders.paid`` to the receiver view."""
     clock = FrozenClock(start_ms=int(time.time() * 1000))
-    driver = PostgresDriver(clock=clock)
+    driver = demo_driver(clock)
     set_job_clock(clock)
     set_job_driver(driver)
     try:
