@@ -152,3 +152,17 @@ def request_for(key: str, **options: Any) -> Any:
     from ultimate_jobs.drivers.base import EnqueueRequest
 
     return EnqueueRequest("lite_wake_other", QUEUE, {}, key, None, 1, **options)
+
+
+def test_a_watch_on_a_file_it_cannot_read_is_not_live_and_says_so_once(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "no-such-dir" / "jobs.sqlite3"  # the directory does not exist: no connection opens
+    watch = DataVersionWatch(str(missing), now=lambda: "", on_due=lambda queue: None, interval_ms=10)
+    try:
+        time.sleep(0.3)  # some thirty failed attempts
+        assert not watch.is_live()
+    finally:
+        watch.stop()
+    lost = [r for r in caplog.records if r.getMessage() == "jobs.wake.lost"]
+    assert len(lost) == 1

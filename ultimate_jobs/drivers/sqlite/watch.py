@@ -70,19 +70,22 @@ class DataVersionWatch:
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         last: int | None = None
+        reported = False  # the current loss is logged once, not every interval
         while not self._stop.is_set():
             try:
                 if conn is None:
                     conn = sqlite3.connect(self._path, timeout=5.0, uri=self._path.startswith("file:"))
                 (version,) = conn.execute(SQL_DATA_VERSION).fetchone()
                 self._live.set()
+                reported = False
                 if last is not None and version != last:
                     for (queue,) in conn.execute(SQL_WATCH_DUE, {"now": self._now()}).fetchall():
                         self._on_due(queue)
                 last = version
             except sqlite3.Error as exc:  # the file is away or locked past the timeout: try again next time
-                if self._live.is_set() or conn is None:  # once per loss, not every interval
+                if not reported:
                     log_event(logging.WARNING, "jobs.wake.lost", error=repr(exc), path=self._path)
+                    reported = True
                 self._live.clear()
                 if conn is not None:
                     conn.close()
