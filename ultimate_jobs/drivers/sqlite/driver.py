@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
@@ -50,6 +50,9 @@ from . import sql
 from .executor import SqliteExecutor
 from .rows import claimed_job, dashed, dumps, hex_id, job_record, ms, step_record, ts, ts_or_none, worker_params
 from .watch import WATCH_INTERVAL_MS, DataVersionWatch
+
+if TYPE_CHECKING:
+    from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore
 
 MIN_SQLITE = (3, 35, 0)
 """RETURNING (3.35) is what every settle answers through; UPDATE … FROM (3.33) and json_each come before."""
@@ -534,6 +537,3 @@ def _canonical(value: str) -> str:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
         return value
-
-
-from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore  # noqa: E402
