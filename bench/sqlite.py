@@ -1,6 +1,6 @@
 """ultimate_jobs on the SQLite driver: the bench's SQLite column — enqueue (one per call, and batched),
-drain with ONE worker process, and pickup latency from another process (the worker's poll, no wake
-crosses processes on SQLite).
+drain with ONE worker process, and pickup latency from another process (heard by the worker's watch on
+``PRAGMA data_version``, its poll behind it).
 
 The database is one file, ``bench/results/sqlite/bench.sqlite3``, copied from a migrated template before
 every measurement. The bench process enqueues through ``SqliteDriver(alias="sqlite")`` (the ``sqlite``
@@ -56,8 +56,8 @@ def info() -> dict[str, Any]:
         "version": f"{version()}, SQLite {sqlite3.sqlite_version}",
         "notes": "the sqlite driver on one file (WAL): python manage.py jobs_worker --concurrency S under "
         "bench.settings_sqlite, ONE worker process; enqueue handle.enqueue outside atomic(), batches "
-        "driver.enqueue_many; pickup latency is the worker's poll (250 ms doubling to 2 s idle), no wake "
-        "crosses processes",
+        "driver.enqueue_many; pickup latency from the bench process is heard by the worker's watch on "
+        "PRAGMA data_version (every 100 ms), its poll behind it",
         "cases": list(CASES),
     }
 
@@ -185,8 +185,8 @@ def case_drain(plan: Plan, config: dict[str, int], log: Path) -> Figures:
 
 
 def case_latency(plan: Plan, log: Path) -> Figures:
-    """Pickup latency (ms) from this process — another process than the worker's, so only its poll finds
-    the row: one idle worker, one probe every ``plan.latency_interval_s``."""
+    """Pickup latency (ms) from this process — another process than the worker's, so the worker hears of
+    the row through its watch (or its poll): one idle worker, one probe every ``plan.latency_interval_s``."""
     from bench.jobs import bench_probe
 
     fresh()

@@ -4,9 +4,10 @@ attempt, at)``, a table the test creates in the same SQLite file, so the test re
 what, and how often.
 
 - ``record_effect``: one row under the input's key, then return.
-- ``hold_retry`` (3 attempts): the first run of a job writes ``running:<job id>`` and holds its slot —
-  waking every 50 ms on its signal — until the signal is aborted (then it raises) or ``HOLD_MAX_S``
-  passes. A later run of the same job writes ``again:<job id>`` and returns at once.
+- ``hold_retry`` (3 attempts) / ``hold_once`` (1 attempt): the first run of a job writes
+  ``running:<job id>`` and holds its slot — waking every 50 ms on its signal — until the signal is
+  aborted (then it raises) or ``HOLD_MAX_S`` passes. A later run of the same job writes
+  ``again:<job id>`` and returns at once.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ def record_effect(run: JobRun[Any]) -> None:
     record(run.input["key"], run.attempt)
 
 
-@job(name="lite_hold_retry", idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 3})
-def hold_retry(run: JobRun[Any]) -> dict[str, Any]:
+def hold(run: JobRun[Any]) -> dict[str, Any]:
     if ran_before(run.job_id):
         record(f"again:{run.job_id}", run.attempt)
         return {"attempt": run.attempt}
@@ -58,3 +58,13 @@ def hold_retry(run: JobRun[Any]) -> dict[str, Any]:
         if time.monotonic() >= deadline:
             return {"attempt": run.attempt, "held": HOLD_MAX_S}
     raise RuntimeError(f"hold: the signal was aborted ({run.signal.reason!r})")
+
+
+@job(name="lite_hold_retry", idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 3})
+def hold_retry(run: JobRun[Any]) -> dict[str, Any]:
+    return hold(run)
+
+
+@job(name="lite_hold_once", idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 1})
+def hold_once(run: JobRun[Any]) -> dict[str, Any]:
+    return hold(run)

@@ -55,7 +55,7 @@ def lite() -> Iterator[ModuleType]:
         yield process_jobs
     finally:
         set_job_driver(None)
-        for name in ("lite_record_effect", "lite_hold_retry"):
+        for name in ("lite_record_effect", "lite_hold_retry", "lite_hold_once"):
             registry.unregister(name)  # declared for the children; this process only enqueues
         query("DELETE FROM e2e_effects")
 
@@ -97,11 +97,10 @@ def serving(*workers: Child) -> list[Child]:
 
 
 def job_row(job_id: str) -> dict[str, Any]:
-    rows = query(
-        "SELECT state, attempts, worker_id, last_code, lease_until FROM x_jobs WHERE id = %s", [hex_id(job_id)]
-    )
+    keys = ("state", "attempts", "worker_id", "last_error", "last_code", "lease_until")
+    rows = query(f"SELECT {', '.join(keys)} FROM x_jobs WHERE id = %s", [hex_id(job_id)])
     assert len(rows) == 1, f"x_jobs has {len(rows)} rows for {job_id}"
-    return dict(zip(("state", "attempts", "worker_id", "last_code", "lease_until"), rows[0], strict=True))
+    return dict(zip(keys, rows[0], strict=True))
 
 
 def row_in(job_id: str, state: str) -> Callable[[], dict[str, Any]]:
@@ -169,6 +168,28 @@ def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(
     assert done["attempts"] == 2
     assert markers(job_id) == [("running", a.pid, 1), ("again", b.pid, 2)], b.describe()
     assert marked_at_ms(job_id, "again") >= lease_until_ms, "B re-claimed the row before A's lease lapsed"
+
+
+@pytest.mark.slow
+def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn, lite: ModuleType) -> None:
+    job_id = lite.hold_once.enqueue({"key": "sigkill-once"}).id
+    (a,) = serving(spawn("A", vt="2s"))
+    eventually(lambda: markers(job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+
+    a.signal(signal.SIGKILL)
+    assert a.wait() == -signal.SIGKILL
+    assert job_row(job_id)["state"] == "running"
+    (b,) = serving(spawn("B", vt="2s"))
+
+    dead = eventually(row_in(job_id, "dead"), timeout=20.0, interval=POLL_S)
+    assert (dead["attempts"], dead["last_error"], dead["worker_id"], dead["lease_until"]) == (
+        1,
+        "LEASE_LAPSED_FINAL_ATTEMPT",
+        None,
+        None,
+    )
+    assert markers(job_id) == [("running", a.pid, 1)], f"the body ran again: {b.describe()}"
+    assert query("SELECT coalesce(sum(dead), 0) FROM x_job_counters WHERE job = 'lite_hold_once'") == [(1,)]
 
 
 @pytest.mark.slow

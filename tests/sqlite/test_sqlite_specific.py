@@ -90,7 +90,8 @@ def test_a_claim_inside_the_callers_transaction_joins_it(driver: SqliteDriver) -
     assert [job.attempt for job in claim(driver, limit=5)] == [1]  # the rolled-back claim spent nothing
 
 
-def test_an_enqueue_in_this_process_wakes_its_subscriber_once_per_due_queue(driver: SqliteDriver) -> None:
+def test_an_enqueue_in_this_process_wakes_its_subscriber_once_per_due_queue() -> None:
+    driver = SqliteDriver(clock=FrozenClock(), watch_interval_ms=None)  # the in-process wake alone
     heard: list[str] = []
     unsubscribe = driver.subscribe(heard.append)
     driver.enqueue_many([request(queue="b", key="1"), request(queue="a", key="2"), request(queue="a", key="3")])
@@ -109,7 +110,7 @@ def test_an_enqueue_in_this_process_wakes_its_subscriber_once_per_due_queue(driv
     unsubscribe()
     driver.enqueue(request(queue="d", key="6"))
     assert heard == ["a", "c"]
-    assert driver.wake_is_live() is False  # no wake crosses processes: the worker keeps polling
+    assert driver.wake_is_live() is False  # no watch: the worker keeps its 2 s idle ceiling
 
 
 def test_an_unset_driver_on_sqlite_builds_the_sqlite_driver_and_check_says_so() -> None:
@@ -155,7 +156,8 @@ def test_row_security_is_a_no_op_on_sqlite_and_the_check_says_so() -> None:
     assert "'default' is sqlite" in message.msg and "only the Python guard" in message.msg
 
 
-def test_a_finished_row_is_requeued_and_its_queue_announced(driver: SqliteDriver) -> None:
+def test_a_finished_row_is_requeued_and_its_queue_announced() -> None:
+    driver = SqliteDriver(clock=FrozenClock(), watch_interval_ms=None)
     done = enqueue_finished(driver, request())
     heard: list[str] = []
     driver.subscribe(heard.append)

@@ -7,7 +7,8 @@ SQLite has one writer at a time and no LISTEN/NOTIFY, so:
 - an operation of several statements (a claim, a settle and its counter) runs in one ``BEGIN IMMEDIATE``
   transaction — as atomic as the Postgres driver's single statement, and two claims never see one row;
 - an enqueue in the worker's own process wakes it at once (:meth:`SqliteDriver.subscribe`); a worker in
-  another process finds the row at its next poll, which backs off from 250 ms to 2 s while idle.
+  another process hears it through a watch on ``PRAGMA data_version`` (:mod:`.watch`) within about
+  100 ms, and its poll — 250 ms, backing off to 5 s while idle — stays the guarantee behind it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
 
 from ...clock import Clock, system_clock
 from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
@@ -46,6 +49,10 @@ from ..purging import finished_cutoffs
 from . import sql
 from .executor import SqliteExecutor
 from .rows import claimed_job, dashed, dumps, hex_id, job_record, ms, step_record, ts, ts_or_none, worker_params
+from .watch import WATCH_INTERVAL_MS, DataVersionWatch
+
+if TYPE_CHECKING:
+    from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore
 
 MIN_SQLITE = (3, 35, 0)
 """RETURNING (3.35) is what every settle answers through; UPDATE … FROM (3.33) and json_each come before."""
@@ -65,7 +72,9 @@ def bucket_of(now_ms: int) -> str:
 
 
 class SqliteDriver:
-    """The whole driver protocol over SQLite. ``alias`` names the Django database (an SQLite one).
+    """The whole driver protocol over SQLite. ``alias`` names the Django database (an SQLite one);
+    ``watch_interval_ms`` is how often a subscribed worker's watch reads ``PRAGMA data_version`` (``None``:
+    no cross-process wake, only the poll).
 
     >>> set_job_driver(SqliteDriver(alias="default"))
     """
@@ -79,6 +88,7 @@ class SqliteDriver:
         alias: str = "default",
         clock: Clock | None = None,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        watch_interval_ms: int | None = WATCH_INTERVAL_MS,
     ) -> None:
         if sqlite3.sqlite_version_info < MIN_SQLITE:
             raise DriverUnavailableError(
@@ -90,6 +100,7 @@ class SqliteDriver:
         self.alias = alias
         self.clock = clock or system_clock()
         self.visibility_timeout_ms = visibility_timeout_ms
+        self.watch_interval_ms = watch_interval_ms
         from .introspect import SqliteIntrospection
         from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore
 
@@ -100,6 +111,7 @@ class SqliteDriver:
         self._backfills = SqliteBackfillStore(self)
         self._wake_lock = threading.Lock()
         self._listeners: list[Callable[[str], None]] = []
+        self._watch: DataVersionWatch | None = None
 
     @property
     def introspect(self) -> Any:
@@ -127,18 +139,38 @@ class SqliteDriver:
     # -- the wake ------------------------------------------------------------------------------
 
     def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        """Hear the queues this process makes due (an enqueue, a due retry, a requeue, a promote, a resume):
-        the worker of this process claims at once instead of at its next poll. Another process's rows are
-        found by polling. Answers an unsubscribe."""
+        """Hear the queues that become due: this process's enqueues, due retries, requeues, promotes and
+        resumes at once (after their commit), and another process's commits through the watch on the file
+        (:class:`~.watch.DataVersionWatch`, started with the first subscriber — only the worker role
+        subscribes — and stopped with the last). Answers an unsubscribe."""
         with self._wake_lock:
             self._listeners.append(listener)
+            conn: Any = connections[self.alias]
+            if self._watch is None and self.watch_interval_ms is not None and not conn.is_in_memory_db():
+                self._watch = DataVersionWatch(
+                    str(conn.settings_dict["NAME"]),
+                    now=lambda: ts(self._now()),
+                    on_due=lambda queue: self.tell([queue]),
+                    interval_ms=self.watch_interval_ms,
+                )
 
         def unsubscribe() -> None:
             with self._wake_lock:
                 if listener in self._listeners:
                     self._listeners.remove(listener)
+                watch = self._watch if not self._listeners else None
+                if watch is not None:
+                    self._watch = None
+            if watch is not None:
+                watch.stop()
 
         return unsubscribe
+
+    def tell(self, queues: Sequence[str]) -> None:
+        """Tell every subscriber each of ``queues`` now."""
+        for listener in list(self._listeners):
+            for queue in queues:
+                listener(queue)
 
     def announce(self, queues: Sequence[str]) -> None:
         """Tell this process's subscribers each queue once. Inside the caller's transaction the rows are
@@ -146,22 +178,16 @@ class SqliteDriver:
         if not self._listeners or not queues:
             return
         names = list(dict.fromkeys(queues))
-
-        def tell() -> None:
-            for listener in list(self._listeners):
-                for queue in names:
-                    listener(queue)
-
         if self.executor.in_transaction():
-            from django.db import transaction
-
-            transaction.on_commit(tell, using=self.alias)
+            transaction.on_commit(lambda: self.tell(names), using=self.alias)
         else:
-            tell()
+            self.tell(names)
 
     def wake_is_live(self) -> bool:
-        """Never: no wake crosses processes on SQLite, so the worker keeps its 2 s idle ceiling."""
-        return False
+        """Whether the cross-process watch is reading the file (the worker then raises its idle ceiling to
+        5 s, as it does over a proven LISTEN session)."""
+        watch = self._watch
+        return watch is not None and watch.is_live()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -497,9 +523,13 @@ class SqliteDriver:
         return len(gone)
 
     def close(self) -> None:
-        """Forget the wake's subscribers; statements run on Django's connections, which Django closes."""
+        """Stop the wake's watch and forget its subscribers; statements run on Django's connections, which
+        Django closes."""
         with self._wake_lock:
             self._listeners.clear()
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
 
 def _canonical(value: str) -> str:
@@ -507,6 +537,3 @@ def _canonical(value: str) -> str:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
         return value
-
-
-from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore  # noqa: E402
