@@ -204,8 +204,11 @@ class JobsBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        if enqueued.deduped:
-            return self.get_result(enqueued.id)
+        if enqueued.deduped:  # a live run under the named key answered: its result, once its row is readable
+            try:
+                return self.get_result(enqueued.id)
+            except TaskResultDoesNotExist:  # staged in the outbox, not yet published
+                return result
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -286,3 +286,10 @@ def test_each_policy_plans_a_day_of_missed_hourly_occurrences_as_specified() -> 
     assert [o for o, _ in walked] == [ms(2026, 1, 1, h) for h in range(1, 11)]
     assert all(o == w for o, w in walked)
     assert plan("skip", watermark=ms(2026, 1, 2)) == []
+
+
+def test_cron_task_is_the_same_declaration_under_a_name_not_mistaken_for_djangos() -> None:
+    import ultimate_jobs
+
+    assert ultimate_jobs.cron_task is task
+    assert "cron_task" in ultimate_jobs.__all__

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -107,7 +106,9 @@ def _list(ctx: Invocation) -> None:
 MIN_ID_PREFIX = 4
 AMBIGUOUS_SHOWN = 5
 """The shortest id prefix ``jobs show``/``retry``/``cancel`` take (fewer digits would match most rows)."""
-_ID_PREFIX = re.compile(r"[0-9a-fA-F-]+")
+_ID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+"""A job id as printed: a prefix must follow it (hex digits, dashes where the id has them)."""
+_HEX = frozenset("0123456789abcdef")
 
 
 def resolve_job_id(value: str) -> str:
@@ -117,9 +118,12 @@ def resolve_job_id(value: str) -> str:
     try:
         return check_job_id(value)
     except JobIdInvalidError:
-        if not (isinstance(value, str) and len(value) >= MIN_ID_PREFIX and _ID_PREFIX.fullmatch(value)):
+        if not (isinstance(value, str) and MIN_ID_PREFIX <= len(value) < len(_ID_SHAPE)):
             raise
-    prefix = value.lower()
+        prefix = value.lower()
+        if not all(ch == "-" if want == "-" else ch in _HEX for ch, want in zip(prefix, _ID_SHAPE, strict=False)):
+            raise
+
     page = operator.list_jobs(id_prefix=prefix, limit=AMBIGUOUS_SHOWN)
     ids = [row.id for row in page.rows]
     if not ids:
