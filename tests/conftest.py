@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from ultimate_jobs import registry
 from ultimate_jobs.conf import set_job_clock, set_job_driver
@@ -36,6 +36,26 @@ class Env(Generic[D]):
 
 JobsEnv = Env[MemoryDriver]  # ``jobs``: the memory driver, whose internals a test may read
 AnyJobsEnv = Env[MemoryDriver | PostgresDriver]  # ``any_jobs``: only the driver protocol is fair game
+
+
+_DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_connection_left_open_for_a_test_without_the_database(request: pytest.FixtureRequest) -> None:
+    """A test without database access starts with this thread's connections closed. An earlier test can
+    leave one open, and a job body run under a tenant scope mirrors the scope into every OPEN connection
+    (row-level security) — which pytest-django refuses in a test that may not touch the database, so the
+    outcome would depend on test order. (A connection opened later takes the scope as it connects.)"""
+    if request.node.get_closest_marker("django_db") is None and not _DATABASE_FIXTURES & set(request.fixturenames):
+        for conn in connections.all(initialized_only=True):
+            conn.close()
 
 
 @contextmanager
