@@ -303,7 +303,7 @@ class WebhookEndpointDisabledError(CodedError):
 
 
 class WebhookEndpointInvalidError(CodedError):
-    """``endpoint(input)`` answered no usable endpoint: no id, an URL that is not http(s), no secret."""
+    """``endpoint(input)`` answered no usable endpoint: no id, an URL that is not http(s), no secret, a bad header."""
 
     default_code = "X_WEBHOOK_ENDPOINT_INVALID"
 
@@ -315,7 +315,8 @@ class WebhookEndpointUnknownError(CodedError):
 
 
 class WebhookEventInvalidError(CodedError):
-    """An event id or topic that cannot be signed: empty, too long, or holding ``:`` or a control character."""
+    """An event that cannot be sent: an id or topic empty, too long, or holding ``:`` or a control character; a
+    body that is not bytes, text or JSON."""
 
     default_code = "X_WEBHOOK_EVENT_INVALID"
 

@@ -277,7 +277,14 @@ class _Export:
             queryset = queryset.filter(pk__gt=cursor)
         # streamed into the encoder (a server-side cursor on Postgres): the page's bytes are its only copy
         rows = queryset.order_by("pk")[: self.d.batch].iterator(chunk_size=min(self.d.batch, 5_000))
-        data, count, last_pk = self._encode(index, rows)
+        try:
+            data, count, last_pk = self._encode(index, rows)
+        finally:
+            # a page that raised mid-way leaves its cursor open: close it here, on this connection's turn —
+            # left to the garbage collector, psycopg would close it in the middle of another statement
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()
         if count or index == 0:  # part 0 is written even for an empty export: it holds the header
             signal.throw_if_aborted()
             self._put(export_part_key(self.prefix, index, self.d.format), data)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.core.files.storage import FileSystemStorage
+from django.db import connection
 
 from tests.conftest import AnyJobsEnv, installed
 from tests.secapp.models import Bucket, Post
@@ -148,6 +149,11 @@ def test_a_replayed_page_rewrites_its_own_part(pg: AnyJobsEnv, storage: FileSyst
     # page 2 fails half-encoded: the retry replays pages 0 and 1 from their steps and reads page 2 again
     report = run_jobs(pg.driver, clock=pg.clock)
     assert (report.outcomes["retried"], report.outcomes["completed"]) == (1, 1)
+    # the page that raised closed its server-side cursor at once (the report still holds the error and its
+    # frames): a cursor left to the garbage collector would be closed in the middle of another statement
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_cursors")
+        assert cursor.fetchone() == (0,)
     assert seen.count(pks[5]) == 1  # pages 0 and 1 replayed from their steps, never read again
     assert files(storage, "exports/r") == ["manifest.json"] + [f"part-0000{i}.csv" for i in range(5)]
     _, parts = read_parts(storage, "exports/r")

@@ -359,7 +359,11 @@ def test_a_payload_org_that_is_not_the_runs_org_dies_before_either_seam_reads(
         ({"endpoint_id": "missing", "event_id": "evt_1"}, {}, "X_WEBHOOK_ENDPOINT_UNKNOWN"),
         ({"endpoint_id": "ep-1", "event_id": "missing"}, {}, "X_WEBHOOK_EVENT_UNKNOWN"),
         ({"endpoint_id": "ep-1", "event_id": "evt:1"}, {}, "X_WEBHOOK_EVENT_INVALID"),
-        ({"endpoint_id": "ep-1", "event_id": "evt_1"}, {"url": "ftp://example.test/x"}, "X_WEBHOOK_ENDPOINT_INVALID"),
+        (
+            {"endpoint_id": "ep-1", "event_id": "evt_1"},
+            {"url": "ftp://u:pw@e.test/"},
+            "X_WEBHOOK_ENDPOINT_INVALID",
+        ),
         ({"endpoint_id": "ep-1", "event_id": "evt_1"}, {"url": "/relative"}, "X_WEBHOOK_ENDPOINT_INVALID"),
     ],
 )
@@ -370,6 +374,19 @@ def test_unknown_and_invalid_records_are_terminal(
     enqueued = declare(seams).enqueue(input)
     last = run_jobs(jobs.driver, clock=jobs.clock).last(enqueued.id)
     assert last is not None and (last.outcome, last.code, last.attempt) == ("dead-lettered", code, 1)
+    assert "pw@" not in last.error.message  # type: ignore[union-attr]  # a URL's credentials are never quoted
+    assert receiver.count() == 0
+
+
+def test_an_unsendable_header_or_body_is_terminal(jobs: JobsEnv, receiver: Receiver) -> None:
+    seams = Seams(receiver.url, endpoint_headers={"x-partner": "a\r\nx-injected: 1"})
+    enqueued = declare(seams).enqueue({"endpoint_id": "ep-1", "event_id": "evt_1"})
+    last = run_jobs(jobs.driver, clock=jobs.clock).last(enqueued.id)
+    assert last is not None and (last.outcome, last.code) == ("dead-lettered", "X_WEBHOOK_ENDPOINT_INVALID")
+    seams = Seams(receiver.url, body={"when": object()})
+    enqueued = declare(seams, name="partner.other").enqueue({"endpoint_id": "ep-1", "event_id": "evt_1"})
+    last = run_jobs(jobs.driver, clock=jobs.clock).last(enqueued.id)
+    assert last is not None and (last.outcome, last.code) == ("dead-lettered", "X_WEBHOOK_EVENT_INVALID")
     assert receiver.count() == 0
 
 

@@ -53,6 +53,7 @@ from ..errors import (
     WebhookEndpointDisabledError,
     WebhookEndpointInvalidError,
     WebhookEndpointUnknownError,
+    WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
 from ..logs import log_event
@@ -295,7 +296,8 @@ class _Delivery:
             raise invalid("has no url")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise invalid(f"has url {url[:80]!r}; give an absolute http:// or https:// URL")
+            # the URL itself is not quoted: a query string may carry a token
+            raise invalid(f"has a {parts.scheme or 'relative'} URL; give an absolute http:// or https:// URL")
         if hasattr(secret, "get_secret_value"):
             secret = secret.get_secret_value()
         if isinstance(secret, str):
@@ -309,6 +311,8 @@ class _Delivery:
             for key, value in headers.items():
                 if not isinstance(key, str) or not isinstance(value, str):
                     raise invalid("has a header that is not text")
+                if any(ch in key + value for ch in "\r\n\x00") or not key.strip():
+                    raise invalid(f"has a header {key[:40]!r} with a line break, a NUL byte or no name")
                 if key.lower() not in _DROPPED_HEADERS:
                     merged[key.lower()] = value
         return _Endpoint(str(endpoint_id), url, secret, merged, bool(disabled))
@@ -330,7 +334,14 @@ class _Delivery:
         elif isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
         else:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            try:
+                data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            except (TypeError, ValueError) as exc:
+                raise WebhookEventInvalidError(
+                    f"{self.d.name}: event {event_id!r} has a body that is not bytes, text or JSON ({exc}); "
+                    "answer the body you mean to send",
+                    {"job": self.d.name, "event": str(event_id)},
+                ) from exc
         return _Event(str(event_id), str(topic), data, str(content_type))
 
     # -- the request ---------------------------------------------------------------------------------
