@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connections
 from django.test import override_settings
 
 from tests.e2e.test_demo import shop_orders, table_rows
@@ -23,6 +24,7 @@ def run_demo(django_db_blocker: Any, **jobs: str) -> tuple[str, list[Any]]:
         call_command("shop_demo", stdout=out)
         orders = shop_orders()
         call_command("flush", verbosity=0, interactive=False)
+        connections.close_all()  # no session left open for a later test's tenant scope to write to
     return out.getvalue(), orders
 
 

@@ -40,6 +40,7 @@ QUEUE_URL = "redis://127.0.0.1:6379/7"
 EFFECTS_URL = "redis://127.0.0.1:6379/8"
 BULK_JOBS = 5_000
 BULK_BATCH = 500
+SHORT_VT = "4s"  # a killed worker's lease lapses soon, yet a loaded machine's heartbeats still land in time
 
 Spawn = Callable[..., Child]
 
@@ -55,6 +56,14 @@ def effects() -> Iterator[redis.Redis]:
 
 def effect_rows(client: redis.Redis) -> list[dict[str, Any]]:
     return [json.loads(e) for e in client.lrange("effects", 0, -1)]
+
+
+def running(effects: redis.Redis, job_id: str, worker: Child) -> None:
+    """Wait until ``worker`` runs the hold job's first attempt (and nothing else ran it)."""
+    try:
+        eventually(lambda: markers(effects, job_id) == [("running", worker.pid, 1)], timeout=START_S, interval=POLL_S)
+    except AssertionError as exc:
+        raise AssertionError(f"{markers(effects, job_id)}; {worker.describe()}") from exc
 
 
 def markers(client: redis.Redis, job_id: str) -> list[tuple[str, int, int]]:
@@ -142,8 +151,8 @@ def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(
     spawn: Spawn, jobs: Any, effects: redis.Redis
 ) -> None:
     job_id = jobs.hold_retry.enqueue({"key": "sigkill-retry"}).id
-    (a,) = start_workers(spawn, "A", vt="2s")
-    eventually(lambda: markers(effects, job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+    (a,) = start_workers(spawn, "A", vt=SHORT_VT)
+    running(effects, job_id, a)
     held = row(job_id)
     assert (held.state, held.attempts, held.worker_id) == ("running", 1, a.worker_id)
 
@@ -151,7 +160,7 @@ def test_a_sigkilled_workers_job_is_run_by_another_worker_once_its_lease_lapses(
     assert a.wait() == -signal.SIGKILL
     lease_until = row(job_id).lease_until_ms
     assert lease_until is not None
-    (b,) = start_workers(spawn, "B", vt="2s")
+    (b,) = start_workers(spawn, "B", vt=SHORT_VT)
 
     done = eventually(row_in(job_id, "done"), timeout=20.0, interval=POLL_S)
     assert done.attempts == 2
@@ -165,11 +174,11 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(
     spawn: Spawn, jobs: Any, effects: redis.Redis
 ) -> None:
     job_id = jobs.hold_once.enqueue({"key": "sigkill-once"}).id
-    (a,) = start_workers(spawn, "A", vt="2s")
-    eventually(lambda: markers(effects, job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+    (a,) = start_workers(spawn, "A", vt=SHORT_VT)
+    running(effects, job_id, a)
     a.signal(signal.SIGKILL)
     assert a.wait() == -signal.SIGKILL
-    (b,) = start_workers(spawn, "B", vt="2s")
+    (b,) = start_workers(spawn, "B", vt=SHORT_VT)
 
     dead = eventually(row_in(job_id, "dead"), timeout=20.0, interval=POLL_S)
     assert (dead.attempts, dead.max_attempts, dead.last_error) == (1, 1, "LEASE_LAPSED_FINAL_ATTEMPT")
@@ -184,7 +193,7 @@ def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_onc
 ) -> None:
     (a,) = start_workers(spawn, "A")
     job_id = jobs.hold_retry.enqueue({"key": "sigterm"}).id
-    eventually(lambda: markers(effects, job_id) == [("running", a.pid, 1)], timeout=START_S, interval=POLL_S)
+    running(effects, job_id, a)
     (b,) = start_workers(spawn, "B")
 
     sent = time.monotonic()

@@ -48,8 +48,11 @@ from ..base import (
 )
 from ..purging import finished_cutoffs
 from . import lua_operator, lua_ops
+from .introspect import RedisIntrospection
 from .lua_core import PRELUDE
 from .rows import claimed_job, exhausted_job, pairs, step_json, text
+from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
+from .wake import RedisWake
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DONE_TTL_MS = 7 * 86_400_000
@@ -198,10 +201,6 @@ class RedisDriver:
         self._scripts: dict[str, Script] = {
             name: self.client.register_script(helpers + body) for name, body in SCRIPTS.items()
         }
-        from .introspect import RedisIntrospection
-        from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
-        from .wake import RedisWake
-
         self._introspect = RedisIntrospection(self)
         self._leases = RedisLeaseStore(self)
         self._leader = RedisLeaderStore(self)
@@ -219,23 +218,23 @@ class RedisDriver:
     # -- capabilities --------------------------------------------------------------------------
 
     @property
-    def introspect(self) -> Any:
+    def introspect(self) -> RedisIntrospection:
         return self._introspect
 
     @property
-    def leases(self) -> Any:
+    def leases(self) -> RedisLeaseStore:
         return self._leases
 
     @property
-    def leader(self) -> Any:
+    def leader(self) -> RedisLeaderStore:
         return self._leader
 
     @property
-    def scheduler_state(self) -> Any:
+    def scheduler_state(self) -> RedisSchedulerStore:
         return self._scheduler_state
 
     @property
-    def backfills(self) -> Any:
+    def backfills(self) -> RedisBackfillStore:
         return self._backfills
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -267,8 +266,6 @@ class RedisDriver:
     def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Hear the queues other processes announce (a blocking ``XREAD`` on the wake stream, on a
         connection of its own). The reader starts with the first subscriber and stops with the last."""
-        from .wake import RedisWake
-
         with self._wake_lock:
             self._listeners.append(listener)
             if self._wake is None:

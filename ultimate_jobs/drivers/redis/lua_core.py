@@ -66,26 +66,31 @@ local function push_due(id, q)
 end
 
 local function set_state(id, new, now)
-  local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue', 'created')
+  local h = redis.call('HMGET', jk(id), 'state', 'queue', 'created')
   local old = h[1]
-  local lk = livekey(h[2], h[3], h[4])
-  if LIVE[old] and not LIVE[new] then
-    if redis.call('HGET', T .. ':live', lk) == id then redis.call('HDEL', T .. ':live', lk) end
-  elseif LIVE[new] and not LIVE[old] then
-    redis.call('HSET', T .. ':live', lk, id)
+  if LIVE[old] ~= LIVE[new] then  -- the live key moves only when liveness changes
+    local k = redis.call('HMGET', jk(id), 'name', 'tenant', 'key')
+    local lk = livekey(k[1], k[2], k[3])
+    if LIVE[old] then
+      if redis.call('HGET', T .. ':live', lk) == id then redis.call('HDEL', T .. ':live', lk) end
+    else
+      redis.call('HSET', T .. ':live', lk, id)
+    end
   end
   redis.call('HSET', jk(id), 'state', new, 'updated', now)
   if old ~= new then
-    redis.call('HINCRBY', T .. ':counts', old .. ':' .. h[5], -1)
-    redis.call('HINCRBY', T .. ':counts', new .. ':' .. h[5], 1)
+    redis.call('HINCRBY', T .. ':counts', old .. ':' .. h[2], -1)
+    redis.call('HINCRBY', T .. ':counts', new .. ':' .. h[2], 1)
     redis.call('ZREM', stk(old), id)
-    redis.call('ZADD', stk(new), h[6], id)
+    redis.call('ZADD', stk(new), h[3], id)
   end
   if old == 'done' then redis.call('ZREM', T .. ':done', id) end
-  if new ~= 'running' then redis.call('HDEL', jk(id), 'worker', 'claim', 'lease') end
+  if new ~= 'running' and old == 'running' then redis.call('HDEL', jk(id), 'worker', 'claim', 'lease') end
   if LIVE[new] then
-    redis.call('HDEL', jk(id), 'finished')
-    redis.call('ZREM', T .. ':finished', id)
+    if not LIVE[old] then  -- a live row has no finish to clear
+      redis.call('HDEL', jk(id), 'finished')
+      redis.call('ZREM', T .. ':finished', id)
+    end
   else
     redis.call('HSET', jk(id), 'finished', now)
     redis.call('ZADD', T .. ':finished', now, id)
