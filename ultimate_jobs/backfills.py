@@ -486,7 +486,8 @@ class _Pass:
         return {"cursor": cursor, "rows": len(rows), "total": total}
 
     def _throttle(self, started: float, signal: CancelSignal) -> None:
-        """Wait out the rest of this page's interval (``1 / rate`` seconds), cut short by a cancel."""
+        """Wait out the rest of the interval (``1 / rate`` seconds) that began at ``started`` — the previous
+        page's start — cut short by a cancel."""
         remaining = 1.0 / self.d.descriptor.rate - (time.monotonic() - started)
         if remaining > 0 and signal.wait(remaining):
             signal.throw_if_aborted()
