@@ -12,6 +12,7 @@ from typing import Generic, TypeVar
 
 import pytest
 from django.db import connection, connections
+from django.test import TransactionTestCase
 
 from ultimate_jobs import registry
 from ultimate_jobs.conf import set_job_clock, set_job_driver
@@ -53,6 +54,8 @@ def _no_connection_left_open_for_a_test_without_the_database(request: pytest.Fix
     leave one open, and a job body run under a tenant scope mirrors the scope into every OPEN connection
     (row-level security) — which pytest-django refuses in a test that may not touch the database, so the
     outcome would depend on test order. (A connection opened later takes the scope as it connects.)"""
+    if isinstance(request.instance, TransactionTestCase):  # Django's own TestCase classes hold the database
+        return
     if request.node.get_closest_marker("django_db") is None and not _DATABASE_FIXTURES & set(request.fixturenames):
         for conn in connections.all(initialized_only=True):
             conn.close()
