@@ -5,7 +5,7 @@ idle scheduler.
 Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
 ``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
 ``job_driver().enqueue_many`` over ``handle.build_request``); a worker process is literally
-``python manage.py jobs_worker --concurrency S`` under the same settings.
+``python manage.py jobs_worker --quiet --concurrency S`` under the same settings.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def subject() -> Subject:
         name="ultimate_jobs",
         version=version(),
         database=DATABASE,
-        notes="python manage.py jobs_worker --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
+        notes="python manage.py jobs_worker --quiet --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
         cases=(
             "drain",

@@ -9,6 +9,7 @@ its start (``HSET bench:lat <n> <time>``). Standard library and redis-py only at
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -51,19 +52,22 @@ def mark_probe(n: int) -> None:
 # -- the three libraries ---------------------------------------------------------------------------------
 
 
-class Library:
+class Library(abc.ABC):
     """How one library enqueues and runs a worker process with ``slots`` slots."""
 
     name = ""
 
+    @abc.abstractmethod
     def worker_argv(self, slots: int) -> list[str]:
-        raise NotImplementedError
+        """The worker process's command line."""
 
+    @abc.abstractmethod
     def noop(self, n: int) -> None:
-        raise NotImplementedError
+        """Enqueue the no-op job ``n``."""
 
+    @abc.abstractmethod
     def probe(self, n: int) -> None:
-        raise NotImplementedError
+        """Enqueue the latency probe ``n``."""
 
     def noop_batch(self, ns: range) -> None:
         for n in ns:

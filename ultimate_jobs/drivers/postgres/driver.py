@@ -4,7 +4,6 @@ connection for the configured alias (the transaction's connection inside ``atomi
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -34,6 +33,7 @@ from ..base import (
     nack_state,
 )
 from ..purging import finished_cutoffs
+from ..wake_hub import WakeHub
 from . import sql
 from .backfills import PostgresBackfillStore
 from .executor import Executor, django_executor, from_jsonb, jsonb
@@ -76,9 +76,7 @@ class PostgresDriver:
         self._leader = PostgresLeaderStore(self)
         self._scheduler_state = PostgresSchedulerStore(self)
         self._backfills = PostgresBackfillStore(self)
-        self._wake_lock = threading.Lock()
-        self._listeners: list[Callable[[str], None]] = []
-        self._wake: QueueWake | None = None
+        self._wakes: WakeHub[QueueWake] = WakeHub(self._start_wake)
 
     @property
     def introspect(self) -> Any:
@@ -109,34 +107,19 @@ class PostgresDriver:
         """Hear the queue names other processes announce (LISTEN x_jobs_wake). The session starts with
         the first subscriber — only the worker role subscribes, so an enqueuing web process holds none —
         and stops with the last. Answers an unsubscribe."""
-        with self._wake_lock:
-            self._listeners.append(listener)
-            if self._wake is None:
-                self._wake = start_queue_wake(
-                    conninfo=conninfo_for(connections[self.alias].settings_dict),
-                    probe=pool_probe(self.alias),
-                    on_wake=self._announce,
-                    clock=system_clock(),  # the proof deadline is wall time, whatever clock the queue reads
-                )
+        return self._wakes.subscribe(listener)
 
-        def unsubscribe() -> None:
-            with self._wake_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-                if not self._listeners and self._wake is not None:
-                    self._wake.stop()
-                    self._wake = None
-
-        return unsubscribe
-
-    def _announce(self, queue: str) -> None:
-        for listener in list(self._listeners):
-            listener(queue)
+    def _start_wake(self, tell: Callable[[str], None]) -> QueueWake:
+        return start_queue_wake(
+            conninfo=conninfo_for(connections[self.alias].settings_dict),
+            probe=pool_probe(self.alias),
+            on_wake=tell,
+            clock=system_clock(),  # the proof deadline is wall time, whatever clock the queue reads
+        )
 
     def wake_is_live(self) -> bool:
         """Whether the LISTEN session is proven (the worker then raises its idle ceiling to 5 s)."""
-        wake = self._wake
-        return wake is not None and wake.is_live()
+        return self._wakes.is_live()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -387,11 +370,7 @@ class PostgresDriver:
 
     def close(self) -> None:
         """Stop the wake session; statements run on Django's connections, which Django closes."""
-        with self._wake_lock:
-            self._listeners.clear()
-            wake, self._wake = self._wake, None
-        if wake is not None:
-            wake.stop()
+        self._wakes.close()
 
 
 def canonical_id(value: str) -> str:

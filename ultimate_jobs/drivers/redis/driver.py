@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from ..base import (
     nack_state,
 )
 from ..purging import finished_cutoffs
+from ..wake_hub import WakeHub
 from . import lua_operator, lua_ops
 from .introspect import RedisIntrospection
 from .lua_core import PRELUDE
@@ -206,9 +206,7 @@ class RedisDriver:
         self._leader = RedisLeaderStore(self)
         self._scheduler_state = RedisSchedulerStore(self)
         self._backfills = RedisBackfillStore(self)
-        self._wake_lock = threading.Lock()
-        self._listeners: list[Callable[[str], None]] = []
-        self._wake: RedisWake | None = None
+        self._wakes: WakeHub[RedisWake] = WakeHub(self._start_wake)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisDriver:
@@ -266,32 +264,16 @@ class RedisDriver:
     def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Hear the queues other processes announce (a blocking ``XREAD`` on the wake stream, on a
         connection of its own). The reader starts with the first subscriber and stops with the last."""
-        with self._wake_lock:
-            self._listeners.append(listener)
-            if self._wake is None:
-                self._wake = RedisWake(self, self._announce)
-                self._wake.start()
+        return self._wakes.subscribe(listener)
 
-        def unsubscribe() -> None:
-            with self._wake_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-                wake = None
-                if not self._listeners:
-                    wake, self._wake = self._wake, None
-            if wake is not None:
-                wake.stop()
-
-        return unsubscribe
-
-    def _announce(self, queue: str) -> None:
-        for listener in list(self._listeners):
-            listener(queue)
+    def _start_wake(self, tell: Callable[[str], None]) -> RedisWake:
+        wake = RedisWake(self, tell)
+        wake.start()
+        return wake
 
     def wake_is_live(self) -> bool:
         """Whether the wake reader is connected (the worker then raises its idle ceiling to 5 s)."""
-        wake = self._wake
-        return wake is not None and wake.is_live()
+        return self._wakes.is_live()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -425,11 +407,7 @@ class RedisDriver:
 
     def close(self) -> None:
         """Stop the wake reader. Idempotent; the client and its connection pool stay usable."""
-        with self._wake_lock:
-            self._listeners.clear()
-            wake, self._wake = self._wake, None
-        if wake is not None:
-            wake.stop()
+        self._wakes.close()
 
 
 def call(driver: RedisDriver, fn: Callable[[], R]) -> R:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -46,6 +45,7 @@ from ..base import (
     nack_state,
 )
 from ..purging import finished_cutoffs
+from ..wake_hub import WakeHub
 from . import sql
 from .executor import SqliteExecutor
 from .rows import claimed_job, dashed, dumps, hex_id, job_record, ms, step_record, ts, ts_or_none, worker_params
@@ -109,9 +109,7 @@ class SqliteDriver:
         self._leader = SqliteLeaderStore(self)
         self._scheduler_state = SqliteSchedulerStore(self)
         self._backfills = SqliteBackfillStore(self)
-        self._wake_lock = threading.Lock()
-        self._listeners: list[Callable[[str], None]] = []
-        self._watch: DataVersionWatch | None = None
+        self._wakes: WakeHub[DataVersionWatch] = WakeHub(self._start_watch)
 
     @property
     def introspect(self) -> Any:
@@ -143,39 +141,28 @@ class SqliteDriver:
         resumes at once (after their commit), and another process's commits through the watch on the file
         (:class:`~.watch.DataVersionWatch`, started with the first subscriber — only the worker role
         subscribes — and stopped with the last). Answers an unsubscribe."""
-        with self._wake_lock:
-            self._listeners.append(listener)
-            conn: Any = connections[self.alias]
-            if self._watch is None and self.watch_interval_ms is not None and not conn.is_in_memory_db():
-                self._watch = DataVersionWatch(
-                    str(conn.settings_dict["NAME"]),
-                    now=lambda: ts(self._now()),
-                    on_due=lambda queue: self.tell([queue]),
-                    interval_ms=self.watch_interval_ms,
-                )
+        return self._wakes.subscribe(listener)
 
-        def unsubscribe() -> None:
-            with self._wake_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-                watch = self._watch if not self._listeners else None
-                if watch is not None:
-                    self._watch = None
-            if watch is not None:
-                watch.stop()
-
-        return unsubscribe
+    def _start_watch(self, tell: Callable[[str], None]) -> DataVersionWatch | None:
+        conn: Any = connections[self.alias]
+        if self.watch_interval_ms is None or conn.is_in_memory_db():
+            return None
+        return DataVersionWatch(
+            str(conn.settings_dict["NAME"]),
+            now=lambda: ts(self._now()),
+            on_due=tell,
+            interval_ms=self.watch_interval_ms,
+        )
 
     def tell(self, queues: Sequence[str]) -> None:
         """Tell every subscriber each of ``queues`` now."""
-        for listener in list(self._listeners):
-            for queue in queues:
-                listener(queue)
+        for queue in queues:
+            self._wakes.tell(queue)
 
     def announce(self, queues: Sequence[str]) -> None:
         """Tell this process's subscribers each queue once. Inside the caller's transaction the rows are
         not visible to the worker's own connection until commit, so the announcement waits for it."""
-        if not self._listeners or not queues:
+        if not self._wakes.listening or not queues:
             return
         names = list(dict.fromkeys(queues))
         if self.executor.in_transaction():
@@ -186,8 +173,7 @@ class SqliteDriver:
     def wake_is_live(self) -> bool:
         """Whether the cross-process watch is reading the file (the worker then raises its idle ceiling to
         5 s, as it does over a proven LISTEN session)."""
-        watch = self._watch
-        return watch is not None and watch.is_live()
+        return self._wakes.is_live()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -525,11 +511,7 @@ class SqliteDriver:
     def close(self) -> None:
         """Stop the wake's watch and forget its subscribers; statements run on Django's connections, which
         Django closes."""
-        with self._wake_lock:
-            self._listeners.clear()
-            watch, self._watch = self._watch, None
-        if watch is not None:
-            watch.stop()
+        self._wakes.close()
 
 
 def _canonical(value: str) -> str:
