@@ -1191,6 +1191,42 @@ def test_a_slot_takes_its_next_job_while_its_settle_is_buffered_and_wait_idle_wa
     eventually(lambda: worker.stats.completed == 2, timeout=WAIT)
 
 
+def test_a_settle_held_on_the_wire_past_the_window_keeps_its_lease_and_the_job_runs_once(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+    bodies: list[str] = []
+
+    def counted(run: JobRun[Any]) -> None:
+        bodies.append(run.job_id)
+        probe.enter(run)
+
+    quick = declare("settle_slow", counted)
+    (job_id,) = in_order(jobs, quick, [{"k": 1}])
+    driver = HeldAcks(jobs.driver)
+    worker = make_worker(driver=driver, concurrency=1, visibility_timeout="30s")
+    other = make_worker(queues=[QUEUE], concurrency=1, visibility_timeout="30s")
+    try:
+        assert worker.run_once() == 1
+        probe.started(job_id)
+        assert driver.entered.acquire(timeout=WAIT)  # the body returned; its settle is on the wire, held
+        for _ in range(6):  # 60 s: twice the window, which only renewals can survive
+            jobs.clock.advance(HEARTBEAT_MS)
+            assert row(jobs, job_id).lease_until_ms == jobs.clock.now_ms() + 30_000
+            assert other.run_once() == 0  # nobody may take a row whose body ran and whose settle is coming
+        assert row(jobs, job_id).state == "running"
+    finally:
+        driver.open.set()
+
+    assert worker.wait_idle(WAIT)
+    assert row(jobs, job_id).state == "done"
+    assert bodies == [job_id]
+    assert [(e.outcome, e.landed) for e in worker.executions] == [("completed", True)]
+    assert not events(caplog, "jobs.lease.lost") and worker.stats.leases_lost == 0
+    jobs.clock.advance(HEARTBEAT_MS)  # the settle landed: nothing renews the done row any more
+    assert not events(caplog, "jobs.lease.lost") and not events(caplog, "jobs.heartbeat.failed")
+
+
 class FailingAcks(Delegating):
     """Every ``ack_many`` raises, as a connection lost mid-flush does."""
 

@@ -59,9 +59,12 @@ def renew_round(worker: JobWorker) -> None:
     visibility window passed with none landing it is ``jobs.lease.lost`` (+ ``job_leases_lost_total``)
     and the body is aborted with ``X_JOB_LEASE_LOST``. A renewal the fence refused means the row is no
     longer this claim's (cancelled, or re-claimed elsewhere): abort at once. Neither fires for a job
-    whose settle has begun.
+    whose settle has begun — but its lease is still renewed until the settle came back: a settle held
+    up on the wire (a loaded database, a flush behind others) must not let the lease lapse under a body
+    that already ran, or the queue would deliver it again. The fence makes a renewal that crosses the
+    settle a no-op.
     """
-    flights = [f for f in worker.in_flight() if not f.settling and not f.lost]
+    flights = [f for f in worker.in_flight() if not f.lost and not f.landed]
     if not flights:
         return
     beats = [Heartbeat(f.job.id, f.job.ref) for f in flights]
