@@ -90,7 +90,7 @@ class Ours(Library):
 
     def worker_argv(self, slots: int) -> list[str]:
         queue = self.jobs.QUEUE
-        return [sys.executable, "manage.py", "jobs_worker", "--queues", queue, "--concurrency", str(slots)]
+        return [sys.executable, "manage.py", "jobs_worker", "--quiet", "--queues", queue, "--concurrency", str(slots)]
 
     def noop(self, n: int) -> None:
         self.jobs.bench_redis_noop.enqueue({"n": n})

@@ -50,7 +50,7 @@ from ..wake_hub import WakeHub
 from . import lua_operator, lua_ops
 from .introspect import RedisIntrospection
 from .lua_core import PRELUDE
-from .rows import claimed_job, exhausted_job, pairs, step_json, text
+from .rows import claimed_job, exhausted_job, step_json, text
 from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
 from .wake import RedisWake
 
@@ -324,13 +324,13 @@ class RedisDriver:
             "done_ttl": str(self.done_ttl_ms),
             "record": None if record is None else [record.id, worker_doc(record)],
         }
-        claimed, exhausted = self.run(
-            "claim", str(now), str(limit), worker_id, str(now + visibility_timeout_ms), json.dumps(spec)
+        claimed, exhausted = json.loads(
+            self.run("claim", str(now), str(limit), worker_id, str(now + visibility_timeout_ms), json.dumps(spec))
         )
-        buried = [exhausted_job(pairs(row)) for row in exhausted]
+        buried = [exhausted_job(row) for row in exhausted or ()]  # an empty list comes back as {}
         if buried and on_exhausted is not None:
             on_exhausted(buried)
-        return [claimed_job(pairs(row), pairs(steps)) for row, steps in claimed]
+        return [claimed_job(row, steps) for row, steps in claimed or ()]
 
     # -- settles -------------------------------------------------------------------------------
 

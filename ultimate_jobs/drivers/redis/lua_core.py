@@ -28,6 +28,11 @@ local function stk(state) return T .. ':st:' .. state end
 local function livekey(name, tenant, key) return cjson.encode({name, tenant or '', key}) end
 local function num(v) return tonumber(v) end
 local function fmt(n) return string.format('%d', n) end
+local function hmap(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
 local function opt(v) if v == nil or v == cjson.null or v == false then return nil end return v end
 
 local function wake(q)

@@ -1,7 +1,9 @@
 """One Lua script per driver operation (the prelude in :mod:`.lua_core` is prepended to each).
 
 Arguments are passed in ``ARGV`` as text; batches travel as one JSON document. A script answers
-nested arrays of text (a row is its ``HGETALL``), which the driver decodes into its records.
+nested arrays of text (a row is its ``HGETALL``), which the driver decodes into its records — except
+the claim, the hot path, which answers one JSON document (a row is its hash as an object; Lua's cjson
+writes an empty table as ``{}``, so an empty list arrives as an empty object).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ for _, f in ipairs(final) do
   redis.call('HSET', jk(id), 'err', 'LEASE_LAPSED_FINAL_ATTEMPT')
   redis.call('HDEL', jk(id), 'code')
   count(name, state, '0', spec.bucket)
-  table.insert(exhausted, redis.call('HGETALL', jk(id)))
+  table.insert(exhausted, hmap(redis.call('HGETALL', jk(id))))
 end
 table.sort(offered, before)
 local claimed = {}
@@ -73,10 +75,11 @@ for i = 1, math.min(limit, #offered) do
   redis.call('HINCRBY', jk(id), 'attempts', 1)
   redis.call('HSET', jk(id), 'worker', worker, 'claim', spec.token .. string.format('%08x', i), 'lease', lease_until)
   set_state(id, 'running', now)
-  table.insert(claimed, {redis.call('HGETALL', jk(id)), redis.call('HGETALL', sk(id))})
+  table.insert(claimed, {hmap(redis.call('HGETALL', jk(id))), hmap(redis.call('HGETALL', sk(id)))})
 end
 reap_done(num(now), tonumber(spec.done_ttl))
-return {claimed, exhausted}
+-- one JSON document, not nested arrays: the client decodes one string instead of ~30 per row
+return cjson.encode({claimed, exhausted})
 """
 
 ACK = r"""
