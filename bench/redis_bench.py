@@ -111,8 +111,8 @@ def redis_table(plan: Plan, results: dict[str, dict[str, Any]]) -> str:
     notes = (
         "redis: ultimate_jobs `jobs_worker --quiet --concurrency S` on the Redis driver; dramatiq "
         "`dramatiq … --processes 1 --threads S` on its RedisBroker; Celery `celery worker --pool threads "
-        "--concurrency S` with gossip, mingle and heartbeats off and no result backend. Every body runs one INCR/HSET on the same server; a drain's "
-        "'steady' is (N-1) over the first-to-last completion the bench sees (5 ms poll); dramatiq and Celery have "
-        "no batched enqueue of their own (—)."
+        "--concurrency S` with gossip, mingle and heartbeats off and no result backend. Every body runs one "
+        "INCR/HSET on the same server; a drain's 'steady' is (N-1) over the first-to-last completion the bench "
+        "sees (5 ms poll); dramatiq and Celery have no batched enqueue of their own (—)."
     )
     return "\n".join(lines) + "\n\n" + notes
