@@ -347,11 +347,10 @@ class RedisDriver:
         args: list[str] = [str(now), str(bucket_of(now)), str(self.done_ttl_ms)]
         for a in acks:
             args += [a.job_id, a.ref.worker_id, a.ref.claim, str(a.duration_ms or 0)]
-        landed = frozenset(self.run("ack", *args))
-        for a in acks:
-            if a.job_id not in landed:
-                self._unowned(a.job_id, a.ref, "ack")
-        return landed
+        missed = frozenset(self.run("ack", *args))  # the places in ``acks`` that did not land
+        for place in missed:
+            self._unowned(acks[place].job_id, acks[place].ref, "ack")
+        return frozenset(a.job_id for place, a in enumerate(acks) if place not in missed)
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         now = self.clock.now_ms()
