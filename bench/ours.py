@@ -353,9 +353,36 @@ def django_execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall()) if cursor.description is not None else []
 
 
+def hand_orm_loop(batch: int, rate: float) -> int:
+    """The same loop written with the ORM, as a Django team writes it when its UPDATE needs the model
+    instances: keyset pages of ``batch`` ``BenchRow`` instances, then the same UPDATE of their ids, at
+    most ``rate`` pages a second; answers the rows touched."""
+    from bench.models import BenchRow
+
+    after, touched = 0, 0
+    while True:
+        page_started = time.perf_counter()
+        rows = list(BenchRow.objects.filter(pk__gt=after).order_by("pk")[:batch])
+        if rows:
+            django_execute(SQL_TOUCH, {"ids": [row.pk for row in rows]})
+            touched += len(rows)
+            after = rows[-1].pk
+        if len(rows) < batch:
+            return touched
+        pause = 1 / rate - (time.perf_counter() - page_started)
+        if pause > 0:
+            time.sleep(pause)
+
+
 def timed_loop(execute: Any) -> float:
     started = time.perf_counter()
     touched = hand_keyset_loop(execute, 1_000, 200.0)
+    return touched / (time.perf_counter() - started)
+
+
+def timed_orm_loop() -> float:
+    started = time.perf_counter()
+    touched = hand_orm_loop(1_000, 200.0)
     return touched / (time.perf_counter() - started)
 
 
@@ -364,8 +391,9 @@ def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
     (rows/s from the ledger's own started/completed stamps), against :func:`hand_keyset_loop` doing the
     same UPDATE at the same cap in the bench process on Django's connection (and, for reference, on a bare
     psycopg connection, which binds parameters server-side where Django's default cursor binds them
-    client-side); and the worker's RSS after 10,000 rows and at the end.
-    Two passes, each on a fresh database: the source as model instances (``BenchRow.objects.all()``, what
+    client-side) and against :func:`hand_orm_loop` (the same loop reading model instances through the ORM,
+    the like-for-like reference of the model-instance pass); and the worker's RSS after 10,000 rows and at
+    the end. Two passes, each on a fresh database: the source as model instances (``BenchRow.objects.all()``, what
     the README shows first) and as ``values_list("pk", flat=True)`` (the ids the hand loop reads too)."""
     from bench.jobs import bench_backfill, bench_backfill_pks
 
@@ -380,7 +408,14 @@ def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
             return cursor.fetchall() if cursor.description is not None else []
 
         bare_rate = timed_loop(bare_execute)
-    out: Figures = {"backfill_hand_rows_per_s": hand_rate, "backfill_bare_rows_per_s": bare_rate}
+    fresh_backfill_rows(plan)
+    orm_rate = timed_orm_loop()
+    close_connections()
+    out: Figures = {
+        "backfill_hand_rows_per_s": hand_rate,
+        "backfill_bare_rows_per_s": bare_rate,
+        "backfill_orm_rows_per_s": orm_rate,
+    }
     for label, handle in (("", bench_backfill), ("pks_", bench_backfill_pks)):
         fresh_backfill_rows(plan)
         rate, rss_early, rss_end = one_backfill_pass(handle, sub, plan, log)
@@ -388,7 +423,10 @@ def case_backfill(sub: Subject, plan: Plan, log: Path) -> Figures:
         out[f"backfill_{label}ratio"] = rate / hand_rate
         if not label:
             out.update(
-                backfill_rss_early_kb=rss_early, backfill_rss_end_kb=rss_end, backfill_rss_ratio=rss_end / rss_early
+                backfill_orm_ratio=rate / orm_rate,
+                backfill_rss_early_kb=rss_early,
+                backfill_rss_end_kb=rss_end,
+                backfill_rss_ratio=rss_end / rss_early,
             )
     return out
 

@@ -105,6 +105,13 @@ def rows(plan: Plan) -> list[Row]:
         Row("backfill_hand_rows_per_s", "hand-written keyset loop in Django, same UPDATE and cap", "rows/s", True),
         Row("backfill_bare_rows_per_s", "the same loop on a bare psycopg connection", "rows/s", True),
         Row("backfill_ratio", "backfill / hand-written loop in Django", "ratio", True),
+        Row(
+            "backfill_orm_rows_per_s",
+            "hand-written keyset loop reading model instances (ORM), same UPDATE and cap",
+            "rows/s",
+            True,
+        ),
+        Row("backfill_orm_ratio", "backfill (model instances) / that ORM loop", "ratio", True),
         Row("backfill_pks_rows_per_s", "the same, source values_list('pk', flat=True)", "rows/s", True),
         Row("backfill_pks_ratio", "that backfill / hand-written loop in Django", "ratio", True),
         Row("backfill_rss_early_kb", "worker RSS after 10,000 rows", "MiB", False),
