@@ -252,8 +252,8 @@ def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, A
 
 def notes_text(results: dict[str, dict[str, Any]], problems: dict[str, str]) -> str:
     lines = [
-        "↑ higher is better, ↓ lower is better; ours/pgqueuer (and ours/dramatiq) is the plain quotient of the two medians. "
-        "'—': the library has no such figure, or it was not measured (see below)."
+        "↑ higher is better, ↓ lower is better; ours/pgqueuer (and ours/dramatiq) is the plain quotient of the two "
+        "medians. '—': the library has no such figure, or it was not measured (see below)."
     ]
     lines.extend(f"{lib}: {result['notes']}" for lib, result in results.items() if result.get("notes"))
     lines.extend(f"NOT MEASURED — {what}: {why}" for what, why in problems.items())
