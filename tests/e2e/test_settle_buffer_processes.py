@@ -162,7 +162,9 @@ def test_a_sigterm_drain_flushes_every_buffered_settle_before_the_process_exits(
 @pytest.mark.slow
 def test_a_sigkill_loses_no_landed_settle_and_the_buffered_ones_run_again(slow_worker: SlowWorker, pg: PgJobs) -> None:
     enqueue(pg, "kill", KILL_JOBS)
-    a = slow_worker("A", ack_delay_ms=3_000, vt="2s")  # each flush outlasts the lease of what it settles
+    # each flush outlasts a whole lease window: only the heartbeat, which renews what waits in the buffer,
+    # keeps those rows A's until the SIGKILL; then their leases lapse within 2 s
+    a = slow_worker("A", ack_delay_ms=3_000, vt="2s")
     eventually(settles_buffered(1), timeout=START_S + 20.0, interval=0.02)  # one flush landed, more wait
 
     a.signal(signal.SIGKILL)
@@ -207,3 +209,28 @@ def test_a_sigkill_loses_no_landed_settle_and_the_buffered_ones_run_again(slow_w
             f"{key} ran after its settle landed: {job}"
         )
     assert "ERROR" not in b.stderr, b.describe()
+
+
+@pytest.mark.slow
+def test_a_settle_slower_than_the_lease_keeps_the_job_and_no_body_runs_twice(
+    slow_worker: SlowWorker, pg: PgJobs
+) -> None:
+    keys = enqueue(pg, "slow", 80)
+    # every flush takes 3 s, longer than the 2 s lease of what it settles: the heartbeat must keep
+    # renewing a row whose body returned until its settle lands, or the other worker takes it again
+    a = slow_worker("A", ack_delay_ms=3_000, vt="2s")
+    b = slow_worker("B", ack_delay_ms=3_000, vt="2s")
+
+    def all_done() -> bool:
+        return states(jobs_by_key()) == {"done": len(keys)}
+
+    try:
+        eventually(all_done, timeout=FINISH_S, interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{states(jobs_by_key())}; {a.describe()}; {b.describe()}") from exc
+    jobs = jobs_by_key()
+    twice = {key: job.runs for key, job in jobs.items() if len(job.runs) != 1}
+    assert not twice, twice
+    assert all(job.attempts == 1 for job in jobs.values()), {k: j.attempts for k, j in jobs.items()}
+    for child in (a, b):
+        assert "jobs.lease.lost" not in child.stderr and "ERROR" not in child.stderr, child.describe()
