@@ -15,7 +15,6 @@ import pytest
 
 from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used by name
     POLL_S,
-    QUEUE,
     START_S,
     Child,
     Spawn,
@@ -23,7 +22,7 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used 
     query,
     row_in,
     spawn,
-    worker_command,
+    start_workers,
 )
 from tests.helpers import eventually
 from tests.secapp.models import Post
@@ -50,9 +49,7 @@ def installed_pg() -> Iterator[PostgresDriver]:
 
 
 def start_worker(spawn: Spawn, name: str) -> Child:  # noqa: F811 — the fixture, passed in
-    worker = spawn(name, *worker_command(concurrency=1), vt="2s", DJANGO_SETTINGS_MODULE=SETTINGS)
-    banner = worker.line(0)
-    assert banner.startswith("worker ") and f" serving {QUEUE} (" in banner, worker.describe()
+    (worker,) = start_workers(spawn, name, vt="2s", concurrency=1, DJANGO_SETTINGS_MODULE=SETTINGS)
     return worker
 
 

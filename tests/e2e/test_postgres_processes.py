@@ -197,10 +197,11 @@ def worker_command(*flags: str, concurrency: int = 4) -> list[str]:
     ]
 
 
-def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int = 4) -> list[Child]:
-    """``manage.py jobs_worker`` per name, all started before any is waited for; answers them once each
-    has printed ``worker <id> serving …`` (``child.worker_id`` set)."""
-    workers = [spawn(name, *worker_command(concurrency=concurrency), vt=vt) for name in names]
+def start_workers(spawn: Spawn, *names: str, vt: str = "30s", concurrency: int = 4, **env: str) -> list[Child]:
+    """``manage.py jobs_worker`` per name (``env`` added to each child's environment), all started before
+    any is waited for; answers them once each has printed ``worker <id> serving …`` (``child.worker_id``
+    set)."""
+    workers = [spawn(name, *worker_command(concurrency=concurrency), vt=vt, **env) for name in names]
     for worker in workers:
         banner = worker.line(0)
         assert banner.startswith("worker ") and f" serving {QUEUE} (" in banner, worker.describe()
