@@ -127,15 +127,14 @@ class Attempt:
         ex = self.execution
         ex.duration_ms = self.clock.now_ms() - self.started
         ex.outcome, ex.result = "completed", result
-        acker = self.acker or self.driver
-        later = self.settled_later
-        ack_later = getattr(acker, "ack_later", None)
-        if later is not None and ack_later is not None and self.handle.on_settled is None:
+        acker = self.acker
+        waited_for = self.settled_later is None or self.handle.on_settled is not None
+        if acker is not None and acker.supports_deferred_ack and not waited_for:
             # nobody waits on this settle inside the attempt: the slot moves on, the buffer settles it
             ex.deferred = True
-            ack_later(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms, then=self._completed_later)
+            acker.ack_later(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms, then=self._completed_later)
             return
-        ex.landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
+        ex.landed = (acker or self.driver).ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
         log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=ex.landed, **self.log_fields())
 
     def _completed_later(self, landed: bool, error: BaseException | None) -> None:

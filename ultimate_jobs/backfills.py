@@ -320,7 +320,7 @@ def pending_backfills(
     declared = list(registered_backfills() if declarations is None else declarations)
     env = jobs_settings().environment if environment is None else environment
     if runs is None:
-        store: BackfillStore | None = getattr(job_driver(), "backfills", None)
+        store: BackfillStore | None = job_driver().backfills
         runs = store.list(limit=1_000) if store is not None else []
     by_name: dict[str, list[BackfillRun]] = {}
     for row in sorted(runs, key=lambda r: (r.started_at_ms, r.id), reverse=True):
@@ -359,8 +359,7 @@ class _Pass:
         self.name = declaration.descriptor.name
         self.run = run
         self.clock = job_clock()
-        # a driver written before the ledger existed has no attribute: the same as declaring it None
-        self.store: BackfillStore | None = getattr(job_driver(), "backfills", None)
+        self.store: BackfillStore | None = job_driver().backfills  # None: the pass runs with no bookkeeping
         self.row: BackfillRun | None = None
         self._next_report = 0.0  # time.monotonic() after which a page writes the ledger's progress
         self._page_started: float | None = None  # when this attempt's previous page began (the pace)
@@ -456,8 +455,8 @@ class _Pass:
         database, the ledger's progress and the step's checkpoint commit together: one commit (one WAL
         flush) per page instead of two, and a page whose checkpoint is lost is a page whose writes are
         too. A driver with no database alias (memory) gets none."""
-        alias = getattr(job_driver(), "alias", None)
-        return transaction.atomic(using=alias) if isinstance(alias, str) else contextlib.nullcontext()
+        alias = job_driver().alias
+        return transaction.atomic(using=alias) if alias is not None else contextlib.nullcontext()
 
     def page(self, index: int, cursor: Any, total: int) -> dict[str, Any]:
         """One page: wait out the rest of the previous page's interval (before any statement, so no

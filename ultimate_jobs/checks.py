@@ -11,7 +11,9 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
   of ``DATABASES``), ``X_SETTINGS_DATABASE_NOT_POSTGRES`` (the Postgres driver or the outbox on another
   database), ``X_SETTINGS_DATABASE_NOT_SQLITE`` (the SQLite driver on another database),
   ``X_SETTINGS_CONTEXT_UNIMPORTABLE``, ``X_SETTINGS_DRIVER_UNKNOWN`` (a dotted path that does
-  not import to a callable), ``X_DRIVER_UNAVAILABLE`` (the redis driver without redis-py installed) and
+  not import to a callable), ``X_SETTINGS_DRIVER_UNDECLARED`` (a dotted-path driver that leaves a
+  capability of the driver contract undeclared), ``X_DRIVER_UNAVAILABLE`` (the redis driver without
+  redis-py installed) and
   ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
 """
 
@@ -24,6 +26,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, read_settings
+from .drivers.base import DECLARED_CAPABILITIES
 
 OBJ = "settings.ULTIMATE_JOBS"
 CHECK_DATABASE_UNKNOWN = "X_SETTINGS_DATABASE_UNKNOWN"
@@ -31,6 +34,7 @@ CHECK_DATABASE_NOT_POSTGRES = "X_SETTINGS_DATABASE_NOT_POSTGRES"
 CHECK_DATABASE_NOT_SQLITE = "X_SETTINGS_DATABASE_NOT_SQLITE"
 CHECK_CONTEXT_UNIMPORTABLE = "X_SETTINGS_CONTEXT_UNIMPORTABLE"
 CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
+CHECK_DRIVER_UNDECLARED = "X_SETTINGS_DRIVER_UNDECLARED"
 CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 
 
@@ -101,22 +105,48 @@ def _driver(name: str) -> list[checks.CheckMessage]:
                 )
             ]
         return []
-    has_leases = True  # the memory, postgres, sqlite and redis drivers keep a lease store
-    if name not in ("memory", "postgres", "sqlite"):
-        try:
-            factory = import_string(name)
-            if not callable(factory):
-                raise TypeError(f"{name} is a {type(factory).__name__}")
-            has_leases = getattr(factory(), "leases", None) is not None
-        except Exception as exc:  # anything the factory raises is the setting's fault, reported not raised
-            return [
-                _error(
-                    CHECK_DRIVER_UNKNOWN,
-                    f"ULTIMATE_JOBS['DRIVER'] = {name!r} does not build a driver ({type(exc).__name__}: {exc})",
-                    "name a zero-argument callable answering a driver, or 'postgres' or 'memory'",
-                )
-            ]
-    return [] if has_leases else _concurrency(name)
+    if name in ("memory", "postgres", "sqlite"):
+        return []  # they declare every capability and keep a lease store
+    try:
+        factory = import_string(name)
+        if not callable(factory):
+            raise TypeError(f"{name} is a {type(factory).__name__}")
+        driver = factory()
+    except Exception as exc:  # anything the factory raises is the setting's fault, reported not raised
+        return [
+            _error(
+                CHECK_DRIVER_UNKNOWN,
+                f"ULTIMATE_JOBS['DRIVER'] = {name!r} does not build a driver ({type(exc).__name__}: {exc})",
+                "name a zero-argument callable answering a driver, or 'postgres' or 'memory'",
+            )
+        ]
+    missing = undeclared_capabilities(driver)
+    if missing:
+        return [
+            _error(
+                CHECK_DRIVER_UNDECLARED,
+                f"ULTIMATE_JOBS['DRIVER'] = {name!r} builds a driver that does not declare: {'; '.join(missing)}",
+                "declare each on the driver class, as the built-in drivers do: a store it lacks as None, "
+                "supports_wake / supports_listen as False when it has no wake (see docs/conformance.md)",
+            )
+        ]
+    return [] if driver.leases is not None else _concurrency(name)
+
+
+def undeclared_capabilities(driver: object) -> list[str]:
+    """What ``driver`` leaves undeclared or declares wrongly, one line each — empty for a driver that
+    declares every capability of :data:`DECLARED_CAPABILITIES` and the wake methods its flags promise."""
+    missing = [f"{attr} ({meaning})" for attr, meaning in DECLARED_CAPABILITIES if not hasattr(driver, attr)]
+    for flag in ("supports_wake", "supports_listen"):
+        if hasattr(driver, flag) and not isinstance(getattr(driver, flag), bool):
+            missing.append(f"{flag} must be True or False, not {getattr(driver, flag)!r}")
+    promised = (("supports_wake", "subscribe"), ("supports_listen", "wake_is_live"))
+    for flag, method in promised:
+        if getattr(driver, flag, False) is True and not callable(getattr(driver, method, None)):
+            missing.append(f"{method}() (declared by {flag} = True)")
+    if getattr(driver, "supports_listen", False) is True and getattr(driver, "supports_wake", False) is not True:
+        missing.append("supports_wake = True (supports_listen is a wake that crosses processes)")
+    return missing
 
 
 def _concurrency(driver: str) -> list[checks.CheckMessage]:

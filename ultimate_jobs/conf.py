@@ -23,6 +23,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from .clock import Clock, system_clock
+from .defaults import DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_REDIS_URL, DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
 from .drivers.base import JobDriver, JobState
 from .durations import parse_duration
 from .errors import DriverUnavailableError, InvariantError
@@ -70,7 +71,6 @@ class SettingError(InvariantError):
 DAY_MS = 86_400_000
 RETENTION_KEYS = ("DONE", "FAILED", "CANCELLED", "DEAD", "OUTBOX", "BATCH")
 MAX_RETENTION_BATCH = 100_000
-DEFAULT_RETENTION_BATCH = 1_000
 _RETENTION_FIX = (
     "write e.g. {'DONE': '7d', 'FAILED': '30d', 'CANCELLED': '30d', 'DEAD': '30d', 'OUTBOX': '7d', 'BATCH': 1000}: "
     "each a duration of at least 1s (or None to keep those rows forever), BATCH a row count of 1 to 100000"
@@ -87,7 +87,7 @@ class Retention:
     cancelled_ms: int | None = 30 * DAY_MS
     dead_ms: int | None = 30 * DAY_MS
     outbox_ms: int | None = 7 * DAY_MS
-    batch: int = DEFAULT_RETENTION_BATCH
+    batch: int = PURGE_BATCH
 
     def finished(self) -> dict[JobState, int | None]:
         """The retention of each finished state."""
@@ -96,19 +96,20 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class JobsSettings:
-    """The resolved ``ULTIMATE_JOBS`` dict. Every key is optional."""
+    """The resolved ``ULTIMATE_JOBS`` dict. Every key is optional; a key left out is its field's default
+    here, the one place each default is written."""
 
     driver: str = "postgres"
     database: str = "default"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = DEFAULT_REDIS_URL
     queues: dict[str, int] = field(default_factory=dict)
     outbox: str = "off"
     context: str | None = None
     limits: LimitConfig = field(default_factory=LimitConfig)
-    drain_deadline_ms: int = 25_000
+    drain_deadline_ms: int = DEFAULT_DRAIN_DEADLINE_MS
     environment: str = "production"
     modules: tuple[str, ...] = ()
-    visibility_timeout_ms: int = 30_000
+    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
     metrics_public: bool = False
     metrics_token: str | None = None
     retention: Retention = field(default_factory=Retention)
@@ -272,28 +273,29 @@ def _read_retention(value: object) -> Retention:
                 "RETENTION", CHECK_VALUE_INVALID, f"[{key!r}] = {_shown(value[key])} is no retention", _RETENTION_FIX
             )
         fields[f"{key.lower()}_ms"] = ms
-    batch = value.get("BATCH", DEFAULT_RETENTION_BATCH)
+    batch = value.get("BATCH", PURGE_BATCH)
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_RETENTION_BATCH:
         raise SettingError("RETENTION", CHECK_VALUE_INVALID, f"['BATCH'] = {_shown(batch)} is no batch", _RETENTION_FIX)
     return Retention(**fields, batch=batch)
 
 
-# key: (JobsSettings field, default, reader). Every key of ULTIMATE_JOBS is read here and nowhere else.
-_KEYS: dict[str, tuple[str, object, Callable[[object], Any]]] = {
-    "DRIVER": ("driver", "postgres", _read_driver),
-    "DATABASE": ("database", "default", _read_database),
-    "REDIS_URL": ("redis_url", "redis://127.0.0.1:6379/0", _read_redis_url),
-    "QUEUES": ("queues", {}, _read_queues),
-    "OUTBOX": ("outbox", "off", _read_outbox),
-    "CONTEXT": ("context", None, _read_context),
-    "LIMITS": ("limits", {}, _read_limits),
-    "DRAIN_DEADLINE": ("drain_deadline_ms", "25s", _read_duration("DRAIN_DEADLINE", least=0)),
-    "ENVIRONMENT": ("environment", "production", _read_environment),
-    "MODULES": ("modules", (), _read_modules),
-    "VISIBILITY_TIMEOUT": ("visibility_timeout_ms", "30s", _read_duration("VISIBILITY_TIMEOUT", least=1)),
-    "METRICS_PUBLIC": ("metrics_public", False, _read_metrics_public),
-    "METRICS_TOKEN": ("metrics_token", None, _read_metrics_token),
-    "RETENTION": ("retention", {}, _read_retention),
+# key: (JobsSettings field, reader). Every key of ULTIMATE_JOBS is read here and nowhere else; a key
+# left out takes its field's default from JobsSettings.
+_KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "DRIVER": ("driver", _read_driver),
+    "DATABASE": ("database", _read_database),
+    "REDIS_URL": ("redis_url", _read_redis_url),
+    "QUEUES": ("queues", _read_queues),
+    "OUTBOX": ("outbox", _read_outbox),
+    "CONTEXT": ("context", _read_context),
+    "LIMITS": ("limits", _read_limits),
+    "DRAIN_DEADLINE": ("drain_deadline_ms", _read_duration("DRAIN_DEADLINE", least=0)),
+    "ENVIRONMENT": ("environment", _read_environment),
+    "MODULES": ("modules", _read_modules),
+    "VISIBILITY_TIMEOUT": ("visibility_timeout_ms", _read_duration("VISIBILITY_TIMEOUT", least=1)),
+    "METRICS_PUBLIC": ("metrics_public", _read_metrics_public),
+    "METRICS_TOKEN": ("metrics_token", _read_metrics_token),
+    "RETENTION": ("retention", _read_retention),
 }
 KNOWN_KEYS = frozenset(_KEYS)
 
@@ -317,11 +319,15 @@ def read_settings() -> tuple[dict[str, Any], list[SettingError]]:
         if key not in KNOWN_KEYS
     ]
     values: dict[str, Any] = {}
-    for key, (name, default, reader) in _KEYS.items():
+    defaults = JobsSettings()
+    for key, (name, reader) in _KEYS.items():
         if key == "DRIVER" and key not in raw:
             continue  # follows the database, below
+        if key not in raw:
+            values[name] = getattr(defaults, name)
+            continue
         try:
-            values[name] = reader(raw.get(key, default))
+            values[name] = reader(raw[key])
         except SettingError as exc:
             errors.append(exc)
     if "DRIVER" not in raw and "database" in values:
@@ -387,12 +393,14 @@ _clock: Clock | None = None
 
 
 def build_driver(config: JobsSettings | None = None) -> JobDriver:
-    """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names."""
+    """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names, passing it the settings it needs (its database
+    alias, ``VISIBILITY_TIMEOUT``, ``REDIS_URL``): this is where a built-in driver's settings are read —
+    the drivers themselves read none. A dotted path is called with no argument."""
     config = config or jobs_settings()
     if config.driver == "memory":
         from .drivers.memory import MemoryDriver
 
-        return MemoryDriver(clock=job_clock())
+        return MemoryDriver(clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms)
     if config.driver == "postgres":
         from .drivers.postgres.driver import PostgresDriver
 

@@ -14,9 +14,12 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from django.db import connections
+
+if TYPE_CHECKING:
+    from .drivers.base import JobDriver
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -149,11 +152,10 @@ def database_text(alias: str = "default") -> str:
     return f"{alias} ({connections[alias].vendor} {settings_dict.get('NAME')}@{where}{':' + str(port) if port else ''})"
 
 
-def driver_text(driver: object) -> str:
+def driver_text(driver: JobDriver) -> str:
     """``postgres on default (postgresql jobs@127.0.0.1:5432)`` — the driver and where its rows live."""
-    name = getattr(driver, "name", type(driver).__name__)
-    alias = getattr(driver, "alias", None)
-    if isinstance(alias, str):
+    name, alias = driver.name, driver.alias
+    if alias is not None:
         return f"driver {name}, database {database_text(alias)}"
     if name == "memory":
         return "driver memory (jobs live in this process only — for tests; set ULTIMATE_JOBS['DRIVER'] = 'postgres')"

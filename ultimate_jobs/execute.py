@@ -29,6 +29,7 @@ from .attempt import Attempt
 from .clock import Clock
 from .conf import job_clock
 from .context import Actor, acting_as
+from .defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
 from .definition import JobHandle
 from .drivers.base import ClaimedJob, JobDriver, NackOptions
 from .errors import (
@@ -98,7 +99,7 @@ def execute_job(
     clock: Clock | None = None,
     signal: CancelSignal | None = None,
     handle: JobHandle[Any, Any] | None = None,
-    visibility_timeout_ms: int = 30_000,
+    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
     rng: random.Random | None = None,
     hooks: ExecutionHooks | None = None,
     acker: Acker | None = None,

@@ -25,13 +25,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from .defaults import DEFAULT_DRAIN_DEADLINE_MS as DEFAULT_DRAIN_DEADLINE_MS  # re-exported: the roles read it here
 from .errors import InvariantError
 from .logs import log_event
-
-DEFAULT_DRAIN_DEADLINE_MS = 25_000
-"""How long a role's close phase waits for work in flight when nothing else is said (the default of
-``ULTIMATE_JOBS['DRAIN_DEADLINE']``): the worker, the scheduler and the relay share it."""
-
 
 RoleState = Literal["idle", "running", "draining", "stopped"]
 WAIT_POLL_S = 0.05

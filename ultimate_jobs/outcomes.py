@@ -17,14 +17,14 @@ ENDINGS: frozenset[JobOutcome] = frozenset({"completed", "dead-lettered", "dropp
 
 
 class Acker(Protocol):
-    """What settles a completed attempt: the driver itself, or the worker's batcher over ``ack_many``."""
+    """What settles a completed attempt in place of the driver: the worker's batcher over ``ack_many``."""
+
+    supports_deferred_ack: bool
+    """Whether :meth:`ack_later` queues a settle the attempt does not wait for (the worker's settle
+    buffer); ``False``: every completion settles through :meth:`ack`."""
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
-
-
-class DeferredAcker(Acker, Protocol):
-    """An acker that can also settle later: the worker's settle buffer."""
 
     def ack_later(
         self,

@@ -1005,13 +1005,12 @@ def test_a_drained_worker_leaves_no_session_behind(jobs: AnyJobsEnv, probe: Prob
     """The loop, every slot, every wall-clock heartbeat (a thread each) and the LISTEN session close
     what they opened, rather than leave it to the garbage collector."""
     set_job_clock(None)  # real threads and wall time, as above
-    driver = on_wall_time(jobs)
+    driver = type(jobs.driver)(visibility_timeout_ms=600)  # on wall time; a heartbeat thread every 200 ms
     handle = declare("beats_on_threads", probe.hold)
     worker = job_worker(
         driver=driver,
         context=lambda: None,
         queues=[QUEUE],
-        visibility_timeout="600ms",  # a heartbeat thread every 200 ms
         poll_interval="20ms",
         idle_poll_max="50ms",
     )

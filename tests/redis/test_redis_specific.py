@@ -151,10 +151,31 @@ def test_the_wake_hears_another_process_enqueue_at_once(redis_client: redis.Redi
     assert not listening.wake_is_live()
 
 
-def test_no_client_connects_to_the_settings_redis_url(clock: FrozenClock, redis_client: redis.Redis) -> None:
+def test_the_settings_factory_connects_the_driver_to_the_settings_redis_url(
+    clock: FrozenClock, redis_client: redis.Redis
+) -> None:
     from django.test import override_settings
 
-    with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": REDIS_URL}):
-        driver = RedisDriver(clock=clock)
+    from ultimate_jobs.conf import build_driver
+
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": REDIS_URL, "VISIBILITY_TIMEOUT": "45s"}):
+        driver = build_driver()
+    assert isinstance(driver, RedisDriver) and driver.visibility_timeout_ms == 45_000
     job_id = driver.enqueue(request()).id
     assert RedisDriver(redis_client, clock=clock).introspect.get(job_id) is not None
+
+
+def test_the_driver_reads_no_settings(clock: FrozenClock, redis_client: redis.Redis) -> None:
+    """Whatever ``ULTIMATE_JOBS`` says — here a REDIS_URL that is no URL — a driver built from a client
+    works: only the factory that builds drivers from settings reads them, and it refuses the value."""
+    from django.test import override_settings
+
+    from ultimate_jobs.conf import build_driver
+
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": 42}):
+        driver = RedisDriver(redis_client, clock=clock)
+        assert driver.introspect.get(driver.enqueue(request()).id) is not None
+        with raises_code("X_INVARIANT"):
+            build_driver()
+    with pytest.raises(TypeError):
+        RedisDriver()  # type: ignore[call-arg]  # no client: from_url(url) builds one

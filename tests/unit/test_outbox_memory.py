@@ -601,7 +601,9 @@ def test_the_idle_ceiling_follows_the_stores_wake(outbox: Outbox) -> None:
     relay = outbox.relay()
     assert relay.idle_ceiling_ms() == IDLE_POLL_CEILING_MS  # the memory store proves no wake
     live = {"value": True}
-    outbox.store.wake_is_live = lambda: live["value"]  # type: ignore[attr-defined]
+    outbox.store.wake_is_live = lambda: live["value"]  # type: ignore[method-assign]
+    assert relay.idle_ceiling_ms() == IDLE_POLL_CEILING_MS  # declared supports_listen=False: never asked
+    outbox.store.supports_listen = True  # a store that declares a wake crossing processes
     assert relay.idle_ceiling_ms() == WOKEN_IDLE_POLL_CEILING_MS
     live["value"] = False
     assert relay.idle_ceiling_ms() == IDLE_POLL_CEILING_MS
@@ -609,7 +611,7 @@ def test_the_idle_ceiling_follows_the_stores_wake(outbox: Outbox) -> None:
     def broken() -> bool:
         raise ConnectionError("gone")
 
-    outbox.store.wake_is_live = broken  # type: ignore[attr-defined]
+    outbox.store.wake_is_live = broken  # type: ignore[method-assign]
     assert relay.idle_ceiling_ms() == IDLE_POLL_CEILING_MS
     assert outbox.relay(idle_poll_max="750ms").idle_ceiling_ms() == 750
 

@@ -264,7 +264,7 @@ def _input(text: str | None) -> dict[str, Any]:
 def _check_applied(name: str, requires: str) -> None:
     """``requires`` ("app_label.migration_name") against Django's applied migrations of the jobs database."""
     app_label, _, migration = requires.partition(".")
-    alias = getattr(job_driver(), "alias", DEFAULT_DB_ALIAS)
+    alias = job_driver().alias or DEFAULT_DB_ALIAS
     if (app_label, migration) not in MigrationRecorder(connections[alias]).applied_migrations():
         raise BackfillMigrationPendingError(
             f"backfill {name!r} requires the migration {requires}, which is not applied to the {alias!r} "

@@ -15,6 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+# re-exported: the drivers read these defaults here
+from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS as DEFAULT_VISIBILITY_TIMEOUT_MS
+from ..defaults import PURGE_BATCH as PURGE_BATCH
+
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"]
 JobOutcome = Literal["completed", "suspended", "retried", "dead-lettered", "dropped", "interrupted", "refused"]
 NackTarget = Literal["dead", "failed", "suspended", "ready"]
@@ -36,10 +40,6 @@ MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 Postgres ``timestamptz`` holds (outside it ``to_timestamp`` is a database error)."""
 PROGRESS_INTERVAL_MS = 1_000
 LEASE_LAPSED_FINAL_ATTEMPT = "LEASE_LAPSED_FINAL_ATTEMPT"
-DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
-PURGE_BATCH = 1_000
-"""The most rows one retention delete removes (``purge_finished``, the outbox's ``purge_published``): a
-purge of millions of rows is thousands of short statements, never one long transaction."""
 COUNTER_TIERS: tuple[tuple[int, int], ...] = (
     (60_000, 24 * 3_600_000),  # 1-minute buckets kept 24 h
     (300_000, 7 * 86_400_000),  # 5-minute buckets kept 7 d
@@ -637,10 +637,43 @@ class JobIntrospection(Protocol):
 
 
 class JobDriver(Protocol):
-    """The one interface a job queue backend implements. Job code never names a backend."""
+    """The one interface a job queue backend implements. Job code never names a backend.
+
+    What a driver can do is declared, never probed — as ``django.tasks`` backends declare
+    ``supports_defer``: the ``supports_*`` flags say whether the optional wake methods answer, and the
+    optional stores (``introspect``, ``leases``, ``leader``, ``scheduler_state``, ``backfills``) are
+    always attributes, ``None`` where the driver has none. The system check (:mod:`ultimate_jobs.checks`)
+    refuses a configured driver that leaves one of them undeclared (:data:`DECLARED_CAPABILITIES`).
+    """
 
     name: str
+
+    @property
+    def alias(self) -> str | None:
+        """The Django database alias the driver's rows live in — an enqueue inside ``transaction.atomic()``
+        on it commits with the caller's rows — or ``None`` when they live outside Django's databases."""
+
+    visibility_timeout_ms: int
+    """The lease window: a claim stays invisible this long without a heartbeat (``claim()``'s default),
+    and ``introspect.workers()`` keeps a registry row this long after its last beat. A worker over the
+    driver leases and renews with it (``job_worker()``)."""
+
+    supports_wake: bool
+    """Whether :meth:`subscribe` tells a listener the queues that become due. ``False``: the worker and
+    the relay find work by polling alone."""
+
     supports_listen: bool
+    """Whether the wake also carries other processes' enqueues (LISTEN/NOTIFY, a Redis stream, a watch on
+    the SQLite file) and :meth:`wake_is_live` answers whether it is proven; the idle poll then rises to
+    5 s while it is. Only a driver with ``supports_wake`` has it."""
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(queue)`` whenever ``queue`` has due work; answers an unsubscribe. Called only
+        when ``supports_wake``."""
+
+    def wake_is_live(self) -> bool:
+        """Whether the cross-process wake is proven to deliver right now. Called only when
+        ``supports_listen``."""
 
     @property
     def introspect(self) -> JobIntrospection | None:
@@ -676,7 +709,7 @@ class JobDriver(Protocol):
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        visibility_timeout_ms: int | None = None,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
@@ -684,6 +717,7 @@ class JobDriver(Protocol):
     ) -> list[ClaimedJob]:
         """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
         given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way.
+        Each claim is leased for ``visibility_timeout_ms`` (default: the driver's own window).
         With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
         in the same round trip, so an idle worker's registry costs no statement of its own."""
 
@@ -716,6 +750,23 @@ class JobDriver(Protocol):
 
     def close(self) -> None:
         """Release connections and timers. Idempotent."""
+
+
+DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
+    ("name", "the driver's name, for messages and the console"),
+    ("alias", "the Django database alias its rows live in, or None"),
+    ("visibility_timeout_ms", "the lease window in milliseconds"),
+    ("supports_wake", "a bool: whether subscribe(listener) announces due queues"),
+    ("supports_listen", "a bool: whether the wake crosses processes and wake_is_live() answers"),
+    ("introspect", "the operator surface, or None"),
+    ("leases", "the fleet-wide lease store, or None"),
+    ("leader", "the leader-election lease store, or None"),
+    ("scheduler_state", "the scheduler's watermarks, or None"),
+    ("backfills", "the backfill ledger, or None"),
+)
+"""Every attribute a driver declares beside its methods, with what it holds: verified by the system check
+(:func:`ultimate_jobs.checks.undeclared_capabilities`) and the conformance suite, and read plainly —
+never probed with a default — where it is used."""
 
 
 def job_cursor(row: JobRecord) -> str:

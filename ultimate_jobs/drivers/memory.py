@@ -126,7 +126,9 @@ class MemoryDriver:
     """
 
     name = "memory"
-    supports_listen = False
+    alias = None  # the rows live in this process
+    supports_wake = True
+    supports_listen = False  # the wake is this process's enqueues only
 
     def __init__(
         self, *, clock: Clock | None = None, visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
@@ -178,6 +180,10 @@ class MemoryDriver:
                     self._listeners.remove(listener)
 
         return unsubscribe
+
+    def wake_is_live(self) -> bool:
+        """Always ``False``: no wake reaches this process from another (``supports_listen`` is ``False``)."""
+        return False
 
     def announce(self, queue: str) -> None:
         """Tell every listener that ``queue`` has due work."""
@@ -283,7 +289,7 @@ class MemoryDriver:
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        visibility_timeout_ms: int | None = None,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
@@ -293,6 +299,7 @@ class MemoryDriver:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if record is not None:
             self._introspect.record_worker(record)
+        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         claimed: list[ClaimedJob] = []
         with self.lock:
             now = self.clock.now_ms()
@@ -308,7 +315,7 @@ class MemoryDriver:
             for *_, row in offered[: max(limit, 0)]:
                 row.attempts += 1
                 row.worker_id, row.claim = worker_id, uuid.uuid4().hex
-                row.lease_until_ms = now + visibility_timeout_ms
+                row.lease_until_ms = now + window
                 self.set_state(row, "running")
                 claimed.append(self._claimed(row))
         if exhausted and on_exhausted is not None:

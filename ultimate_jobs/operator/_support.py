@@ -22,9 +22,9 @@ def introspection(driver: JobDriver, capability: str) -> JobIntrospection:
     surface = driver.introspect
     if surface is None:
         raise NotImplementedOnDriverError(
-            f"{capability} needs the operator surface, and the {getattr(driver, 'name', type(driver).__name__)!r} "
+            f"{capability} needs the operator surface, and the {driver.name!r} "
             "driver has no introspect. Fix: run it against the Postgres or memory driver",
-            {"driver": getattr(driver, "name", type(driver).__name__), "capability": capability},
+            {"driver": driver.name, "capability": capability},
         )
     return surface
 

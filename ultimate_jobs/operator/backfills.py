@@ -65,13 +65,12 @@ def inspect_backfills(
     from ..backfills import registered_backfills
 
     active = resolve(driver)
-    store: BackfillStore | None = getattr(active, "backfills", None)  # absent on a driver older than the ledger
+    store: BackfillStore | None = active.backfills
     if store is None:
-        driver_name = getattr(active, "name", type(active).__name__)
         raise NotImplementedOnDriverError(
-            f"the backfill ledger needs driver.backfills, and the {driver_name!r} driver has none. "
+            f"the backfill ledger needs driver.backfills, and the {active.name!r} driver has none. "
             "Fix: run it against the Postgres or memory driver",
-            {"driver": driver_name, "capability": "backfills"},
+            {"driver": active.name, "capability": "backfills"},
         )
     checked_name = check_name(name, what="backfill") if name is not None else None
     checked_status = _check_status(status) if status is not None else None

@@ -127,7 +127,7 @@ def _ledger_row(driver: JobDriver, name: str, run_id: str) -> BackfillRow | None
     ``x_backfills_name_idx``); ``None`` for a job that ran no backfill, or on a driver without a ledger."""
     from ..backfills import registered_backfills
 
-    store: BackfillStore | None = getattr(driver, "backfills", None)
+    store: BackfillStore | None = driver.backfills
     if store is None:
         return None
     found = next((r for r in store.list(name=name, limit=MAX_JOB_PAGE) if r.run_id == run_id), None)
@@ -174,7 +174,7 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
     surface = resolved.introspect
     if surface is None:
         raise CancelUnsupportedError(
-            f"the {getattr(resolved, 'name', type(resolved).__name__)!r} driver has no cancel (no introspect)",
+            f"the {resolved.name!r} driver has no cancel (no introspect)",
             {"job_id": job_id},
         )
     record = surface.cancel(job_id, reason)

@@ -59,6 +59,8 @@ class MemoryOutboxStore:
     """
 
     name = "memory"
+    supports_wake = True
+    supports_listen = False  # a stage in this process is the whole wake
 
     def __init__(
         self,
@@ -224,6 +226,10 @@ class MemoryOutboxStore:
                     self._listeners.remove(listener)
 
         return unsubscribe
+
+    def wake_is_live(self) -> bool:
+        """Always ``False``: no wake reaches this process from another (``supports_listen`` is ``False``)."""
+        return False
 
 
 def memory_outbox_store(

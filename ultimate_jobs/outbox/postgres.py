@@ -42,6 +42,8 @@ class PostgresOutboxStore:
     """``x_outbox`` over two executors. Build it with :func:`postgres_outbox_store`."""
 
     name = "postgres"
+    supports_wake = True
+    supports_listen = True
 
     def __init__(
         self,

@@ -118,9 +118,8 @@ class OutboxRelay(RoleLifecycle):
 
     def _begin(self) -> None:
         """Subscribe to the store's wake."""
-        subscribe = getattr(self.store, "subscribe", None)
-        if callable(subscribe):
-            self._unsubscribe = subscribe(self._on_wake)
+        if self.store.supports_wake:
+            self._unsubscribe = self.store.subscribe(self._on_wake)
         log_event(
             logging.INFO,
             "jobs.outbox.relay.started",
@@ -148,14 +147,14 @@ class OutboxRelay(RoleLifecycle):
 
     def idle_ceiling_ms(self) -> int:
         """Where an idle loop's doubling wait stops: the declared ``idle_poll_max`` when set, else 5 s while
-        the store's wake is proven (``store.wake_is_live()``) and 2 s otherwise — read every pass."""
+        the store's wake is proven (``store.wake_is_live()``, on a store that declares ``supports_listen``)
+        and 2 s otherwise — read every pass."""
         if self.idle_poll_max_ms:
             return self.idle_poll_max_ms
-        wake_is_live = getattr(self.store, "wake_is_live", None)
         live = False
-        if callable(wake_is_live):
+        if self.store.supports_listen:
             try:
-                live = bool(wake_is_live())
+                live = bool(self.store.wake_is_live())
             except Exception as exc:  # an unanswerable wake is an unproven one: the poll still guarantees pickup
                 log_event(logging.WARNING, "jobs.outbox.wake-check-failed", relay_id=self.relay_id, error=repr(exc))
         return idle_ceiling_for(None, wake_live=live)

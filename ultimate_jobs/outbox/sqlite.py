@@ -41,6 +41,8 @@ class SqliteOutboxStore:
     """``x_outbox`` on an SQLite alias. Build it with :func:`sqlite_outbox_store`."""
 
     name = "sqlite"
+    supports_wake = True
+    supports_listen = False  # a stage is heard in its own process only: no wake crosses processes
 
     def __init__(
         self, *, alias: str = "default", clock: Clock | None = None, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS

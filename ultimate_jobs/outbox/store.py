@@ -69,6 +69,17 @@ class OutboxStore(Protocol):
 
     name: str
     claim_lease_ms: int
+    supports_wake: bool
+    """Whether :meth:`subscribe` tells a listener when rows are staged (``False``: the relay polls)."""
+    supports_listen: bool
+    """Whether the wake also carries other processes' stages and :meth:`wake_is_live` answers whether it is
+    proven (the relay's idle poll then rises to 5 s)."""
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener`` when rows are staged; answers an unsubscribe. Called only when ``supports_wake``."""
+
+    def wake_is_live(self) -> bool:
+        """Whether the cross-process wake is proven right now. Called only when ``supports_listen``."""
 
     def in_transaction(self) -> bool:
         """Whether a :meth:`stage` now would join a transaction the caller holds (the facade's

@@ -141,8 +141,8 @@ class DriverConformance(
 ):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 
-    Override ``visibility_timeout_ms`` when ``make_driver`` builds a driver whose ``workers()`` rows
-    expire on a window other than :data:`~ultimate_jobs.drivers.base.DEFAULT_VISIBILITY_TIMEOUT_MS`.
+    A scenario reads what the driver declares — its capabilities (a store declared ``None`` skips the
+    scenarios needing it) and its ``visibility_timeout_ms`` — never a default of its own.
     """
 
     @pytest.fixture

@@ -16,7 +16,6 @@ import pytest
 from ..drivers.base import (
     COUNTER_TIERS,
     DEFAULT_JOB_PAGE,
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
@@ -78,9 +77,6 @@ def _worker(worker_id: str, at_ms: int, in_flight: tuple[str, ...] = ()) -> Work
 
 class OperatorContract:
     """``JobIntrospection``: reads, single-row and bulk operations, pauses, workers, counters, fires."""
-
-    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
-    """The window the driver under test was built with: ``workers()`` rows expire one window after their beat."""
 
     # -- nack targets and counters -------------------------------------------------------------
 
@@ -655,9 +651,9 @@ class OperatorContract:
     # -- workers, progress, task fires ---------------------------------------------------------
 
     def test_workers_expire_one_visibility_timeout_after_their_heartbeat(
-        self, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
     ) -> None:
-        window = self.visibility_timeout_ms
+        window = driver.visibility_timeout_ms  # the window the driver declares, whatever it was built with
         first = _worker("w1", clock.now_ms())
         introspect.record_worker(first)
         assert introspect.workers() == [first]
@@ -669,11 +665,13 @@ class OperatorContract:
         clock.advance(1)
         assert introspect.workers() == []
 
-    def test_workers_lists_every_live_worker(self, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_workers_lists_every_live_worker(
+        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+    ) -> None:
         assert introspect.workers() == []
         introspect.record_worker(_worker("w1", clock.now_ms()))
         introspect.record_worker(_worker("w2", clock.now_ms()))
-        introspect.record_worker(_worker("w-stale", clock.now_ms() - self.visibility_timeout_ms))
+        introspect.record_worker(_worker("w-stale", clock.now_ms() - driver.visibility_timeout_ms))
         assert {w.id for w in introspect.workers()} == {"w1", "w2"}
 
     def test_workers_truncate_in_flight_ids(self, introspect: JobIntrospection, clock: FrozenClock) -> None:

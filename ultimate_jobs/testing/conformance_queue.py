@@ -38,6 +38,25 @@ from .conformance_support import (
 class QueueContract:
     """Enqueue, claim, fence, settle: what every driver does with or without an operator surface."""
 
+    # -- the contract's declarations -----------------------------------------------------------
+
+    def test_the_driver_declares_every_capability(self, driver: JobDriver) -> None:
+        from ..checks import undeclared_capabilities
+
+        assert undeclared_capabilities(driver) == []
+
+    def test_a_claim_leases_for_the_drivers_window_unless_told_otherwise(
+        self, driver: JobDriver, clock: FrozenClock
+    ) -> None:
+        window = driver.visibility_timeout_ms
+        assert isinstance(window, int) and window > 0
+        driver.enqueue(request(key="default-window"))
+        driver.enqueue(request(key="told"))
+        [first] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1")
+        assert first.lease_until_ms == clock.now_ms() + window
+        [second] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1", visibility_timeout_ms=window + 5_000)
+        assert second.lease_until_ms == clock.now_ms() + window + 5_000
+
     # -- enqueue -------------------------------------------------------------------------------
 
     def test_enqueue_answers_fresh_ids(self, driver: JobDriver) -> None:

@@ -121,7 +121,16 @@ def run_jobs(
         )
         if claimed:
             for job in claimed:
-                report.executions.append(execute_job(job, driver=driver, context=context, clock=active_clock, rng=rng))
+                report.executions.append(
+                    execute_job(
+                        job,
+                        driver=driver,
+                        context=context,
+                        clock=active_clock,
+                        rng=rng,
+                        visibility_timeout_ms=driver.visibility_timeout_ms,  # the window the claim leased on
+                    )
+                )
             continue
         if not advance:
             break

@@ -56,6 +56,5 @@ def worker_from_settings(
         queues=queues,
         concurrency=concurrency if concurrency is not None else (config.queues or None),
         limits=config.limits,
-        visibility_timeout=config.visibility_timeout_ms,
         drain_deadline=drain_deadline if drain_deadline is not None else config.drain_deadline_ms,
     )

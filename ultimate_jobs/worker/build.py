@@ -1,6 +1,6 @@
 """``job_worker()``: a worker built from keyword options, every one checked (``X_INVARIANT`` naming the
-option), with the defaults a Django team runs: every registered queue, 8 slots each, a 30 s visibility
-timeout renewed every third of it, a 250 ms poll."""
+option), with the defaults a Django team runs: every registered queue, 8 slots each, the driver's
+visibility timeout renewed every third of it, a 250 ms poll."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ JOBS_CONCURRENCY_DEFAULT = 8
 CLAIM_AHEAD_PER_SLOT = 4  # the default claim-ahead buffer: this many claimed jobs per slot, at most CLAIM_AHEAD_MAX
 CLAIM_AHEAD_MAX = 64
 POLL_INTERVAL_MS = 250
-DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 
 
 def _slots_for(queues: Sequence[str], concurrency: int | Mapping[str, int] | None) -> dict[str, int]:
@@ -57,6 +56,24 @@ def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, i
     }
 
 
+def _visibility_for(driver: JobDriver, visibility_timeout: Duration | None) -> int:
+    """The worker's lease window: the driver's own, one window per store — what its claims default to and
+    what its registry expires workers on. A ``visibility_timeout`` that differs is refused rather than
+    let the worker lease on one window while the driver judges it on another."""
+    window = driver.visibility_timeout_ms
+    if visibility_timeout is None:
+        return window
+    asked = parse_duration(visibility_timeout, field="visibility_timeout")
+    if asked != window:
+        raise InvariantError(
+            f"job_worker(visibility_timeout={asked} ms) differs from the {driver.name!r} driver's window "
+            f"({window} ms), on which the driver expires its workers. Leave visibility_timeout out, or build the "
+            f"driver with visibility_timeout_ms={asked} (ULTIMATE_JOBS['VISIBILITY_TIMEOUT'] does that)",
+            {"field": "visibility_timeout", "value": asked, "driver_window": window},
+        )
+    return window
+
+
 def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[str]:
     """Every queue a registered job names, every queue the concurrency table names, every queue a
     ``django.tasks`` backend of ours serves (``settings.TASKS``), and ``default``."""
@@ -79,7 +96,7 @@ def job_worker(
     queues: Sequence[str] | None = None,
     concurrency: int | Mapping[str, int] | None = None,
     clock: Clock | None = None,
-    visibility_timeout: Duration = DEFAULT_VISIBILITY_TIMEOUT_MS,
+    visibility_timeout: Duration | None = None,
     heartbeat_interval: Duration | None = None,
     poll_interval: Duration = POLL_INTERVAL_MS,
     idle_poll_max: Duration | None = None,
@@ -89,8 +106,9 @@ def job_worker(
     claim_ahead: int | Mapping[str, int] | None = None,
 ) -> JobWorker:
     """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
-    under) are required; everything else defaults: every registered queue, 8 slots per queue, a 30 s
-    visibility timeout renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
+    under) are required; everything else defaults: every registered queue, 8 slots per queue, the
+    driver's visibility timeout (``driver.visibility_timeout_ms``; a ``visibility_timeout`` that differs
+    from it is ``X_INVARIANT``) renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
     the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
 
     ``claim_ahead`` is how many claimed jobs a queue may hold beyond its slots, so a slot that frees
@@ -109,7 +127,7 @@ def job_worker(
     names = list(queues) if queues is not None else default_queues(concurrency)
     if not names:
         raise ClaimQueuesEmptyError("job_worker(queues=[]) names no queue; pass at least one", {})
-    visibility_ms = parse_duration(visibility_timeout, field="visibility_timeout")
+    visibility_ms = _visibility_for(driver, visibility_timeout)
     heartbeat_ms = (
         parse_duration(heartbeat_interval, field="heartbeat_interval")
         if heartbeat_interval is not None

@@ -160,9 +160,8 @@ class JobWorker(Heartbeat, RoleLifecycle):
             self._beat_thread = threading.Thread(target=self._beat_loop, name="jobs-heartbeat", daemon=True)
             self._beat_thread.start()
         self._timers.append(self.clock.every(self.heartbeat_interval_ms, self._heartbeat))
-        subscribe = getattr(self.driver, "subscribe", None)
-        if callable(subscribe):
-            self._unsubscribe = subscribe(self._on_wake)
+        if self.driver.supports_wake:
+            self._unsubscribe = self.driver.subscribe(self._on_wake)
         log_event(logging.INFO, "jobs.worker.started", worker_id=self.worker_id, queues=self.queues, slots=self.slots)
 
     def _on_accept(self, reason: str) -> dict[str, Any]:
@@ -228,15 +227,15 @@ class JobWorker(Heartbeat, RoleLifecycle):
 
     def idle_ceiling_ms(self) -> int:
         """Where an idle loop's doubling wait stops: the declared ``idle_poll_max`` when set, else 5 s while
-        the driver's wake is proven (``driver.wake_is_live()``) and 2 s otherwise — read every pass, so a
-        wake that is lost drops the ceiling back at once."""
+        the driver's wake is proven (``driver.wake_is_live()``, on a driver that declares
+        ``supports_listen``) and 2 s otherwise — read every pass, so a wake that is lost drops the ceiling
+        back at once."""
         if self.idle_poll_max_ms:
             return self.idle_poll_max_ms
-        wake_is_live = getattr(self.driver, "wake_is_live", None)
-        if not callable(wake_is_live):
+        if not self.driver.supports_listen:
             return IDLE_POLL_CEILING_MS
         try:
-            live = bool(wake_is_live())
+            live = bool(self.driver.wake_is_live())
         except Exception as exc:  # an unanswerable wake is an unproven one: the poll still guarantees pickup
             log_event(logging.WARNING, "jobs.worker.wake-check-failed", worker_id=self.worker_id, error=repr(exc))
             live = False

@@ -55,6 +55,7 @@ class PostgresDriver:
     """
 
     name = "postgres"
+    supports_wake = True
     supports_listen = True
 
     def __init__(
@@ -202,7 +203,7 @@ class PostgresDriver:
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        visibility_timeout_ms: int | None = None,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
@@ -221,7 +222,7 @@ class PostgresDriver:
                 "caps": caps,
                 "bury": CLAIM_BURY_SCAN,
                 "now": self._now(),
-                "vt": visibility_timeout_ms,
+                "vt": self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms,
                 "worker": worker_id,
                 "drop": sorted(drop_exhausted),
                 "record": record is not None,

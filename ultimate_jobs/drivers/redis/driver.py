@@ -54,7 +54,6 @@ from .rows import claimed_job, exhausted_job, step_json, text
 from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
 from .wake import RedisWake
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DONE_TTL_MS = 7 * 86_400_000
 """How long a done row and its steps are kept by default (a week); dead and failed rows stay."""
 
@@ -105,17 +104,6 @@ def client_from_url(url: str) -> redis.Redis:
     )
 
 
-def settings_redis_url() -> str:
-    """``ULTIMATE_JOBS["REDIS_URL"]`` (its default when Django's settings are not configured)."""
-    from django.conf import settings
-
-    if not settings.configured:
-        return DEFAULT_REDIS_URL
-    from ...conf import jobs_settings
-
-    return jobs_settings().redis_url
-
-
 def bucket_of(now: int) -> int:
     """The start of the narrowest counter bucket holding ``now``."""
     width = COUNTER_TIERS[0][0]
@@ -164,17 +152,20 @@ class RedisDriver:
     """The whole driver protocol over Redis, with the operator surface, fleet leases, the scheduler's
     leader and watermarks, and the backfill ledger.
 
-    ``client`` is a redis-py client (``None`` builds one for ``ULTIMATE_JOBS["REDIS_URL"]``); ``prefix``
+    ``client`` is a redis-py client (:meth:`from_url` builds one for a URL; ``ULTIMATE_JOBS["DRIVER"] =
+    "redis"`` builds the driver for ``ULTIMATE_JOBS["REDIS_URL"]`` — the driver reads no settings); ``prefix``
     names the store (its keys are ``{prefix}:…``); ``done_ttl_ms`` is how long a done row and its steps
     are kept (``0`` keeps them), measured on ``clock``.
     """
 
     name = "redis"
+    alias = None  # the rows live in Redis, outside Django's databases
+    supports_wake = True
     supports_listen = True
 
     def __init__(
         self,
-        client: redis.Redis | None = None,
+        client: redis.Redis,
         *,
         prefix: str = "x",
         clock: Clock | None = None,
@@ -191,7 +182,7 @@ class RedisDriver:
                 f"RedisDriver done_ttl_ms must be an int >= 0 (0 keeps done rows), got {done_ttl_ms!r}",
                 {"done_ttl_ms": done_ttl_ms},
             )
-        self.client = client if client is not None else client_from_url(settings_redis_url())
+        self.client = client
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
         self.clock = clock or system_clock()
@@ -302,7 +293,7 @@ class RedisDriver:
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        visibility_timeout_ms: int | None = None,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
@@ -311,6 +302,7 @@ class RedisDriver:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         now = self.clock.now_ms()
+        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         limit = max(limit, 0)
         caps = [
             [q, limit if queue_limits is None else max(0, min(limit, queue_limits.get(q, limit)))]
@@ -325,7 +317,7 @@ class RedisDriver:
             "record": None if record is None else [record.id, worker_doc(record)],
         }
         claimed, exhausted = json.loads(
-            self.run("claim", str(now), str(limit), worker_id, str(now + visibility_timeout_ms), json.dumps(spec))
+            self.run("claim", str(now), str(limit), worker_id, str(now + window), json.dumps(spec))
         )
         buried = [exhausted_job(row) for row in exhausted or ()]  # an empty list comes back as {}
         if buried and on_exhausted is not None:

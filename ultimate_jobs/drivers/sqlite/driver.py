@@ -80,7 +80,8 @@ class SqliteDriver:
     """
 
     name = "sqlite"
-    supports_listen = False
+    supports_wake = True
+    supports_listen = True  # the watch on the file carries other processes' commits
 
     def __init__(
         self,
@@ -268,7 +269,7 @@ class SqliteDriver:
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        visibility_timeout_ms: int | None = None,
         on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
@@ -279,6 +280,7 @@ class SqliteDriver:
         if limit <= 0:
             return []
         names = list(dict.fromkeys(queues))
+        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         now = self._now()
         now_ts = ts(now)
         q = self.executor.query
@@ -313,7 +315,7 @@ class SqliteDriver:
             claimed_rows = (
                 q(
                     sql.SQL_CLAIM_TAKE,
-                    {"ids": dumps(take), "worker": worker_id, "lease": ts(now + visibility_timeout_ms), "now": now_ts},
+                    {"ids": dumps(take), "worker": worker_id, "lease": ts(now + window), "now": now_ts},
                 )
                 if take
                 else []

@@ -1,0 +1,215 @@
+"""What a driver declares is what the library reads, never what a probe finds: the wake flags decide
+whether a worker subscribes and whether it asks the wake, the system check refuses a dotted-path driver
+that leaves a capability undeclared (or promises a method it lacks), a surface needing a store the
+driver declares ``None`` answers its coded error, and an acker's deferred ack is a declaration too."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.checks import Error
+from django.test import override_settings
+
+from tests.conftest import JobsEnv
+from ultimate_jobs import JobRun, execute_job, job
+from ultimate_jobs.apps import check_settings
+from ultimate_jobs.checks import undeclared_capabilities
+from ultimate_jobs.drivers.base import ClaimRef
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.errors import NotImplementedOnDriverError
+from ultimate_jobs.operator import inspect_backfills
+from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, JobWorker, job_worker
+
+UNDECLARED = "ultimate_jobs.X_SETTINGS_DRIVER_UNDECLARED"
+
+
+class Declaring:
+    """The memory driver with some declarations replaced (and members standing in for its methods)."""
+
+    def __init__(self, inner: MemoryDriver, **declared: Any) -> None:
+        self.inner = inner
+        for name, value in declared.items():
+            setattr(self, name, value)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+@pytest.fixture
+def workers() -> Iterator[Callable[..., JobWorker]]:
+    built: list[JobWorker] = []
+
+    def make(driver: Any, clock: Any) -> JobWorker:
+        worker = job_worker(driver=driver, context=lambda: None, queues=["wq"], clock=clock)
+        built.append(worker)
+        return worker
+
+    yield make
+    for worker in built:
+        if worker.state != "stopped":
+            worker.drain(deadline_ms=5_000)
+
+
+# -- the wake flags --------------------------------------------------------------------------------
+
+
+def test_a_worker_subscribes_only_to_a_driver_that_declares_a_wake(
+    jobs: JobsEnv, workers: Callable[..., JobWorker]
+) -> None:
+    asked: list[str] = []
+
+    def subscribe(listener: Callable[[str], None]) -> Callable[[], None]:
+        asked.append("subscribe")
+        return lambda: asked.append("unsubscribe")
+
+    silent = Declaring(jobs.driver, supports_wake=False, supports_listen=False, subscribe=subscribe)
+    workers(silent, jobs.clock).start(loop=False)
+    assert asked == []  # declared no wake: the poll alone finds the work
+    woken = Declaring(jobs.driver, supports_wake=True, subscribe=subscribe)
+    worker = workers(woken, jobs.clock)
+    worker.start(loop=False)
+    assert asked == ["subscribe"]
+    assert worker.drain(deadline_ms=5_000) is True
+    assert asked == ["subscribe", "unsubscribe"]
+
+
+def test_the_wake_is_asked_only_of_a_driver_that_declares_it_crosses_processes(
+    jobs: JobsEnv, workers: Callable[..., JobWorker]
+) -> None:
+    asked: list[bool] = []
+
+    def wake_is_live() -> bool:
+        asked.append(True)
+        return True
+
+    local = Declaring(jobs.driver, supports_listen=False, wake_is_live=wake_is_live)
+    assert workers(local, jobs.clock).idle_ceiling_ms() == IDLE_POLL_CEILING_MS
+    assert asked == []
+    listening = Declaring(jobs.driver, supports_listen=True, wake_is_live=wake_is_live)
+    assert workers(listening, jobs.clock).idle_ceiling_ms() == WOKEN_IDLE_POLL_CEILING_MS
+    assert asked == [True]
+
+
+# -- the system check ------------------------------------------------------------------------------
+
+
+class HandRolled:
+    """A third-party driver declaring every capability: no wake, no optional store."""
+
+    name = "hand-rolled"
+    alias = None
+    visibility_timeout_ms = 30_000
+    supports_wake = False
+    supports_listen = False
+    introspect = None
+    leases = None
+    leader = None
+    scheduler_state = None
+    backfills = None
+
+
+class Undeclared:
+    """A driver from before the contract declared capabilities: a name, and nothing else."""
+
+    name = "undeclared"
+
+
+class ListensWithoutAWake(HandRolled):
+    supports_listen = True  # and neither supports_wake nor a wake_is_live() to ask
+
+
+class FlagIsNoBool(HandRolled):
+    supports_wake = "yes"  # type: ignore[assignment]
+
+
+def errors_for(factory: str) -> list[Error]:
+    with override_settings(ULTIMATE_JOBS={"DRIVER": f"tests.unit.test_capabilities.{factory}"}):
+        found = check_settings()
+    assert all(isinstance(e, Error) for e in found)
+    return found  # type: ignore[return-value]
+
+
+def test_a_driver_declaring_every_capability_passes_the_check() -> None:
+    assert UNDECLARED not in [e.id for e in errors_for("HandRolled")]  # (its leases=None may refuse a job)
+    assert undeclared_capabilities(MemoryDriver()) == []
+
+
+def test_a_driver_leaving_capabilities_undeclared_is_refused_naming_each() -> None:
+    (error,) = errors_for("Undeclared")
+    assert error.id == UNDECLARED
+    for attr in ("alias", "visibility_timeout_ms", "supports_wake", "supports_listen", "introspect", "backfills"):
+        assert attr in error.msg
+    assert "name (" not in error.msg  # declared
+    assert "declare each on the driver class" in error.hint
+
+
+def test_a_declared_wake_without_its_method_is_refused() -> None:
+    (error,) = errors_for("ListensWithoutAWake")
+    assert error.id == UNDECLARED
+    assert "wake_is_live() (declared by supports_listen = True)" in error.msg
+    assert "supports_wake = True" in error.msg
+
+
+def test_a_flag_that_is_no_bool_is_refused() -> None:
+    (error,) = errors_for("FlagIsNoBool")
+    assert "supports_wake must be True or False, not 'yes'" in error.msg
+
+
+# -- a store declared None -------------------------------------------------------------------------
+
+
+def test_a_driver_declaring_no_ledger_gets_the_coded_refusal(jobs: JobsEnv) -> None:
+    bare: Any = Declaring(jobs.driver, backfills=None)
+    with pytest.raises(NotImplementedOnDriverError) as refused:
+        inspect_backfills(driver=bare)
+    assert refused.value.code == "X_NOT_IMPLEMENTED"
+    assert refused.value.meta == {"driver": "memory", "capability": "backfills"}
+
+
+# -- the acker's deferred ack ----------------------------------------------------------------------
+
+
+class RecordingAcker:
+    """Settles through the driver, recording which way each completion came."""
+
+    def __init__(self, driver: MemoryDriver, *, deferred: bool) -> None:
+        self.driver = driver
+        self.supports_deferred_ack = deferred
+        self.calls: list[str] = []
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        self.calls.append("ack")
+        return self.driver.ack(job_id, ref, duration_ms=duration_ms)
+
+    def ack_later(
+        self,
+        job_id: str,
+        ref: ClaimRef,
+        *,
+        duration_ms: int | None,
+        then: Callable[[bool, BaseException | None], None],
+    ) -> None:
+        self.calls.append("ack_later")
+        then(self.driver.ack(job_id, ref, duration_ms=duration_ms), None)
+
+
+@pytest.mark.parametrize(("deferred", "expected"), [(False, ["ack"]), (True, ["ack_later"])])
+def test_a_completion_is_deferred_only_by_an_acker_that_declares_it(
+    jobs: JobsEnv, deferred: bool, expected: list[str]
+) -> None:
+    @job(name="acked", idempotency_key=lambda i: "k", tenant="none")
+    def acked(run: JobRun[Any]) -> str:
+        return "ok"
+
+    job_id = acked.enqueue({}).id
+    [claimed] = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    acker = RecordingAcker(jobs.driver, deferred=deferred)
+    later: list[Any] = []
+    execution = execute_job(
+        claimed, driver=jobs.driver, clock=jobs.clock, rng=random.Random(0), acker=acker, settled_later=later.append
+    )
+    assert acker.calls == expected and execution.deferred is deferred
+    assert jobs.driver.introspect.get(job_id).state == "done"  # type: ignore[union-attr]
