@@ -59,7 +59,15 @@ class BareDriver:
     with two ready rows."""
 
     name = "bare"
+    alias = None
+    visibility_timeout_ms = 30_000
+    supports_wake = False
+    supports_listen = False
     introspect = None
+    leases = None
+    leader = None
+    scheduler_state = None
+    backfills = None
 
     def stats(self) -> list[QueueStats]:
         return [QueueStats(queue="default", ready=2)]

@@ -427,8 +427,18 @@ def test_stats_in_both_forms(pg: Env[PostgresDriver], jobs_declared: dict[str, J
 
 
 class BareDriver:
+    """A hand-rolled driver declaring no wake and no optional store."""
+
     name = "bare"
+    alias = None
+    visibility_timeout_ms = 30_000
+    supports_wake = False
+    supports_listen = False
     introspect = None
+    leases = None
+    leader = None
+    scheduler_state = None
+    backfills = None
 
     def stats(self) -> list[QueueStats]:
         return []

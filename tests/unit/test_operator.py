@@ -504,7 +504,15 @@ class BareDriver:
     """A hand-rolled driver: the queue protocol's reads, and no operator surface."""
 
     name = "bare"
+    alias = None
+    visibility_timeout_ms = 30_000
+    supports_wake = False
+    supports_listen = False
     introspect = None
+    leases = None
+    leader = None
+    scheduler_state = None
+    backfills = None
 
     def stats(self) -> list[QueueStats]:
         return [QueueStats(queue="default", ready=2)]
