@@ -1,5 +1,5 @@
 """The Postgres driver's backfill ledger: ``driver.backfills`` over ``x_backfills``, through the
-``SQL_BACKFILL_*`` statements of :mod:`.sql_backfills` on the driver's own executor."""
+``SQL_BACKFILL_*`` statements of :mod:`.queries.backfills` on the driver's own executor."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...ids import new_id
 from ..base import BackfillBegin, BackfillRun, BackfillStatus
-from . import sql_backfills as sql
 from .executor import from_jsonb, jsonb
+from .queries import backfills as sql
 
 if TYPE_CHECKING:
     from .driver import PostgresDriver

@@ -34,9 +34,9 @@ from ..base import (
 )
 from ..purging import finished_cutoffs
 from ..wake_hub import WakeHub
-from . import sql
 from .backfills import PostgresBackfillStore
 from .executor import Executor, django_executor, from_jsonb, jsonb
+from .queries import jobs as sql
 from .rows import claimed_job, enqueue_rows, job_record, step_record, worker_row
 from .scheduler import PostgresLeaderStore, PostgresSchedulerStore
 from .wake import QueueWake, conninfo_for, pool_probe, start_queue_wake

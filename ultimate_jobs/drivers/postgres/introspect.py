@@ -1,5 +1,5 @@
 """The Postgres driver's operator surface (``JobIntrospection``): the memory driver's semantics, error
-codes included, over the ``SQL_*`` statements of :mod:`.sql_operator`.
+codes included, over the ``SQL_*`` statements of :mod:`.queries.introspect`.
 
 Every operation is one statement — a refusal is decided in Python from what that statement saw, so
 the row the refusal names is the row the statement locked. A requeue wraps its statement in
@@ -47,8 +47,8 @@ from ..base import (
     check_page,
     decode_cursor,
 )
-from . import sql_operator as sql
 from .executor import from_jsonb, jsonb
+from .queries import introspect as sql
 from .rows import job_record, step_record, worker_row
 
 if TYPE_CHECKING:

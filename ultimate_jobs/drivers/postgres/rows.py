@@ -10,24 +10,6 @@ from ...ids import new_id
 from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, EnqueueRequest, JobRecord, Progress, StepRecord, WorkerInfo
 from .executor import from_jsonb, jsonb
 
-# Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms;
-# uuids as text, which is what the records hold).
-JOB_COLUMNS = """
-    j.id::text, j.run_id::text, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts, j.max_attempts,
-    j.priority, (extract(epoch from j.run_at) * 1000)::bigint, (extract(epoch from j.created_at) * 1000)::bigint,
-    (extract(epoch from j.updated_at) * 1000)::bigint, j.input, j.last_error, j.last_code,
-    (extract(epoch from j.finished_at) * 1000)::bigint, j.worker_id, j.claim::text,
-    (extract(epoch from j.lease_until) * 1000)::bigint, j.progress, j.enqueued_by, j.traceparent, j.concurrency_key
-"""
-
-# Every statement that answers step rows selects exactly these columns, in this order. The jsonb
-# columns are read as their JSON text, so a step nested in SQL_CLAIM's json_agg decodes the same way
-# as one selected on its own (a string output must not be mistaken for JSON text).
-STEP_COLUMNS = """
-    s.name, s.seq, s.status, s.output::text, (extract(epoch from s.started_at) * 1000)::bigint,
-    (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta::text
-"""
-
 
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A :class:`JobRecord` from a row selected with :data:`JOB_COLUMNS`."""

@@ -1,6 +1,6 @@
 """The Postgres driver's scheduler storage: ``driver.leader`` (lease rows in ``x_job_scheduler_leases``)
 and ``driver.scheduler_state`` (``x_job_task_watermarks`` and the one-statement fire), over the
-``SQL_*`` statements of :mod:`.sql_scheduler` on the driver's own executor — so a fire's job rows land
+``SQL_*`` statements of :mod:`.queries.scheduler` on the driver's own executor — so a fire's job rows land
 in the same statement as its watermark, and the leader's rollup in the same statement as its renewal."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Fire, FireResult, LeaderLease
-from . import sql_scheduler as sql
 from .executor import jsonb
+from .queries import scheduler as sql
 from .rows import enqueue_rows
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The SQLite driver — the embedded default: the whole driver protocol on Django's SQLite connection for
 the configured alias, over the same tables and migrations as the Postgres driver. Every statement is an
-``SQL_*`` constant (:mod:`.sql`, :mod:`.sql_operator`, :mod:`.sql_stores`).
+``SQL_*`` constant (:mod:`.queries`).
 
 SQLite has one writer at a time and no LISTEN/NOTIFY, so:
 
@@ -46,8 +46,8 @@ from ..base import (
 )
 from ..purging import finished_cutoffs
 from ..wake_hub import WakeHub
-from . import sql
 from .executor import SqliteExecutor
+from .queries import jobs as sql
 from .rows import claimed_job, dashed, dumps, hex_id, job_record, ms, step_record, ts, ts_or_none, worker_params
 from .watch import WATCH_INTERVAL_MS, DataVersionWatch
 

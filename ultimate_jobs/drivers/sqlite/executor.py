@@ -20,13 +20,9 @@ from django.conf import settings
 from django.db import connections, transaction
 
 from ...errors import DriverUnavailableError
+from .queries.session import SQL_BEGIN_IMMEDIATE, SQL_COMMIT, SQL_ROLLBACK, SQL_WAL
 
 Params = Mapping[str, Any] | Sequence[Any] | None
-
-SQL_WAL = "PRAGMA journal_mode=WAL"
-SQL_BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
-SQL_COMMIT = "COMMIT"
-SQL_ROLLBACK = "ROLLBACK"
 
 
 class SqliteExecutor:

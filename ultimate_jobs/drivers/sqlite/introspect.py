@@ -1,5 +1,5 @@
 """The SQLite driver's operator surface (``JobIntrospection``): the memory driver's semantics, error codes
-included, over the statements of :mod:`.sql_operator`. An operation that reads before it writes runs in
+included, over the statements of :mod:`.queries.introspect`. An operation that reads before it writes runs in
 one ``BEGIN IMMEDIATE`` transaction, so the row a refusal names is the row the operation saw."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from ..base import (
 from ..postgres.introspect import _cursor as _uuid_cursor
 from ..postgres.introspect import _duplicate, _not_found
 from ..postgres.introspect import _id_range as _uuid_range
-from . import sql as sql_hot
-from . import sql_operator as sql
+from .queries import introspect as sql
+from .queries import jobs as sql_hot
 from .rows import dashed, dumps, hex_id, job_record, ms, step_record, ts, worker_info, worker_params
 
 if TYPE_CHECKING:

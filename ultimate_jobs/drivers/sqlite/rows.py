@@ -19,18 +19,6 @@ from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, JobRecord, Progress, StepRe
 EPOCH = datetime(1970, 1, 1)
 ONE_MS = timedelta(milliseconds=1)
 
-# Every statement that answers job rows selects exactly these columns, in this order.
-JOB_COLUMNS = """j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts,
-    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at, j.input, j.last_error, j.last_code,
-    j.finished_at, j.worker_id, j.claim, j.lease_until, j.progress, j.enqueued_by, j.traceparent,
-    j.concurrency_key"""
-
-# JOB_COLUMNS as an UPDATE's RETURNING clause names them (SQLite's RETURNING reads the target table unqualified).
-RETURNING_JOB_COLUMNS = JOB_COLUMNS.replace("j.", "")
-
-# Every statement that answers step rows selects exactly these columns, in this order.
-STEP_COLUMNS = "s.name, s.seq, s.status, s.output, s.started_at, s.finished_at, s.wake_at, s.meta"
-
 
 def ts(ms: int) -> str:
     """Epoch ms as the column text of an instant."""

@@ -1,6 +1,6 @@
 """The SQLite driver's stores: ``driver.leases`` (fleet slots), ``driver.leader`` and
 ``driver.scheduler_state`` (the scheduler's lease, watermarks and fires) and ``driver.backfills`` (the
-ledger), over the statements of :mod:`.sql` and :mod:`.sql_stores`. An operation of several statements
+ledger), over the statements of :mod:`.queries`. An operation of several statements
 runs in one ``BEGIN IMMEDIATE`` transaction: a fire's job rows land with its watermark, a leader's rollup
 with its renewal."""
 
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...ids import new_id
 from ..base import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease
-from . import sql, sql_stores
+from .queries import jobs as sql
+from .queries import stores as sql_stores
 from .rows import dashed, dashed_or_none, dumps, hex_id, loads, ms, ms_or_none, ts
 
 if TYPE_CHECKING:

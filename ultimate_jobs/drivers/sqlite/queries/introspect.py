@@ -1,13 +1,12 @@
 """Every statement of the SQLite driver's operator surface (``driver.introspect``), verbatim, one constant
-each. The conventions of :mod:`.sql` hold here too. An optional filter is ``(:x IS NULL OR col = :x)``.
+each. The conventions of :mod:`.jobs` hold here too. An optional filter is ``(:x IS NULL OR col = :x)``.
 An operation of several statements (a requeue: read, check, move, cut its steps) runs in one
 ``BEGIN IMMEDIATE`` transaction, so the row a refusal names is the row it read."""
 
 from __future__ import annotations
 
-from ..base import COUNTER_TIERS
-from .rows import JOB_COLUMNS, RETURNING_JOB_COLUMNS, STEP_COLUMNS
-from .sql import FINISHED_STATES_SQL, LIVE_STATES_SQL
+from ...base import COUNTER_TIERS
+from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 
 # -- reads -----------------------------------------------------------------------------------------
 

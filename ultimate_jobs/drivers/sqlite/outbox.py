@@ -1,5 +1,5 @@
-"""The SQLite outbox store: ``x_outbox`` on the jobs database through the ``SQL_OUTBOX_*_SQLITE``
-statements.
+"""The SQLite outbox store: ``x_outbox`` on the jobs database through the ``SQL_OUTBOX_*`` statements of
+:mod:`.queries.outbox`.
 
 ``stage()`` runs on Django's connection for the jobs database, which inside ``transaction.atomic()`` IS
 the caller's transaction, so the row commits or rolls back with the business rows. The relay's
@@ -16,14 +16,10 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
-from ..clock import Clock
-from ..conf import job_clock
-from ..drivers.base import EnqueueRequest
-from ..drivers.sqlite.executor import SqliteExecutor
-from ..drivers.sqlite.rows import dashed, dumps, hex_id, loads, ms, ms_or_none, ts
-from ..errors import InvariantError
-from . import sql_sqlite as sql
-from .store import (
+from ...clock import Clock
+from ...conf import job_clock
+from ...errors import InvariantError
+from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,
     OutboxRecord,
@@ -35,6 +31,10 @@ from .store import (
     request_from_json,
     request_to_json,
 )
+from ..base import EnqueueRequest
+from .executor import SqliteExecutor
+from .queries import outbox as sql
+from .rows import dashed, dumps, hex_id, loads, ms, ms_or_none, ts
 
 
 class SqliteOutboxStore:
@@ -86,7 +86,7 @@ class SqliteOutboxStore:
         ]
         try:
             with transaction.atomic(using=self.alias):  # a savepoint: a refused batch leaves the caller's intact
-                self.executor.query(sql.SQL_OUTBOX_STAGE_SQLITE, {"rows": dumps(rows), "now": ts(now)})
+                self.executor.query(sql.SQL_OUTBOX_STAGE, {"rows": dumps(rows), "now": ts(now)})
         except IntegrityError as exc:
             raise InvariantError(
                 "an outbox row with one of these ids is already staged; every staged enqueue needs its own id",
@@ -101,10 +101,10 @@ class SqliteOutboxStore:
         now = self.clock.now_ms()
         with self.executor.write():
             ids = [r[0] for r in self.executor.query(
-                sql.SQL_OUTBOX_CLAIMABLE_SQLITE, {"lapsed": ts(now - self.claim_lease_ms), "limit": limit}
+                sql.SQL_OUTBOX_CLAIMABLE, {"lapsed": ts(now - self.claim_lease_ms), "limit": limit}
             )]  # fmt: skip
             rows = (
-                self.executor.query(sql.SQL_OUTBOX_STAMP_SQLITE, {"ids": dumps(ids), "now": ts(now), "claimant": token})
+                self.executor.query(sql.SQL_OUTBOX_STAMP, {"ids": dumps(ids), "now": ts(now), "claimant": token})
                 if ids
                 else []
             )
@@ -119,39 +119,39 @@ class SqliteOutboxStore:
         return frozenset(dashed(r[0]) for r in self.executor.query(statement, {**params, "ids": dumps(hexed)}))
 
     def release(self, ids: Sequence[str], *, claimed_by: str, error: str | None = None) -> frozenset[str]:
-        return self._ids(sql.SQL_OUTBOX_RELEASE_SQLITE, {"claimed_by": claimed_by, "error": error}, ids)
+        return self._ids(sql.SQL_OUTBOX_RELEASE, {"claimed_by": claimed_by, "error": error}, ids)
 
     def mark_published(self, ids: Sequence[str], *, claimed_by: str) -> frozenset[str]:
         params = {"claimed_by": claimed_by, "now": ts(self.clock.now_ms())}
-        return self._ids(sql.SQL_OUTBOX_MARK_PUBLISHED_SQLITE, params, ids)
+        return self._ids(sql.SQL_OUTBOX_MARK_PUBLISHED, params, ids)
 
     def set_aside(self, ids: Sequence[str], *, claimed_by: str, error: str) -> frozenset[str]:
         params = {"claimed_by": claimed_by, "error": error, "now": ts(self.clock.now_ms())}
-        return self._ids(sql.SQL_OUTBOX_SET_ASIDE_SQLITE, params, ids)
+        return self._ids(sql.SQL_OUTBOX_SET_ASIDE, params, ids)
 
     def backlog(self) -> int:
         return self.stats().pending
 
     def stats(self) -> OutboxStats:
-        pending, failed, oldest = self.executor.query(sql.SQL_OUTBOX_STATS_SQLITE)[0]
+        pending, failed, oldest = self.executor.query(sql.SQL_OUTBOX_STATS)[0]
         return OutboxStats(int(pending), int(failed), ms_or_none(oldest))
 
     def failed(self, *, limit: int) -> list[FailedOutboxRow]:
-        rows = self.executor.query(sql.SQL_OUTBOX_FAILED_SQLITE, {"limit": check_limit(limit)})
+        rows = self.executor.query(sql.SQL_OUTBOX_FAILED, {"limit": check_limit(limit)})
         return [FailedOutboxRow(dashed(r[0]), r[1], r[2], ms(r[3]), ms(r[4]), r[5]) for r in rows]
 
     def retry_failed(self, ids: Sequence[str]) -> frozenset[str]:
-        landed = self._ids(sql.SQL_OUTBOX_RETRY_FAILED_SQLITE, {}, ids)
+        landed = self._ids(sql.SQL_OUTBOX_RETRY_FAILED, {}, ids)
         if landed:
             self._announce_on_commit()
         return landed
 
     def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
-        return self._ids(sql.SQL_OUTBOX_REMOVE_FAILED_SQLITE, {}, ids)
+        return self._ids(sql.SQL_OUTBOX_REMOVE_FAILED, {}, ids)
 
     def purge_published(self, *, before_ms: int, limit: int) -> int:
         params = {"before": ts(before_ms), "limit": check_limit(limit)}
-        return len(self.executor.query(sql.SQL_OUTBOX_PURGE_PUBLISHED_SQLITE, params))
+        return len(self.executor.query(sql.SQL_OUTBOX_PURGE_PUBLISHED, params))
 
     # -- the wake ------------------------------------------------------------------------------
 
@@ -194,7 +194,7 @@ def sqlite_outbox_store(
     >>> store = sqlite_outbox_store(alias="default", claim_lease_ms=30_000)
     """
     if alias is None:
-        from ..conf import jobs_settings
+        from ...conf import jobs_settings
 
         alias = jobs_settings().database
     return SqliteOutboxStore(alias=alias, clock=clock, claim_lease_ms=claim_lease_ms)

@@ -1,7 +1,7 @@
 """Every statement of the scheduler's storage — the leader lease, the watermarks and the fire — verbatim,
 one constant each (``driver.leader`` and ``driver.scheduler_state``).
 
-The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch ms
+The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch ms
 and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
 ``now()``), times read back as epoch ms. The enqueue half of ``SQL_SCHEDULER_FIRE`` is ``SQL_ENQUEUE``'s
 own request recordset and insert (ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ), with its wake channel and
@@ -10,8 +10,8 @@ horizon; the leader's rollup is ``SQL_ROLLUP_COUNTERS``'s own CTEs (ROLLUP_COUNT
 
 from __future__ import annotations
 
-from .sql import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
-from .sql_operator import ROLLUP_COUNTERS_CTES
+from .introspect import ROLLUP_COUNTERS_CTES
+from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
     "SQL_LEADER_ACQUIRE",

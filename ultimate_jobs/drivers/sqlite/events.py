@@ -7,14 +7,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..clock import Clock, system_clock
-from ..drivers.base import PURGE_BATCH
-from ..drivers.sqlite.executor import SqliteExecutor
-from ..drivers.sqlite.rows import dashed, dumps, loads, ms, ts
-from ..durations import Duration, parse_duration
-from ..errors import InvariantError
-from .base import DEFAULT_EVENT_TTL, EventRecord, matches
-from .sql_sqlite import SQL_EVENT_CANDIDATES_SQLITE, SQL_EVENT_PUBLISH_SQLITE, SQL_EVENT_PURGE_SQLITE
+from ...clock import Clock, system_clock
+from ...durations import Duration, parse_duration
+from ...errors import InvariantError
+from ...events.base import DEFAULT_EVENT_TTL, EventRecord, matches
+from ..base import PURGE_BATCH
+from .executor import SqliteExecutor
+from .queries.events import SQL_EVENT_CANDIDATES, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
+from .rows import dashed, dumps, loads, ms, ts
 
 FIND_PAGE = 100
 """Events a find reads per statement while it looks for one whose data contains the match."""
@@ -54,16 +54,14 @@ class SqliteEventBus:
             "published": ts(now),
             "expires": ts(now + ttl_ms),
         }
-        self.executor.query(SQL_EVENT_PUBLISH_SQLITE, params)
+        self.executor.query(SQL_EVENT_PUBLISH, params)
         return EventRecord(str(event_id), event, body, now, now + ttl_ms)
 
     def find(self, event: str, match: Mapping[str, Any] | None, *, since_ms: int) -> EventRecord | None:
         after_at, after_id = "", ""
         params = {"event": event, "since": ts(since_ms), "now": ts(self.now()), "limit": FIND_PAGE}
         while True:
-            rows = self.executor.query(
-                SQL_EVENT_CANDIDATES_SQLITE, {**params, "after_at": after_at, "after_id": after_id}
-            )
+            rows = self.executor.query(SQL_EVENT_CANDIDATES, {**params, "after_at": after_at, "after_id": after_id})
             for event_id, name, data, published, expires in rows:
                 body = loads(data)
                 if matches(body, match):
@@ -77,7 +75,7 @@ class SqliteEventBus:
         back short; answers how many went."""
         removed = 0
         while True:
-            count = len(self.executor.query(SQL_EVENT_PURGE_SQLITE, {"now": ts(self.now()), "limit": PURGE_BATCH}))
+            count = len(self.executor.query(SQL_EVENT_PURGE, {"now": ts(self.now()), "limit": PURGE_BATCH}))
             removed += count
             if count < PURGE_BATCH:
                 return removed

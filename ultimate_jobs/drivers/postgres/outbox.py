@@ -16,14 +16,10 @@ from typing import Any
 
 from django.db import IntegrityError, connections
 
-from ..clock import Clock, system_clock
-from ..conf import job_clock
-from ..drivers.base import EnqueueRequest
-from ..drivers.postgres.driver import is_uuid
-from ..drivers.postgres.executor import Executor, django_executor, from_jsonb, jsonb
-from ..errors import InvariantError
-from . import sql
-from .store import (
+from ...clock import Clock, system_clock
+from ...conf import job_clock
+from ...errors import InvariantError
+from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     OUTBOX_WAKE_CHANNEL,
     FailedOutboxRow,
@@ -36,6 +32,10 @@ from .store import (
     request_from_json,
     request_to_json,
 )
+from ..base import EnqueueRequest
+from .driver import is_uuid
+from .executor import Executor, django_executor, from_jsonb, jsonb
+from .queries import outbox as sql
 
 
 class PostgresOutboxStore:
@@ -149,7 +149,7 @@ class PostgresOutboxStore:
         """Hear other processes' stages (LISTEN x_outbox_wake, proven by a probe through the pool). The
         session starts with the first subscriber — the relay — and stops with the last; answers an
         unsubscribe."""
-        from ..drivers.postgres.wake import conninfo_for, start_queue_wake
+        from .wake import conninfo_for, start_queue_wake
 
         with self._wake_lock:
             self._listeners.append(listener)
@@ -186,7 +186,7 @@ class PostgresOutboxStore:
 
 def outbox_probe(alias: str) -> Callable[[str], None]:
     """A probe that runs ``SQL_OUTBOX_WAKE_PROBE`` on ``connections[alias]`` (the pool stages travel
-    through), closing the wake thread's connection after, as :func:`~..drivers.postgres.wake.pool_probe`."""
+    through), closing the wake thread's connection after, as :func:`~.wake.pool_probe`."""
 
     def probe(payload: str) -> None:
         connection = connections[alias]
@@ -218,7 +218,7 @@ def postgres_outbox_store(
     """
     check_claim_lease(claim_lease_ms)
     if alias is None:
-        from ..conf import jobs_settings
+        from ...conf import jobs_settings
 
         alias = tx_executor.alias if tx_executor is not None else jobs_settings().database
     tx = tx_executor or django_executor(alias)

@@ -1,7 +1,7 @@
 """Every statement of the backfill ledger (``driver.backfills``, table ``x_backfills``), verbatim, one
 constant each.
 
-The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch ms
+The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch ms
 and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
 ``now()``), times read back as epoch ms. Every statement answers rows in ``BACKFILL_COLUMNS`` order.
 """

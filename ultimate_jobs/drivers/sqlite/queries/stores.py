@@ -1,5 +1,5 @@
 """Every statement of the SQLite driver's stores — the scheduler's leader lease, watermarks and fires, and
-the backfill ledger — verbatim, one constant each. The conventions of :mod:`.sql` hold here too."""
+the backfill ledger — verbatim, one constant each. The conventions of :mod:`.jobs` hold here too."""
 
 from __future__ import annotations
 

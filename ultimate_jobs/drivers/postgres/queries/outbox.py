@@ -9,7 +9,7 @@ caller's transaction.
 
 from __future__ import annotations
 
-from .store import OUTBOX_WAKE_CHANNEL
+from ....outbox.store import OUTBOX_WAKE_CHANNEL
 
 # The columns every statement that answers rows selects, in this order (times as epoch ms).
 OUTBOX_COLUMNS = """

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..drivers.base import PURGE_BATCH
-from ..drivers.postgres.executor import Executor, from_jsonb, jsonb
-from ..durations import Duration, parse_duration
-from ..errors import InvariantError
-from .base import DEFAULT_EVENT_TTL, EventRecord
-from .sql import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
+from ...durations import Duration, parse_duration
+from ...errors import InvariantError
+from ...events.base import DEFAULT_EVENT_TTL, EventRecord
+from ..base import PURGE_BATCH
+from .executor import Executor, from_jsonb, jsonb
+from .queries.events import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
 
 
 class PostgresEventBus:
