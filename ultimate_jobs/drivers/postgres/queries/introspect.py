@@ -327,8 +327,8 @@ SQL_WORKERS = """
 WITH expired AS (
     DELETE FROM x_workers WHERE heartbeat_at <= to_timestamp((%(now)s - %(window)s) / 1000.0)
 )
-SELECT w.id, w.host, w.pid, (extract(epoch from w.started_at) * 1000)::bigint, w.queues, w.slots, w.in_flight,
-       (extract(epoch from w.heartbeat_at) * 1000)::bigint
+SELECT w.id, w.host, w.pid, (extract(epoch from w.started_at) * 1000)::bigint AS started_at, w.queues, w.slots,
+       w.in_flight, (extract(epoch from w.heartbeat_at) * 1000)::bigint AS heartbeat_at
 FROM x_workers w
 WHERE w.heartbeat_at > to_timestamp((%(now)s - %(window)s) / 1000.0)
 ORDER BY w.started_at, w.id COLLATE "C"

@@ -12,22 +12,31 @@ LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 WAKE_CHANNEL = "x_jobs_wake"
 WAKE_DUE_WITHIN_MS = 1_000
 
-# Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms;
-# uuids as text, which is what the records hold).
+# Every statement that answers job rows selects exactly these columns, in this order, each named as
+# drivers.sql.rows.JOB_FIELDS names it (times as epoch ms; uuids as text, which is what the records hold).
 JOB_COLUMNS = """
-    j.id::text, j.run_id::text, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts, j.max_attempts,
-    j.priority, (extract(epoch from j.run_at) * 1000)::bigint, (extract(epoch from j.created_at) * 1000)::bigint,
-    (extract(epoch from j.updated_at) * 1000)::bigint, j.input, j.last_error, j.last_code,
-    (extract(epoch from j.finished_at) * 1000)::bigint, j.worker_id, j.claim::text,
-    (extract(epoch from j.lease_until) * 1000)::bigint, j.progress, j.enqueued_by, j.traceparent, j.concurrency_key
+    j.id::text AS id, j.run_id::text AS run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key,
+    j.attempts, j.max_attempts, j.priority, (extract(epoch from j.run_at) * 1000)::bigint AS run_at,
+    (extract(epoch from j.created_at) * 1000)::bigint AS created_at,
+    (extract(epoch from j.updated_at) * 1000)::bigint AS updated_at, j.input, j.last_error, j.last_code,
+    (extract(epoch from j.finished_at) * 1000)::bigint AS finished_at, j.worker_id, j.claim::text AS claim,
+    (extract(epoch from j.lease_until) * 1000)::bigint AS lease_until, j.progress, j.enqueued_by, j.traceparent,
+    j.concurrency_key
 """
 
-# Every statement that answers step rows selects exactly these columns, in this order. The jsonb
-# columns are read as their JSON text, so a step nested in SQL_CLAIM's json_agg decodes the same way
-# as one selected on its own (a string output must not be mistaken for JSON text).
-STEP_COLUMNS = """
+# Every statement that answers step rows selects exactly these values (STEP_VALUES), in the order of
+# drivers.sql.rows.STEP_FIELDS; STEP_COLUMNS names each column so. The jsonb columns are read as their JSON
+# text, so a step nested in SQL_CLAIM's json_agg (an array of STEP_VALUES) decodes the same way as one
+# selected on its own (a string output must not be mistaken for JSON text).
+STEP_VALUES = """
     s.name, s.seq, s.status, s.output::text, (extract(epoch from s.started_at) * 1000)::bigint,
     (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta::text
+"""
+STEP_COLUMNS = """
+    s.name, s.seq, s.status, s.output::text AS output,
+    (extract(epoch from s.started_at) * 1000)::bigint AS started_at,
+    (extract(epoch from s.finished_at) * 1000)::bigint AS finished_at,
+    (extract(epoch from s.wake_at) * 1000)::bigint AS wake_at, s.meta::text AS meta
 """
 
 # The upsert of a worker's registry row (x_workers, primary key): the whole row is replaced, the heartbeat
@@ -225,12 +234,12 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM take))  -- an array of ids: the primary key, never a scan of x_jobs
     RETURNING j.*
 )
-SELECT 'claimed', {JOB_COLUMNS},
-       (SELECT coalesce(json_agg(json_build_array({STEP_COLUMNS}) ORDER BY s.seq), '[]')
-        FROM x_job_steps s WHERE s.job_id = j.id)
+SELECT 'claimed' AS kind, {JOB_COLUMNS},
+       (SELECT coalesce(json_agg(json_build_array({STEP_VALUES}) ORDER BY s.seq), '[]')
+        FROM x_job_steps s WHERE s.job_id = j.id) AS steps
 FROM claimed j
 UNION ALL
-SELECT 'buried', {JOB_COLUMNS}, '[]'::json
+SELECT 'buried' AS kind, {JOB_COLUMNS}, '[]'::json AS steps
 FROM buried j
 """
 
