@@ -196,9 +196,3 @@ def leader_lease(row: Any, d: Dialect) -> LeaderLease:
         acquired_at_ms=d.instant(row.acquired_at),
         expires_at_ms=d.instant(row.expires_at),
     )
-
-
-def named(kind: Any, rows: Sequence[Sequence[Any]]) -> list[Any]:
-    """``rows`` as ``kind`` (one of the named row classes above), one tuple each."""
-    make = kind._make
-    return [make(row) for row in rows]
