@@ -1,6 +1,6 @@
 """The tables, one model each, ``db_table`` set to the spec's names. Migrations are the one schema
-truth; the Postgres driver reads and writes them through its ``SQL_*`` constants
-(``ultimate_jobs.drivers.postgres.sql``, ``sql_operator``, ``sql_scheduler``); the admin reads and acts
+truth; the SQL drivers read and write them through their ``SQL_*`` constants
+(``ultimate_jobs.drivers.postgres.queries``, ``ultimate_jobs.drivers.sqlite.queries``); the admin reads and acts
 through ``ultimate_jobs.operator``, the models giving its pages their place and permissions. Nothing
 else may write these tables behind the driver's back."""
 

@@ -80,7 +80,7 @@ def finished_rows(driver: DemoDriver) -> int:
 def demo_outbox_store(clock: Clock) -> OutboxStore:
     """The outbox store over the demo's database (stage joins the checkout's transaction either way)."""
     if on_sqlite():
-        from ultimate_jobs.outbox.sqlite import sqlite_outbox_store
+        from ultimate_jobs.drivers.sqlite.outbox import sqlite_outbox_store
 
         return sqlite_outbox_store(clock=clock)
     from ultimate_jobs.outbox import postgres_outbox_store
@@ -92,8 +92,8 @@ def demo_event_bus(driver: DemoDriver) -> EventBus:
     """The stored event bus over the demo's database (on the Redis driver too: events live in the
     database), so every process on it would see every event."""
     if on_sqlite():
+        from ultimate_jobs.drivers.sqlite.events import SqliteEventBus
         from ultimate_jobs.drivers.sqlite.executor import SqliteExecutor
-        from ultimate_jobs.events.sqlite import SqliteEventBus
 
         return SqliteEventBus(driver.executor if isinstance(driver, SqliteDriver) else SqliteExecutor())
     from ultimate_jobs import postgres_event_bus

@@ -526,8 +526,8 @@ def test_tenant_is_required_as_on_job(sweep: AnyJobsEnv) -> None:
 
 def test_every_backfill_statement_runs_against_the_migrated_schema() -> None:
     from ultimate_jobs.drivers.base import BackfillBegin
-    from ultimate_jobs.drivers.postgres import sql_backfills
     from ultimate_jobs.drivers.postgres.executor import django_executor
+    from ultimate_jobs.drivers.postgres.queries import backfills as sql_backfills
     from ultimate_jobs.ids import new_id
 
     ran: set[str] = set()

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Env, installed
 from ultimate_jobs import JobRun, job, job_worker
-from ultimate_jobs.drivers.postgres import sql
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import Executor, Params
+from ultimate_jobs.drivers.postgres.queries import jobs as sql
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
 from ultimate_jobs.outbox import install_outbox, outbox_relay, outbox_store, set_outbox_store, uninstall_outbox
 from ultimate_jobs.testing import FrozenClock

@@ -26,6 +26,7 @@ from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import django_executor
+from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, conninfo_for
 from ultimate_jobs.errors import InvariantError, OutboxNoTxError
 from ultimate_jobs.facade import set_jobs_facade
@@ -37,7 +38,6 @@ from ultimate_jobs.outbox import (
     outbox_relay,
     postgres_outbox_store,
 )
-from ultimate_jobs.outbox import sql as outbox_sql
 from ultimate_jobs.outbox.store import publish_request
 from ultimate_jobs.testing import FrozenClock, run_jobs
 

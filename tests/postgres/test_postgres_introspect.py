@@ -18,7 +18,7 @@ from ultimate_jobs.drivers.base import COUNTER_TIERS, BulkFilter, BulkResult, Cl
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.introspect import PostgresIntrospection
-from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
+from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock

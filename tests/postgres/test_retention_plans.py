@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from ultimate_jobs.drivers.postgres import sql
-from ultimate_jobs.outbox import sql as outbox_sql
+from ultimate_jobs.drivers.postgres.queries import jobs as sql
+from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 

@@ -19,10 +19,10 @@ from ultimate_jobs import JobRun, TaskHandle, job, job_scheduler, task
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.drivers.base import COUNTER_TIERS, Fire, JobDriver
 from ultimate_jobs.drivers.memory import MemoryDriver
-from ultimate_jobs.drivers.postgres import sql_scheduler as scheduler_sql
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import Binding, Params
-from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
+from ultimate_jobs.drivers.postgres.queries import scheduler as scheduler_sql
+from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.errors import InvariantError
 from ultimate_jobs.scheduler import LeaseLeader, MemoryLeader, lease_leader

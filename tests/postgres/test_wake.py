@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from tests.helpers import eventually
-from ultimate_jobs.drivers.postgres.sql import WAKE_CHANNEL
+from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, QueueWake, conninfo_for, pool_probe, start_queue_wake
 from ultimate_jobs.testing import FrozenClock
 

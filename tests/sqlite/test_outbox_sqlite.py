@@ -20,12 +20,12 @@ from tests.conftest import installed
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.drivers.base import Enqueued
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
+from ultimate_jobs.drivers.sqlite.outbox import SqliteOutboxStore, sqlite_outbox_store
 from ultimate_jobs.drivers.sqlite.rows import dashed
 from ultimate_jobs.errors import InvariantError
 from ultimate_jobs.facade import set_jobs_facade
 from ultimate_jobs.outbox import OutboxFacade, OutboxRelay, outbox_relay
 from ultimate_jobs.outbox.boot import build_outbox_store
-from ultimate_jobs.outbox.sqlite import SqliteOutboxStore, sqlite_outbox_store
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

@@ -16,9 +16,9 @@ from django.test import override_settings
 from ultimate_jobs.conf import build_driver, jobs_settings
 from ultimate_jobs.drivers.base import EnqueueRequest, NackOptions
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
+from ultimate_jobs.drivers.sqlite.events import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import event_bus, reset_event_bus
-from ultimate_jobs.events.sqlite import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.row_security import check_row_security
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import claim, enqueue_finished, request

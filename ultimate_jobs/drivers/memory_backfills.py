@@ -1,5 +1,5 @@
 """The memory driver's backfill ledger: ``driver.backfills`` in a process map, under the driver's lock —
-the rules of the Postgres statements (``sql_backfills``), so the conformance suite answers alike."""
+the rules of the Postgres statements (``postgres.queries.backfills``), so the conformance suite answers alike."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..drivers.postgres.events import PostgresEventBus, postgres_event_bus
 from ..durations import Duration
 from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
 from .memory import MemoryEventBus
-from .postgres import PostgresEventBus, postgres_event_bus
 from .purge import EVENTS_PURGE_TARGET, EventsPurgeTarget, events_purge_target
 
 __all__ = [
@@ -55,8 +55,8 @@ def _default_bus() -> EventBus:
 
         return PostgresEventBus(django_executor(config.database))
     if config.driver == "sqlite":
+        from ..drivers.sqlite.events import SqliteEventBus
         from ..drivers.sqlite.executor import SqliteExecutor
-        from .sqlite import SqliteEventBus
 
         return SqliteEventBus(SqliteExecutor(config.database))
     return MemoryEventBus()

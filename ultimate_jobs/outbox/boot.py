@@ -16,11 +16,11 @@ from django.db import connections
 
 from ..conf import job_driver, jobs_settings
 from ..drivers.base import JobDriver
+from ..drivers.postgres.outbox import postgres_outbox_store
 from ..durations import Duration, parse_duration
 from ..errors import DriverUnavailableError, InvariantError, UltimateError
 from ..facade import set_jobs_facade
 from .facade import OutboxFacade
-from .postgres import postgres_outbox_store
 from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
 from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore
 
@@ -39,7 +39,7 @@ def build_outbox_store(*, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS) -> Outbo
         )
     vendor = connections[alias].vendor
     if vendor == "sqlite":
-        from .sqlite import sqlite_outbox_store
+        from ..drivers.sqlite.outbox import sqlite_outbox_store
 
         return sqlite_outbox_store(alias=alias, claim_lease_ms=claim_lease_ms)
     if vendor != "postgresql":

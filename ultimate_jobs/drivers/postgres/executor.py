@@ -7,18 +7,14 @@ enqueue there joins the caller's transaction.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import psycopg
 from django.conf import settings
 from django.db import connections
 
-from ...errors import DriverUnavailableError
-
-Params = Mapping[str, Any] | Sequence[Any] | None
-Binding = Literal["django", "server", "prepared"]
+from ..sql.dialect import dumps, loads
+from ..sql.executor import Binding, Params, checked_alias
 
 # psycopg prepares a statement after this many runs, or at once when asked (prepare=True): so high that
 # on a connection Django left at None only the statements the driver asks for are ever prepared
@@ -52,17 +48,8 @@ class DjangoExecutor:
     """
 
     def __init__(self, alias: str = "default") -> None:
-        if alias not in connections.settings:
-            raise DriverUnavailableError(
-                f"no database alias {alias!r} in settings.DATABASES; set ULTIMATE_JOBS['DATABASE'] to one that exists",
-                {"alias": alias},
-            )
-        vendor = connections[alias].vendor
-        if vendor != "postgresql":
-            raise DriverUnavailableError(
-                f"the postgres driver needs a PostgreSQL database; alias {alias!r} is {vendor}", {"alias": alias}
-            )
-        self.alias = alias
+        refusal = "the postgres driver needs a PostgreSQL database; alias {alias!r} is {found}"
+        self.alias = checked_alias(alias, vendor="postgresql", refusal=refusal)
 
     def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         conn = connections[self.alias]
@@ -97,11 +84,8 @@ def django_executor(alias: str = "default") -> DjangoExecutor:
     return DjangoExecutor(alias)
 
 
-def jsonb(value: Any) -> str:
-    """A value as a jsonb parameter's text (bind it as ``%(x)s::jsonb``)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+jsonb = dumps
+"""A value as a jsonb parameter's text (bind it as ``%(x)s::jsonb``)."""
 
-
-def from_jsonb(value: Any) -> Any:
-    """A jsonb column as Python: Django's psycopg setup hands raw statements jsonb as text."""
-    return json.loads(value) if isinstance(value, str | bytes) else value
+from_jsonb = loads
+"""A jsonb column as Python: Django's psycopg setup hands raw statements jsonb as text."""

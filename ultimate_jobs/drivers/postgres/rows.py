@@ -1,117 +1,40 @@
-"""Row ↔ record conversions shared by the driver, its introspection and its scheduler storage: one column
-list, one reader, one writer of request rows."""
+"""The Postgres dialect: how ids, instants and JSON travel between the records and Postgres's columns, and
+the request rows every statement that inserts jobs reads.
+
+Statements take and answer instants as epoch ms (``to_timestamp(%(now)s / 1000.0)`` in, ``extract(epoch
+…)`` out) and uuids as text, so the codecs are nearly the identity; the decoders are the shared ones of
+:mod:`..sql.rows`.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from ...ids import new_id
-from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, EnqueueRequest, JobRecord, Progress, StepRecord, WorkerInfo
-from .executor import from_jsonb, jsonb
+from ..base import EnqueueRequest
+from ..sql.dialect import Dialect, canonical_id, loads
 
-# Every statement that answers job rows selects exactly these columns, in this order (times as epoch ms;
-# uuids as text, which is what the records hold).
-JOB_COLUMNS = """
-    j.id::text, j.run_id::text, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts, j.max_attempts,
-    j.priority, (extract(epoch from j.run_at) * 1000)::bigint, (extract(epoch from j.created_at) * 1000)::bigint,
-    (extract(epoch from j.updated_at) * 1000)::bigint, j.input, j.last_error, j.last_code,
-    (extract(epoch from j.finished_at) * 1000)::bigint, j.worker_id, j.claim::text,
-    (extract(epoch from j.lease_until) * 1000)::bigint, j.progress, j.enqueued_by, j.traceparent, j.concurrency_key
-"""
-
-# Every statement that answers step rows selects exactly these columns, in this order. The jsonb
-# columns are read as their JSON text, so a step nested in SQL_CLAIM's json_agg decodes the same way
-# as one selected on its own (a string output must not be mistaken for JSON text).
-STEP_COLUMNS = """
-    s.name, s.seq, s.status, s.output::text, (extract(epoch from s.started_at) * 1000)::bigint,
-    (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta::text
-"""
+__all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "uuid_or_none"]
 
 
-def job_record(row: Sequence[Any]) -> JobRecord:
-    """A :class:`JobRecord` from a row selected with :data:`JOB_COLUMNS`."""
-    progress = from_jsonb(row[20])
-    return JobRecord(
-        id=str(row[0]),
-        run_id=str(row[1]),
-        name=row[2],
-        queue=row[3],
-        state=row[4],
-        tenant_id=row[5],
-        idempotency_key=row[6],
-        attempts=row[7],
-        max_attempts=row[8],
-        priority=row[9],
-        run_at_ms=row[10],
-        created_at_ms=row[11],
-        updated_at_ms=row[12],
-        input=from_jsonb(row[13]),
-        last_error=row[14],
-        last_code=row[15],
-        finished_at_ms=row[16],
-        worker_id=row[17],
-        lease_until_ms=row[19],
-        progress=Progress(**progress) if progress else None,
-        enqueued_by=row[21],
-        traceparent=row[22],
-        concurrency_key=row[23],
-    )
+def uuid_or_none(value: Any) -> str | None:
+    """``value`` as a canonical uuid text, or ``None`` when it cannot name a row (ids are UUIDs)."""
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
-def claimed_job(row: Sequence[Any], steps: tuple[StepRecord, ...]) -> ClaimedJob:
-    """A :class:`ClaimedJob` from a row selected with :data:`JOB_COLUMNS` (claim fields set)."""
-    record = job_record(row)
-    assert record.worker_id is not None and record.lease_until_ms is not None
-    return ClaimedJob(
-        id=record.id,
-        run_id=record.run_id,
-        name=record.name,
-        queue=record.queue,
-        tenant_id=record.tenant_id,
-        idempotency_key=record.idempotency_key,
-        input=record.input,
-        attempt=record.attempts,
-        max_attempts=record.max_attempts,
-        priority=record.priority,
-        run_at_ms=record.run_at_ms,
-        created_at_ms=record.created_at_ms,
-        worker_id=record.worker_id,
-        claim=str(row[18]),
-        lease_until_ms=record.lease_until_ms,
-        steps=steps,
-        concurrency_key=record.concurrency_key,
-        enqueued_by=record.enqueued_by,
-        traceparent=record.traceparent,
-    )
+def is_uuid(value: str) -> bool:
+    """Whether ``value`` can name a row of ``x_jobs`` (ids are UUIDs); anything else names none."""
+    return uuid_or_none(value) is not None
 
 
-def step_record(row: Sequence[Any]) -> StepRecord:
-    """A :class:`StepRecord` from a row selected with :data:`STEP_COLUMNS`."""
-    return StepRecord(
-        name=row[0],
-        seq=row[1],
-        status=row[2],
-        output=from_jsonb(row[3]),
-        started_at_ms=row[4],
-        finished_at_ms=row[5],
-        wake_at_ms=row[6],
-        meta=from_jsonb(row[7]) or {},
-    )
-
-
-def worker_row(info: WorkerInfo) -> dict[str, Any]:
-    """The parameters of RECORD_WORKER_UPSERT for ``info`` (in_flight truncated to MAX_WORKER_IN_FLIGHT ids)."""
-    return {
-        "id": info.id,
-        "host": info.host,
-        "pid": info.pid,
-        "started": info.started_at_ms,
-        "queues": jsonb(list(info.queues)),
-        "slots": info.slots,
-        "in_flight": jsonb(list(info.in_flight[:MAX_WORKER_IN_FLIGHT])),
-        "heartbeat": info.heartbeat_at_ms,
-    }
+POSTGRES = Dialect(name="postgres", uid=str, uid_param=uuid_or_none, instant=int, at=int, json=loads)
+"""Ids as uuid text, instants as epoch ms both ways, JSON as its text (Django hands raw statements jsonb
+as text)."""
 
 
 def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:

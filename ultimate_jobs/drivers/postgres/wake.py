@@ -36,7 +36,7 @@ from ...clock import Clock, system_clock
 from ...errors import InvariantError
 from ...logs import log_event
 from ...polling import idle_ceiling_for
-from .sql import SQL_WAKE_PROBE, WAKE_CHANNEL
+from .queries.jobs import SQL_WAKE_PROBE, WAKE_CHANNEL
 
 PROBE_PREFIX = "__probe__:"  # a payload no queue name carries; never handed to on_wake
 WAKE_PROOF_TIMEOUT_MS = 5_000

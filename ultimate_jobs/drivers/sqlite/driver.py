@@ -1,6 +1,6 @@
 """The SQLite driver — the embedded default: the whole driver protocol on Django's SQLite connection for
 the configured alias, over the same tables and migrations as the Postgres driver. Every statement is an
-``SQL_*`` constant (:mod:`.sql`, :mod:`.sql_operator`, :mod:`.sql_stores`).
+``SQL_*`` constant (:mod:`.queries`).
 
 SQLite has one writer at a time and no LISTEN/NOTIFY, so:
 
@@ -13,57 +13,48 @@ SQLite has one writer at a time and no LISTEN/NOTIFY, so:
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections, transaction
 
-from ...clock import Clock, system_clock
-from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
+from ...clock import Clock
+from ...errors import DriverUnavailableError, InvariantError
 from ...ids import new_id
-from ...logs import log_event
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
-    PURGE_BATCH,
     Ack,
-    ClaimedJob,
-    ClaimRef,
     Enqueued,
     EnqueueRequest,
-    ExhaustedJob,
     Heartbeat,
     JobState,
     NackOptions,
-    QueueStats,
     StepRecord,
-    WorkerInfo,
     nack_counter,
-    nack_state,
 )
-from ..purging import finished_cutoffs
-from ..wake_hub import WakeHub
-from . import sql
+from ..sql.dialect import canonical_id
+from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
+from ..sql.rows import JobRow, StepRow, claimed_job, exhausted_job, row_class, step_record, worker_params
 from .executor import SqliteExecutor
-from .rows import claimed_job, dashed, dumps, hex_id, job_record, ms, step_record, ts, ts_or_none, worker_params
+from .introspect import SqliteIntrospection
+from .queries import jobs as sql
+from .rows import SQLITE, dashed, dumps, hex_id, ms, ts
+from .stores import SqliteBackfillStore, SqliteLeaseStore, SqliteSchedulerStore
 from .watch import WATCH_INTERVAL_MS, DataVersionWatch
-
-if TYPE_CHECKING:
-    from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore
 
 MIN_SQLITE = (3, 35, 0)
 """RETURNING (3.35) is what every settle answers through; UPDATE … FROM (3.33) and json_each come before."""
-
-CLAIM_BURY_SCAN = 16
-"""Rows a claim may read beyond its caps, per queue, to bury lapsed final attempts on the way."""
 
 WAKE_DUE_WITHIN_MS = 1_000
 """An enqueue announces its queue to this process's worker when the row is due within this long."""
 
 COUNTER_WIDTH_MS = 60_000
+
+Candidate = row_class("Candidate", ("id", "name", "state", "attempts", "max_attempts", "priority", "run_at"))
+"""A row SQL_CLAIM_DUE or SQL_CLAIM_LAPSED answers."""
 
 
 def bucket_of(now_ms: int) -> str:
@@ -71,17 +62,20 @@ def bucket_of(now_ms: int) -> str:
     return ts(now_ms - now_ms % COUNTER_WIDTH_MS)
 
 
-class SqliteDriver:
+class SqliteDriver(SqlDriver):
     """The whole driver protocol over SQLite. ``alias`` names the Django database (an SQLite one);
     ``watch_interval_ms`` is how often a subscribed worker's watch reads ``PRAGMA data_version`` (``None``:
     no cross-process wake, only the poll).
 
-    >>> set_job_driver(SqliteDriver(alias="default"))
+    >>> set_job_driver(SqliteDriver(alias="default", watch_interval_ms=None))  # no watch: the poll only
     """
 
     name = "sqlite"
     supports_wake = True
     supports_listen = True  # the watch on the file carries other processes' commits
+    dialect = SQLITE
+    sql = sql
+    parts = (SqliteIntrospection, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore)
 
     def __init__(
         self,
@@ -97,54 +91,18 @@ class SqliteDriver:
                 f"Python links SQLite {sqlite3.sqlite_version}. Upgrade Python's SQLite, or use the postgres driver",
                 {"sqlite": sqlite3.sqlite_version},
             )
-        self.executor = SqliteExecutor(alias)
-        self.alias = alias
-        self.clock = clock or system_clock()
-        self.visibility_timeout_ms = visibility_timeout_ms
         self.watch_interval_ms = watch_interval_ms
-        from .introspect import SqliteIntrospection
-        from .stores import SqliteBackfillStore, SqliteLeaderStore, SqliteLeaseStore, SqliteSchedulerStore
+        super().__init__(alias=alias, clock=clock, visibility_timeout_ms=visibility_timeout_ms)
 
-        self._introspect = SqliteIntrospection(self)
-        self._leases = SqliteLeaseStore(self)
-        self._leader = SqliteLeaderStore(self)
-        self._scheduler_state = SqliteSchedulerStore(self)
-        self._backfills = SqliteBackfillStore(self)
-        self._wakes: WakeHub[DataVersionWatch] = WakeHub(self._start_watch)
+    def _executor(self, alias: str) -> SqliteExecutor:
+        return SqliteExecutor(alias)
 
-    @property
-    def introspect(self) -> Any:
-        return self._introspect
+    # -- the wake: this process's commits at once, another's through the file's data_version ----
 
-    @property
-    def leases(self) -> SqliteLeaseStore:
-        return self._leases
-
-    @property
-    def leader(self) -> SqliteLeaderStore:
-        return self._leader
-
-    @property
-    def scheduler_state(self) -> SqliteSchedulerStore:
-        return self._scheduler_state
-
-    @property
-    def backfills(self) -> SqliteBackfillStore:
-        return self._backfills
-
-    def _now(self) -> int:
-        return self.clock.now_ms()
-
-    # -- the wake ------------------------------------------------------------------------------
-
-    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+    def _start_wake(self, tell: Callable[[str], None]) -> DataVersionWatch | None:
         """Hear the queues that become due: this process's enqueues, due retries, requeues, promotes and
-        resumes at once (after their commit), and another process's commits through the watch on the file
-        (:class:`~.watch.DataVersionWatch`, started with the first subscriber — only the worker role
-        subscribes — and stopped with the last). Answers an unsubscribe."""
-        return self._wakes.subscribe(listener)
-
-    def _start_watch(self, tell: Callable[[str], None]) -> DataVersionWatch | None:
+        resumes at once (after their commit, :meth:`announce`), and another process's commits through the
+        watch on the file (:class:`~.watch.DataVersionWatch`)."""
         conn: Any = connections[self.alias]
         if self.watch_interval_ms is None or conn.is_in_memory_db():
             return None
@@ -170,11 +128,6 @@ class SqliteDriver:
             transaction.on_commit(lambda: self.tell(names), using=self.alias)
         else:
             self.tell(names)
-
-    def wake_is_live(self) -> bool:
-        """Whether the cross-process watch is reading the file (the worker then raises its idle ceiling to
-        5 s, as it does over a proven LISTEN session)."""
-        return self._wakes.is_live()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -206,9 +159,6 @@ class SqliteDriver:
             "_due": run_at <= now + WAKE_DUE_WITHIN_MS,
         }
 
-    def enqueue(self, request: EnqueueRequest) -> Enqueued:
-        return self.enqueue_many([request])[0]
-
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         if not requests:
             return []
@@ -239,121 +189,60 @@ class SqliteDriver:
                 if row["id"] in inserted:
                     answers.append(Enqueued(dashed(row["id"]), dashed(row["run_id"]), False))
                     continue
-                answers.append(self._held(request, row))
+                found = self.executor.query(
+                    sql.SQL_ENQUEUE_HOLDER, {k: row[k] for k in ("id", "name", "tenant_id", "idempotency_key")}
+                )
+                answers.append(self._held(request, dashed(row["id"]), found[0] if found else None))
         return answers
 
-    def _held(self, request: EnqueueRequest, row: dict[str, Any]) -> Enqueued:
-        """The answer to a request that inserted nothing: the row holding its id or live key (deduped),
-        ``X_JOB_DUPLICATE`` when the caller asked for an error, or when the holder is gone already."""
-        params = {k: row[k] for k in ("id", "name", "tenant_id", "idempotency_key")}
-        found = self.executor.query(sql.SQL_ENQUEUE_HOLDER, params)
-        if not found:
-            raise JobDuplicateError(
-                f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
-                {"job": request.name, "key": request.idempotency_key},
-            )
-        job_id, run_id = found[0]
-        if request.on_conflict == "error" and job_id != row["id"]:
-            raise JobDuplicateError(
-                f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {dashed(job_id)}; "
-                "enqueue with on_conflict='dedupe' to answer that job instead",
-                {"job": request.name, "key": request.idempotency_key, "holder": dashed(job_id)},
-            )
-        return Enqueued(dashed(job_id), dashed(run_id), True)
+    # -- claim: one BEGIN IMMEDIATE transaction ------------------------------------------------
 
-    # -- claim ---------------------------------------------------------------------------------
-
-    def claim(
-        self,
-        *,
-        queues: Sequence[str],
-        limit: int,
-        worker_id: str,
-        visibility_timeout_ms: int | None = None,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
-        drop_exhausted: frozenset[str] = frozenset(),
-        queue_limits: Mapping[str, int] | None = None,
-        record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
-        if not queues:
-            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
-        if limit <= 0:
-            return []
-        names = list(dict.fromkeys(queues))
-        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
+    def _claim(self, ask: ClaimAsk) -> ClaimAnswer:
         now = self._now()
         now_ts = ts(now)
         q = self.executor.query
         with self.executor.write():
-            if record is not None:
-                q(sql.SQL_RECORD_WORKER, worker_params(record))
-            paused = {r[0] for r in q(sql.SQL_PAUSED_AMONG, {"queues": dumps(names)})}
+            if ask.record is not None:
+                q(sql.SQL_RECORD_WORKER, worker_params(ask.record, SQLITE))
+            paused = {r[0] for r in q(sql.SQL_PAUSED_AMONG, {"queues": dumps(ask.names)})}
             take: list[str] = []
             bury: list[str] = []
-            for queue in names:
-                if queue in paused:
-                    continue
-                cap = min(limit, (queue_limits or {}).get(queue, limit))
-                if cap <= 0:
+            for queue, cap in zip(ask.names, ask.caps, strict=True):
+                if queue in paused or cap <= 0:
                     continue
                 due = q(sql.SQL_CLAIM_DUE, {"queue": queue, "now": now_ts, "cap": cap})
                 lapsed = q(sql.SQL_CLAIM_LAPSED, {"queue": queue, "now": now_ts, "cap": cap + CLAIM_BURY_SCAN})
-                candidates = list(due)
-                for row in lapsed:
-                    if row[3] >= row[4]:
-                        bury.append(row[0])
+                candidates = [Candidate._make(row) for row in due]
+                for row in map(Candidate._make, lapsed):
+                    if row.attempts >= row.max_attempts:
+                        bury.append(row.id)
                     else:
                         candidates.append(row)
-                candidates.sort(key=lambda r: (-r[5], ms(r[6]), r[0]))
-                take.extend(r[0] for r in candidates[:cap])
-            buried = (
-                q(sql.SQL_BURY, {"ids": dumps(bury), "drop": dumps(sorted(drop_exhausted)), "now": now_ts})
-                if bury
-                else []
-            )
-            self._count_buried(buried, now)
-            claimed_rows = (
-                q(
-                    sql.SQL_CLAIM_TAKE,
-                    {"ids": dumps(take), "worker": worker_id, "lease": ts(now + window), "now": now_ts},
+                candidates.sort(key=lambda r: (-r.priority, ms(r.run_at), r.id))
+                take.extend(r.id for r in candidates[:cap])
+            buried = [
+                JobRow._make(row)
+                for row in (
+                    q(sql.SQL_BURY, {"ids": dumps(bury), "drop": dumps(sorted(ask.drop)), "now": now_ts})
+                    if bury
+                    else []
                 )
-                if take
-                else []
-            )
+            ]
+            self._count_buried(buried, now)
+            params = {"ids": dumps(take), "worker": ask.worker_id, "lease": ts(now + ask.vt), "now": now_ts}
+            claimed_rows = [JobRow._make(row) for row in (q(sql.SQL_CLAIM_TAKE, params) if take else [])]
             steps: dict[str, list[StepRecord]] = {}
             if claimed_rows:
-                for row in q(sql.SQL_STEPS_OF, {"ids": dumps([r[0] for r in claimed_rows])}):
-                    steps.setdefault(row[0], []).append(step_record(row[1:]))
-        claimed = [claimed_job(row, tuple(steps.get(row[0], ()))) for row in claimed_rows]
-        claimed.sort(key=lambda job: (-job.priority, job.run_at_ms, job.id))
-        if len(claimed) > limit:  # per-queue caps summed past the overall limit: hand the rest back now
-            for extra in claimed[limit:]:
-                self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
-            claimed = claimed[:limit]
-        if buried and on_exhausted is not None:
-            exhausted = []
-            for row in buried:
-                record_ = job_record(row)
-                exhausted.append(
-                    ExhaustedJob(
-                        id=record_.id,
-                        run_id=record_.run_id,
-                        name=record_.name,
-                        queue=record_.queue,
-                        tenant_id=record_.tenant_id,
-                        input=record_.input,
-                        attempt=record_.attempts,
-                        state="failed" if record_.state == "failed" else "dead",
-                    )
-                )
-            on_exhausted(exhausted)
-        return claimed
+                for job_id, *step in q(sql.SQL_STEPS_OF, {"ids": dumps([r.id for r in claimed_rows])}):
+                    steps.setdefault(job_id, []).append(step_record(StepRow._make(step), SQLITE))
+        claimed = [claimed_job(row, tuple(steps.get(row.id, ())), SQLITE) for row in claimed_rows]
+        return claimed, [exhausted_job(row, SQLITE) for row in buried]
 
-    def _count_buried(self, buried: list[tuple[Any, ...]], now: int) -> None:
+    def _count_buried(self, buried: list[Any], now: int) -> None:
         per: dict[str, list[int]] = {}
         for row in buried:
-            counts = per.setdefault(row[2], [0, 0])
-            counts[0 if row[4] == "failed" else 1] += 1
+            counts = per.setdefault(row.name, [0, 0])
+            counts[0 if row.state == "failed" else 1] += 1
         for name, (failed, dead) in per.items():
             self._count(name, now, failed=failed, dead=dead)
 
@@ -375,11 +264,9 @@ class SqliteDriver:
 
     # -- settles -------------------------------------------------------------------------------
 
-    def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
-        log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
-
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+    def _fence(self, job_id: str, claim: str) -> tuple[str, str] | None:
+        job, token = hex_id(job_id), hex_id(claim)
+        return None if job is None or token is None else (job, token)
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
         fenced = [(a, hex_id(a.job_id), hex_id(a.ref.claim)) for a in acks]
@@ -401,37 +288,21 @@ class SqliteDriver:
                 for name, (done, duration) in per.items():
                     self._count(name, now, done=done, duration=duration)
             landed = {dashed(job) for job, _ in rows}
-        answered = frozenset(a.job_id for a in acks if _canonical(a.job_id) in landed)
+        answered = frozenset(a.job_id for a in acks if canonical_id(a.job_id) in landed)
         for a in acks:
             if a.job_id not in answered:
                 self._unowned(a.job_id, a.ref, "ack")
         return answered
 
-    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
-        job, claim = hex_id(job_id), hex_id(ref.claim)
-        if job is None or claim is None:
-            self._unowned(job_id, ref, "nack")
-            return False
+    def _nack(self, fenced: tuple[str, str], worker_id: str, options: NackOptions) -> bool:
         now = self._now()
         counter = nack_counter(options)
         with self.executor.write():
-            rows = self.executor.query(
-                sql.SQL_NACK,
-                {
-                    "id": job,
-                    "worker": ref.worker_id,
-                    "claim": claim,
-                    "state": nack_state(options),
-                    "uncount": 0 if options.count_attempt else 1,
-                    "run_at": ts_or_none(options.run_at_ms),
-                    "error": options.error,
-                    "code": options.code,
-                    "now": ts(now),
-                },
-            )
+            rows = self.executor.query(sql.SQL_NACK, self._nack_params(fenced, worker_id, options, now))
             if rows and counter is not None:
+                name = rows[0][0]  # SQL_NACK answers (name, queue, state, run_at)
                 self._count(
-                    rows[0][0],
+                    name,
                     now,
                     retried=int(counter == "retried"),
                     failed=int(counter == "failed"),
@@ -439,9 +310,8 @@ class SqliteDriver:
                     duration=options.duration_ms or 0,
                 )
         if not rows:
-            self._unowned(job_id, ref, "nack")
             return False
-        _, queue, state, run_at = rows[0]
+        _name, queue, state, run_at = rows[0]
         if state == "ready" and ms(run_at) <= now:
             self.announce([queue])
         return True
@@ -457,47 +327,9 @@ class SqliteDriver:
         )
         landed = {dashed(r[0]) for r in rows}
         # a miss is the caller's to judge: a renewal crossing the job's own settle is no lost lease
-        return frozenset(b.job_id for b in beats if _canonical(b.job_id) in landed)
+        return frozenset(b.job_id for b in beats if canonical_id(b.job_id) in landed)
 
-    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
-        job, claim = hex_id(job_id), hex_id(ref.claim)
-        landed: list[tuple[Any, ...]] = []
-        if job is not None and claim is not None:
-            landed = self.executor.query(
-                sql.SQL_SAVE_STEP,
-                {
-                    "id": job,
-                    "worker": ref.worker_id,
-                    "claim": claim,
-                    "name": step.name,
-                    "seq": step.seq,
-                    "status": step.status,
-                    "output": dumps(step.output),
-                    "started": ts(step.started_at_ms),
-                    "finished": ts_or_none(step.finished_at_ms),
-                    "wake": ts_or_none(step.wake_at_ms),
-                    "meta": dumps(dict(step.meta)),
-                },
-            )
-        if not landed:
-            self._unowned(job_id, ref, "save_step")
-        return bool(landed)
-
-    def stats(self) -> list[QueueStats]:
-        per: dict[str, dict[str, Any]] = {}
-        for queue, state, count, oldest, paused in self.executor.query(sql.SQL_STATS, {"now": ts(self._now())}):
-            entry = per.setdefault(queue, {"queue": queue, "paused": bool(paused), "oldest_ready_ms": None})
-            entry[state] = count
-            if oldest is not None:
-                oldest_ms = ms(oldest)
-                current = entry["oldest_ready_ms"]
-                entry["oldest_ready_ms"] = oldest_ms if current is None else min(current, oldest_ms)
-        return [QueueStats(**entry) for _, entry in sorted(per.items())]
-
-    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
-        cutoffs = finished_cutoffs(before_ms, limit)
-        if not cutoffs:
-            return 0
+    def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
         with self.executor.write():
             picked: list[tuple[Any, ...]] = []
             for state, before in cutoffs.items():
@@ -509,15 +341,3 @@ class SqliteDriver:
             gone = self.executor.query(sql.SQL_PURGE_DELETE, {"ids": ids})
             self.executor.query(sql.SQL_DELETE_STEPS, {"ids": dumps([r[0] for r in gone])})
         return len(gone)
-
-    def close(self) -> None:
-        """Stop the wake's watch and forget its subscribers; statements run on Django's connections, which
-        Django closes."""
-        self._wakes.close()
-
-
-def _canonical(value: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except (ValueError, TypeError, AttributeError):
-        return value

@@ -12,21 +12,15 @@ readers never block the writer and the writer never blocks readers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
 
-from ...errors import DriverUnavailableError
-
-Params = Mapping[str, Any] | Sequence[Any] | None
-
-SQL_WAL = "PRAGMA journal_mode=WAL"
-SQL_BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
-SQL_COMMIT = "COMMIT"
-SQL_ROLLBACK = "ROLLBACK"
+from ..sql.executor import Binding, Params, checked_alias
+from .queries.session import SQL_BEGIN_IMMEDIATE, SQL_COMMIT, SQL_ROLLBACK, SQL_WAL
 
 
 class SqliteExecutor:
@@ -38,19 +32,12 @@ class SqliteExecutor:
     """
 
     def __init__(self, alias: str = "default") -> None:
-        if alias not in connections.settings:
-            raise DriverUnavailableError(
-                f"no database alias {alias!r} in settings.DATABASES; set ULTIMATE_JOBS['DATABASE'] to one that exists",
-                {"alias": alias},
-            )
-        vendor = connections[alias].vendor
-        if vendor != "sqlite":
-            raise DriverUnavailableError(
-                f"the sqlite driver needs an SQLite database; alias {alias!r} is {vendor}. Set "
-                "ULTIMATE_JOBS['DRIVER'] = 'postgres' for a PostgreSQL alias",
-                {"alias": alias},
-            )
-        self.alias = alias
+        self.alias = checked_alias(
+            alias,
+            vendor="sqlite",
+            refusal="the sqlite driver needs an SQLite database; alias {alias!r} is {found}. Set "
+            "ULTIMATE_JOBS['DRIVER'] = 'postgres' for a PostgreSQL alias",
+        )
 
     def _raw(self) -> Any:
         conn = connections[self.alias]
@@ -65,8 +52,9 @@ class SqliteExecutor:
             conn._ultimate_jobs_wal = raw  # type: ignore[attr-defined]
         return raw
 
-    def query(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
-        """Run ``sql`` and answer its rows (an empty list for a statement with no result)."""
+    def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
+        """Run ``sql`` and answer its rows (an empty list for a statement with no result). Every statement is
+        bound alike (``binding`` is the Postgres executor's hint, ignored here)."""
         conn = connections[self.alias]
         raw = self._raw()
         if settings.DEBUG or conn.force_debug_cursor or conn.execute_wrappers:

@@ -3,33 +3,22 @@
 The tables are the models' (one set of migrations for every database), so the driver writes what the ORM
 writes: an instant is UTC text ``YYYY-MM-DD HH:MM:SS.ffffff`` (fixed width, so text order is time order),
 a uuid is 32 lowercase hex digits, JSON is its text. Statements take and answer these; the conversions
-to epoch ms, dashed ids and Python values happen here, once.
+to epoch ms, dashed ids and Python values happen here, once; the decoders are the shared ones of
+:mod:`..sql.rows`.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..base import MAX_WORKER_IN_FLIGHT, ClaimedJob, JobRecord, Progress, StepRecord, WorkerInfo
+from ..sql.dialect import Dialect, dumps, loads
+
+__all__ = ["SQLITE", "dashed", "dashed_or_none", "dumps", "hex_id", "loads", "ms", "ms_or_none", "ts", "ts_or_none"]
 
 EPOCH = datetime(1970, 1, 1)
 ONE_MS = timedelta(milliseconds=1)
-
-# Every statement that answers job rows selects exactly these columns, in this order.
-JOB_COLUMNS = """j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts,
-    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at, j.input, j.last_error, j.last_code,
-    j.finished_at, j.worker_id, j.claim, j.lease_until, j.progress, j.enqueued_by, j.traceparent,
-    j.concurrency_key"""
-
-# JOB_COLUMNS as an UPDATE's RETURNING clause names them (SQLite's RETURNING reads the target table unqualified).
-RETURNING_JOB_COLUMNS = JOB_COLUMNS.replace("j.", "")
-
-# Every statement that answers step rows selects exactly these columns, in this order.
-STEP_COLUMNS = "s.name, s.seq, s.status, s.output, s.started_at, s.finished_at, s.wake_at, s.meta"
 
 
 def ts(ms: int) -> str:
@@ -74,109 +63,5 @@ def dashed_or_none(value: str | None) -> str | None:
     return None if value is None else dashed(value)
 
 
-def dumps(value: Any) -> str:
-    """A value as a JSON column's text."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def job_record(row: Sequence[Any]) -> JobRecord:
-    """A :class:`JobRecord` from a row selected with :data:`JOB_COLUMNS`."""
-    progress = loads(row[20])
-    return JobRecord(
-        id=dashed(row[0]),
-        run_id=dashed(row[1]),
-        name=row[2],
-        queue=row[3],
-        state=row[4],
-        tenant_id=row[5],
-        idempotency_key=row[6],
-        attempts=row[7],
-        max_attempts=row[8],
-        priority=row[9],
-        run_at_ms=ms(row[10]),
-        created_at_ms=ms(row[11]),
-        updated_at_ms=ms(row[12]),
-        input=loads(row[13]),
-        last_error=row[14],
-        last_code=row[15],
-        finished_at_ms=ms_or_none(row[16]),
-        worker_id=row[17],
-        lease_until_ms=ms_or_none(row[19]),
-        progress=Progress(**progress) if progress else None,
-        enqueued_by=row[21],
-        traceparent=row[22],
-        concurrency_key=row[23],
-    )
-
-
-def claimed_job(row: Sequence[Any], steps: tuple[StepRecord, ...]) -> ClaimedJob:
-    """A :class:`ClaimedJob` from a claimed row selected with :data:`JOB_COLUMNS`."""
-    record = job_record(row)
-    assert record.worker_id is not None and record.lease_until_ms is not None
-    return ClaimedJob(
-        id=record.id,
-        run_id=record.run_id,
-        name=record.name,
-        queue=record.queue,
-        tenant_id=record.tenant_id,
-        idempotency_key=record.idempotency_key,
-        input=record.input,
-        attempt=record.attempts,
-        max_attempts=record.max_attempts,
-        priority=record.priority,
-        run_at_ms=record.run_at_ms,
-        created_at_ms=record.created_at_ms,
-        worker_id=record.worker_id,
-        claim=dashed(row[18]),
-        lease_until_ms=record.lease_until_ms,
-        steps=steps,
-        concurrency_key=record.concurrency_key,
-        enqueued_by=record.enqueued_by,
-        traceparent=record.traceparent,
-    )
-
-
-def step_record(row: Sequence[Any]) -> StepRecord:
-    """A :class:`StepRecord` from a row selected with :data:`STEP_COLUMNS`."""
-    return StepRecord(
-        name=row[0],
-        seq=row[1],
-        status=row[2],
-        output=loads(row[3]),
-        started_at_ms=ms(row[4]),
-        finished_at_ms=ms_or_none(row[5]),
-        wake_at_ms=ms_or_none(row[6]),
-        meta=loads(row[7]) or {},
-    )
-
-
-def worker_params(info: WorkerInfo) -> dict[str, Any]:
-    """The parameters of SQL_RECORD_WORKER for ``info`` (in_flight truncated to MAX_WORKER_IN_FLIGHT ids)."""
-    return {
-        "id": info.id,
-        "host": info.host,
-        "pid": info.pid,
-        "started": ts(info.started_at_ms),
-        "queues": dumps(list(info.queues)),
-        "slots": info.slots,
-        "in_flight": dumps(list(info.in_flight[:MAX_WORKER_IN_FLIGHT])),
-        "heartbeat": ts(info.heartbeat_at_ms),
-    }
-
-
-def worker_info(row: Sequence[Any]) -> WorkerInfo:
-    worker_id, host, pid, started, queues, slots, in_flight, beat = row
-    return WorkerInfo(
-        id=worker_id,
-        host=host,
-        pid=pid,
-        started_at_ms=ms(started),
-        queues=tuple(loads(queues)),
-        slots=slots,
-        in_flight=tuple(loads(in_flight)),
-        heartbeat_at_ms=ms(beat),
-    )
+SQLITE = Dialect(name="sqlite", uid=dashed, uid_param=hex_id, instant=ms, at=ts, json=loads)
+"""Ids as 32 hex digits, instants as fixed-width UTC text, JSON as its text."""

@@ -18,22 +18,10 @@ import threading
 from collections.abc import Callable
 
 from ...logs import log_event
+from .queries.session import SQL_DATA_VERSION, SQL_WATCH_DUE
 
 WATCH_INTERVAL_MS = 100
 """How often the watch reads ``PRAGMA data_version``: 600 reads an idle minute, none touching a table."""
-
-SQL_DATA_VERSION = "PRAGMA data_version"
-
-# SQL_WATCH_DUE — which queues hold a row a claim would take now (x_jobs_claim_idx, x_jobs_lease_idx),
-# at most 64; run by the watch only after another connection committed.
-SQL_WATCH_DUE = """
-SELECT DISTINCT queue FROM (
-    SELECT queue FROM x_jobs WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
-    UNION ALL
-    SELECT queue FROM x_jobs WHERE state = 'running' AND lease_until <= :now
-)
-LIMIT 64
-"""
 
 
 class DataVersionWatch:

@@ -5,15 +5,25 @@ An operator debugging a stuck queue can read and run the exact statement (``sqli
 text the caller computed from its own clock (:func:`~.rows.ts`) — no statement reads SQLite's clock; a
 list is a JSON array read with ``json_each``. SQLite runs one writer at a time, so an operation of
 several statements runs in one ``BEGIN IMMEDIATE`` transaction (``SqliteExecutor.write``) and is as
-atomic as Postgres's single statement. The operator statements live in :mod:`.sql_operator`.
+atomic as Postgres's single statement. The operator statements live in :mod:`.introspect`.
 """
 
 from __future__ import annotations
 
-from .rows import RETURNING_JOB_COLUMNS, STEP_COLUMNS
-
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
+
+# Every statement that answers job rows selects exactly these columns, in this order.
+JOB_COLUMNS = """j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.attempts,
+    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at, j.input, j.last_error, j.last_code,
+    j.finished_at, j.worker_id, j.claim, j.lease_until, j.progress, j.enqueued_by, j.traceparent,
+    j.concurrency_key"""
+
+# JOB_COLUMNS as an UPDATE's RETURNING clause names them (SQLite's RETURNING reads the target table unqualified).
+RETURNING_JOB_COLUMNS = JOB_COLUMNS.replace("j.", "")
+
+# Every statement that answers step rows selects exactly these columns, in this order.
+STEP_COLUMNS = "s.name, s.seq, s.status, s.output, s.started_at, s.finished_at, s.wake_at, s.meta"
 
 # SQL_RECORD_WORKER — upsert a worker's registry row (x_workers, primary key): the whole row is replaced,
 # the heartbeat included. A claim carrying a registry row runs it in the claim's transaction.

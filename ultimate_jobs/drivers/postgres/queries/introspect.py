@@ -1,6 +1,6 @@
 """Every statement of the operator surface (``driver.introspect``), verbatim, one constant each.
 
-The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch
+The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch
 ms (``to_timestamp(%(now)s / 1000.0)``; no statement compares with the server's ``now()``), times
 read back as epoch ms. An optional filter is ``(%(x)s::text IS NULL OR col = %(x)s)``: Django binds
 parameters client-side, so the planner sees the literal and folds the unused arm away. A statement
@@ -9,9 +9,8 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 
 from __future__ import annotations
 
-from ..base import COUNTER_TIERS
-from .rows import JOB_COLUMNS, STEP_COLUMNS
-from .sql import LIVE_STATES_SQL, RECORD_WORKER_UPSERT, WAKE_CHANNEL
+from ...base import COUNTER_TIERS
+from .jobs import JOB_COLUMNS, LIVE_STATES_SQL, RECORD_WORKER_UPSERT, STEP_COLUMNS, WAKE_CHANNEL
 
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
 
@@ -328,8 +327,8 @@ SQL_WORKERS = """
 WITH expired AS (
     DELETE FROM x_workers WHERE heartbeat_at <= to_timestamp((%(now)s - %(window)s) / 1000.0)
 )
-SELECT w.id, w.host, w.pid, (extract(epoch from w.started_at) * 1000)::bigint, w.queues, w.slots, w.in_flight,
-       (extract(epoch from w.heartbeat_at) * 1000)::bigint
+SELECT w.id, w.host, w.pid, (extract(epoch from w.started_at) * 1000)::bigint AS started_at, w.queues, w.slots,
+       w.in_flight, (extract(epoch from w.heartbeat_at) * 1000)::bigint AS heartbeat_at
 FROM x_workers w
 WHERE w.heartbeat_at > to_timestamp((%(now)s - %(window)s) / 1000.0)
 ORDER BY w.started_at, w.id COLLATE "C"
@@ -362,7 +361,7 @@ ORDER BY c.job COLLATE "C"
 _TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
 
 # The counter rollup's one algorithm, as CTEs every rollup statement shares (SQL_ROLLUP_COUNTERS, and
-# SQL_LEADER_ACQUIRE_ROLLUP in .sql_scheduler): the statement defines ``rollup_gate`` before them — a
+# SQL_LEADER_ACQUIRE_ROLLUP in .scheduler): the statement defines ``rollup_gate`` before them — a
 # relation that is empty when the rollup must not run. Every bucket past its tier's retention
 # (COUNTER_TIERS: 1-minute kept 24 h, 5-minute 7 d, 1-hour 30 d; a bucket is past it once it ENDED
 # keep ms or more before %(now)s) is deleted, and its counts are added into the narrowest wider tier

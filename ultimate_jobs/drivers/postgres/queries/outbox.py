@@ -9,12 +9,13 @@ caller's transaction.
 
 from __future__ import annotations
 
-from .store import OUTBOX_WAKE_CHANNEL
+from ....outbox.store import OUTBOX_WAKE_CHANNEL
 
-# The columns every statement that answers rows selects, in this order (times as epoch ms).
+# The columns every statement that answers rows selects, in this order, named as
+# drivers.sql.outbox.OUTBOX_FIELDS names them (times as epoch ms).
 OUTBOX_COLUMNS = """
-    o.id, o.run_id, o.request, (extract(epoch from o.staged_at) * 1000)::bigint,
-    o.claimed_by, (extract(epoch from o.claimed_at) * 1000)::bigint
+    o.id, o.run_id, o.request, (extract(epoch from o.staged_at) * 1000)::bigint AS staged_at,
+    o.claimed_by, (extract(epoch from o.claimed_at) * 1000)::bigint AS claimed_at
 """
 
 # SQL_OUTBOX_STAGE — write a batch of staged enqueues in ONE statement, in the caller's transaction:

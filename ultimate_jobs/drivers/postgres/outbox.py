@@ -9,41 +9,37 @@ front of a Redis queue is the same store.
 
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections
+from django.db import connections
 
-from ..clock import Clock, system_clock
-from ..conf import job_clock
-from ..drivers.base import EnqueueRequest
-from ..drivers.postgres.driver import is_uuid
-from ..drivers.postgres.executor import Executor, django_executor, from_jsonb, jsonb
-from ..errors import InvariantError
-from . import sql
-from .store import (
+from ...clock import Clock, system_clock
+from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     OUTBOX_WAKE_CHANNEL,
-    FailedOutboxRow,
     OutboxRecord,
-    OutboxStats,
     WakeListener,
     check_claim_lease,
     check_limit,
-    check_staged,
-    request_from_json,
     request_to_json,
 )
+from ..base import EnqueueRequest
+from ..sql.outbox import SqlOutboxStore
+from .executor import Executor, django_executor, jsonb
+from .queries import outbox as sql
+from .rows import POSTGRES, uuid_or_none
+from .wake import conninfo_for, start_queue_wake
 
 
-class PostgresOutboxStore:
+class PostgresOutboxStore(SqlOutboxStore):
     """``x_outbox`` over two executors. Build it with :func:`postgres_outbox_store`."""
 
     name = "postgres"
     supports_wake = True
     supports_listen = True
+    dialect = POSTGRES
+    sql = sql
 
     def __init__(
         self,
@@ -53,97 +49,36 @@ class PostgresOutboxStore:
         clock: Clock | None = None,
         claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS,
     ) -> None:
-        self.claim_lease_ms = check_claim_lease(claim_lease_ms)
-        self.executor = executor
-        self.tx_executor = tx_executor
-        self.alias = tx_executor.alias
-        self._clock = clock
-        self._stage_lock = threading.Lock()
-        self._last_staged_ms = 0
-        self._wake_lock = threading.Lock()
-        self._listeners: list[WakeListener] = []
+        super().__init__(executor=executor, tx_executor=tx_executor, clock=clock, claim_lease_ms=claim_lease_ms)
         self._wake: Any = None  # a QueueWake while anyone subscribes
 
-    @property
-    def clock(self) -> Clock:
-        return self._clock or job_clock()
-
-    def in_transaction(self) -> bool:
-        """An open ``atomic()`` block on the jobs database (or autocommit turned off by hand)."""
-        conn = connections[self.alias]
-        return bool(conn.in_atomic_block or (conn.connection is not None and not conn.autocommit))
-
-    def _stage_now(self) -> int:
-        # staged_at never steps back in this process, so a transaction's rows keep their stage order
-        # even when the wall clock is corrected backwards between two enqueues.
-        with self._stage_lock:
-            now = max(self.clock.now_ms(), self._last_staged_ms)
-            self._last_staged_ms = now
-            return now
-
-    def stage(self, requests: Sequence[EnqueueRequest]) -> list[OutboxRecord]:
-        if not requests:
-            return []
-        check_staged(requests)
-        now = self._stage_now()
+    def _stage(self, requests: Sequence[EnqueueRequest], now: int) -> None:
         rows = [
             {"ord": i, "id": r.id, "run_id": r.run_id, "name": r.name, "queue": r.queue, "request": request_to_json(r)}
             for i, r in enumerate(requests)
         ]
-        try:
-            self.tx_executor.query(sql.SQL_OUTBOX_STAGE, {"rows": jsonb(rows), "now": now})
-        except IntegrityError as exc:
-            raise InvariantError(
-                "an outbox row with one of these ids is already staged; every staged enqueue needs its own id",
-                {"ids": [r.id for r in requests]},
-            ) from exc
-        return [
-            OutboxRecord(id=str(r.id), run_id=str(r.run_id), request=r, staged_at_ms=now)  # check_staged: both set
-            for r in requests
-        ]
+        self.tx_executor.query(sql.SQL_OUTBOX_STAGE, {"rows": jsonb(rows), "now": now})
 
     def claim(self, *, claimant: str, limit: int) -> list[OutboxRecord]:
         check_limit(limit)
-        token = f"{claimant}:{uuid.uuid4().hex[:12]}"
-        params = {"limit": limit, "lease": self.claim_lease_ms, "claimant": token, "now": self.clock.now_ms()}
-        return [_record(row) for row in self.executor.query(sql.SQL_OUTBOX_CLAIM, params)]
+        params = {
+            "limit": limit,
+            "lease": self.claim_lease_ms,
+            "claimant": self._token(claimant),
+            "now": self.clock.now_ms(),
+        }
+        return [self._record(row) for row in self.executor.query(sql.SQL_OUTBOX_CLAIM, params)]
 
-    def release(self, ids: Sequence[str], *, claimed_by: str, error: str | None = None) -> frozenset[str]:
-        return self._ids(sql.SQL_OUTBOX_RELEASE, {"ids": _uuids(ids), "claimed_by": claimed_by, "error": error})
-
-    def mark_published(self, ids: Sequence[str], *, claimed_by: str) -> frozenset[str]:
-        params = {"ids": _uuids(ids), "claimed_by": claimed_by, "now": self.clock.now_ms()}
-        return self._ids(sql.SQL_OUTBOX_MARK_PUBLISHED, params)
-
-    def set_aside(self, ids: Sequence[str], *, claimed_by: str, error: str) -> frozenset[str]:
-        params = {"ids": _uuids(ids), "claimed_by": claimed_by, "error": error, "now": self.clock.now_ms()}
-        return self._ids(sql.SQL_OUTBOX_SET_ASIDE, params)
+    def _id_list(self, ids: Sequence[str]) -> list[str] | None:
+        found = [i for i in ids if uuid_or_none(i) is not None]
+        return found or None
 
     def backlog(self) -> int:
         return int(self.executor.query(sql.SQL_OUTBOX_BACKLOG)[0][0])
 
-    def stats(self) -> OutboxStats:
-        pending, failed, oldest = self.executor.query(sql.SQL_OUTBOX_STATS)[0]
-        return OutboxStats(int(pending), int(failed), int(oldest) if oldest is not None else None)
-
-    def failed(self, *, limit: int) -> list[FailedOutboxRow]:
-        rows = self.executor.query(sql.SQL_OUTBOX_FAILED, {"limit": check_limit(limit)})
-        return [FailedOutboxRow(str(r[0]), r[1], r[2], int(r[3]), int(r[4]), r[5]) for r in rows]
-
-    def retry_failed(self, ids: Sequence[str]) -> frozenset[str]:
-        return self._ids(sql.SQL_OUTBOX_RETRY_FAILED, {"ids": _uuids(ids)})
-
-    def remove_failed(self, ids: Sequence[str]) -> frozenset[str]:
-        return self._ids(sql.SQL_OUTBOX_REMOVE_FAILED, {"ids": _uuids(ids)})
-
     def purge_published(self, *, before_ms: int, limit: int) -> int:
         params = {"before": before_ms, "limit": check_limit(limit)}
         return int(self.executor.query(sql.SQL_OUTBOX_PURGE_PUBLISHED, params)[0][0])
-
-    def _ids(self, statement: str, params: dict[str, Any]) -> frozenset[str]:
-        if not params["ids"]:
-            return frozenset()
-        return frozenset(str(r[0]) for r in self.executor.query(statement, params))
 
     # -- the wake ------------------------------------------------------------------------------
 
@@ -151,8 +86,6 @@ class PostgresOutboxStore:
         """Hear other processes' stages (LISTEN x_outbox_wake, proven by a probe through the pool). The
         session starts with the first subscriber — the relay — and stops with the last; answers an
         unsubscribe."""
-        from ..drivers.postgres.wake import conninfo_for, start_queue_wake
-
         with self._wake_lock:
             self._listeners.append(listener)
             if self._wake is None:
@@ -188,7 +121,7 @@ class PostgresOutboxStore:
 
 def outbox_probe(alias: str) -> Callable[[str], None]:
     """A probe that runs ``SQL_OUTBOX_WAKE_PROBE`` on ``connections[alias]`` (the pool stages travel
-    through), closing the wake thread's connection after, as :func:`~..drivers.postgres.wake.pool_probe`."""
+    through), closing the wake thread's connection after, as :func:`~.wake.pool_probe`."""
 
     def probe(payload: str) -> None:
         connection = connections[alias]
@@ -220,24 +153,8 @@ def postgres_outbox_store(
     """
     check_claim_lease(claim_lease_ms)
     if alias is None:
-        from ..conf import jobs_settings
+        from ...conf import jobs_settings
 
         alias = tx_executor.alias if tx_executor is not None else jobs_settings().database
     tx = tx_executor or django_executor(alias)
     return PostgresOutboxStore(executor=executor or tx, tx_executor=tx, clock=clock, claim_lease_ms=claim_lease_ms)
-
-
-def _uuids(ids: Sequence[str]) -> list[str]:
-    """The ids that can name a row (anything else names none: no statement needs to say so)."""
-    return [i for i in ids if is_uuid(i)]
-
-
-def _record(row: Sequence[Any]) -> OutboxRecord:
-    return OutboxRecord(
-        id=str(row[0]),
-        run_id=str(row[1]),
-        request=request_from_json(from_jsonb(row[2])),
-        staged_at_ms=int(row[3]),
-        claimed_by=row[4],
-        claimed_at_ms=int(row[5]) if row[5] is not None else None,
-    )

@@ -3,16 +3,41 @@
 An operator debugging a stuck queue can read and run the exact statement. Conventions: named
 parameters (``%(now)s``); the caller's clock is injected as epoch milliseconds and converted with
 ``to_timestamp(%(now)s / 1000.0)`` — no statement compares with the server's ``now()``; times come
-back as epoch ms. The operator statements live in :mod:`.sql_operator`.
+back as epoch ms. The operator statements live in :mod:`.introspect`.
 """
 
 from __future__ import annotations
 
-from .rows import JOB_COLUMNS, STEP_COLUMNS
-
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 WAKE_CHANNEL = "x_jobs_wake"
 WAKE_DUE_WITHIN_MS = 1_000
+
+# Every statement that answers job rows selects exactly these columns, in this order, each named as
+# drivers.sql.rows.JOB_FIELDS names it (times as epoch ms; uuids as text, which is what the records hold).
+JOB_COLUMNS = """
+    j.id::text AS id, j.run_id::text AS run_id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key,
+    j.attempts, j.max_attempts, j.priority, (extract(epoch from j.run_at) * 1000)::bigint AS run_at,
+    (extract(epoch from j.created_at) * 1000)::bigint AS created_at,
+    (extract(epoch from j.updated_at) * 1000)::bigint AS updated_at, j.input, j.last_error, j.last_code,
+    (extract(epoch from j.finished_at) * 1000)::bigint AS finished_at, j.worker_id, j.claim::text AS claim,
+    (extract(epoch from j.lease_until) * 1000)::bigint AS lease_until, j.progress, j.enqueued_by, j.traceparent,
+    j.concurrency_key
+"""
+
+# Every statement that answers step rows selects exactly these values (STEP_VALUES), in the order of
+# drivers.sql.rows.STEP_FIELDS; STEP_COLUMNS names each column so. The jsonb columns are read as their JSON
+# text, so a step nested in SQL_CLAIM's json_agg (an array of STEP_VALUES) decodes the same way as one
+# selected on its own (a string output must not be mistaken for JSON text).
+STEP_VALUES = """
+    s.name, s.seq, s.status, s.output::text, (extract(epoch from s.started_at) * 1000)::bigint,
+    (extract(epoch from s.finished_at) * 1000)::bigint, (extract(epoch from s.wake_at) * 1000)::bigint, s.meta::text
+"""
+STEP_COLUMNS = """
+    s.name, s.seq, s.status, s.output::text AS output,
+    (extract(epoch from s.started_at) * 1000)::bigint AS started_at,
+    (extract(epoch from s.finished_at) * 1000)::bigint AS finished_at,
+    (extract(epoch from s.wake_at) * 1000)::bigint AS wake_at, s.meta::text AS meta
+"""
 
 # The upsert of a worker's registry row (x_workers, primary key): the whole row is replaced, the heartbeat
 # included. Shared by SQL_RECORD_WORKER and SQL_CLAIM (which carries an idle worker's registry row).
@@ -209,12 +234,12 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM take))  -- an array of ids: the primary key, never a scan of x_jobs
     RETURNING j.*
 )
-SELECT 'claimed', {JOB_COLUMNS},
-       (SELECT coalesce(json_agg(json_build_array({STEP_COLUMNS}) ORDER BY s.seq), '[]')
-        FROM x_job_steps s WHERE s.job_id = j.id)
+SELECT 'claimed' AS kind, {JOB_COLUMNS},
+       (SELECT coalesce(json_agg(json_build_array({STEP_VALUES}) ORDER BY s.seq), '[]')
+        FROM x_job_steps s WHERE s.job_id = j.id) AS steps
 FROM claimed j
 UNION ALL
-SELECT 'buried', {JOB_COLUMNS}, '[]'::json
+SELECT 'buried' AS kind, {JOB_COLUMNS}, '[]'::json AS steps
 FROM buried j
 """
 

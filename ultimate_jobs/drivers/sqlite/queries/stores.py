@@ -1,7 +1,9 @@
 """Every statement of the SQLite driver's stores — the scheduler's leader lease, watermarks and fires, and
-the backfill ledger — verbatim, one constant each. The conventions of :mod:`.sql` hold here too."""
+the backfill ledger — verbatim, one constant each. The conventions of :mod:`.jobs` hold here too."""
 
 from __future__ import annotations
+
+from ...sql.clauses import LEASE_TAKEOVER
 
 # -- the leader lease (x_job_scheduler_leases) ------------------------------------------------------
 
@@ -9,15 +11,10 @@ from __future__ import annotations
 # when the row is absent, already this holder's, or expired; a live lease of another holder is left alone
 # and the upsert answers no row. A renewal of a live lease keeps its acquired_at; a new term starts it at
 # :now. SQLite's one write lock serialises acquirers, so one wins.
-SQL_LEADER_ACQUIRE = """
+SQL_LEADER_ACQUIRE = f"""
 INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
 VALUES (:name, :holder, :now, :expires)
-ON CONFLICT (name) DO UPDATE
-SET holder = excluded.holder,
-    acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > excluded.acquired_at
-                       THEN l.acquired_at ELSE excluded.acquired_at END,
-    expires_at = excluded.expires_at
-WHERE l.holder = excluded.holder OR l.expires_at <= excluded.acquired_at
+{LEASE_TAKEOVER}
 RETURNING name, holder, acquired_at, expires_at
 """
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..drivers.base import PURGE_BATCH
-from ..drivers.postgres.executor import Executor, from_jsonb, jsonb
-from ..durations import Duration, parse_duration
-from ..errors import InvariantError
-from .base import DEFAULT_EVENT_TTL, EventRecord
-from .sql import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
+from ...durations import Duration
+from ...events.base import DEFAULT_EVENT_TTL, EventRecord
+from ..sql.events import checked_publish, purge_in_batches
+from .executor import Executor, from_jsonb, jsonb
+from .queries.events import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
 
 
 class PostgresEventBus:
@@ -29,20 +28,7 @@ class PostgresEventBus:
         return int(now)
 
     def publish(self, event: str, data: Mapping[str, Any], *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
-        if not isinstance(event, str) or not event:
-            raise InvariantError("publish_event: the event name must be a non-empty string", {})
-        ttl_ms = parse_duration(ttl, field="ttl")
-        if ttl_ms <= 0:
-            raise InvariantError(f"publish_event {event!r}: ttl must be positive, got {ttl_ms} ms", {"event": event})
-        body = dict(data)
-        try:
-            encoded = jsonb(body)
-        except (TypeError, ValueError) as exc:  # NaN/Infinity and objects are not JSON; jsonb refuses them
-            raise InvariantError(
-                f"publish_event {event!r}: the data is not JSON-serialisable ({exc}); publish plain dicts, lists, "
-                "strings, numbers, booleans or None",
-                {"event": event},
-            ) from exc
+        body, encoded, ttl_ms = checked_publish(event, data, ttl)
         params = {"event": event, "data": encoded, "ttl": ttl_ms}
         [(event_id, published, expires)] = self.executor.query(SQL_EVENT_PUBLISH, params)
         return EventRecord(str(event_id), event, body, int(published), int(expires))
@@ -56,14 +42,9 @@ class PostgresEventBus:
         return EventRecord(str(event_id), name, from_jsonb(data), int(published), int(expires))
 
     def purge_expired(self) -> int:
-        """Delete expired events a bounded batch per statement (:data:`PURGE_BATCH`), until a batch
+        """Delete expired events a bounded batch per statement (:data:`~..base.PURGE_BATCH`), until a batch
         comes back short; answers how many went."""
-        removed = 0
-        while True:
-            [(count,)] = self.executor.query(SQL_EVENT_PURGE, {"limit": PURGE_BATCH})
-            removed += int(count)
-            if count < PURGE_BATCH:
-                return removed
+        return purge_in_batches(lambda limit: int(self.executor.query(SQL_EVENT_PURGE, {"limit": limit})[0][0]))
 
 
 def postgres_event_bus(executor: Executor) -> PostgresEventBus:

@@ -7,14 +7,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..clock import Clock, system_clock
-from ..drivers.base import PURGE_BATCH
-from ..drivers.sqlite.executor import SqliteExecutor
-from ..drivers.sqlite.rows import dashed, dumps, loads, ms, ts
-from ..durations import Duration, parse_duration
-from ..errors import InvariantError
-from .base import DEFAULT_EVENT_TTL, EventRecord, matches
-from .sql_sqlite import SQL_EVENT_CANDIDATES_SQLITE, SQL_EVENT_PUBLISH_SQLITE, SQL_EVENT_PURGE_SQLITE
+from ...clock import Clock, system_clock
+from ...durations import Duration
+from ...events.base import DEFAULT_EVENT_TTL, EventRecord, matches
+from ..sql.events import checked_publish, purge_in_batches
+from .executor import SqliteExecutor
+from .queries.events import SQL_EVENT_CANDIDATES, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE
+from .rows import dashed, loads, ms, ts
 
 FIND_PAGE = 100
 """Events a find reads per statement while it looks for one whose data contains the match."""
@@ -31,20 +30,7 @@ class SqliteEventBus:
         return self.clock.now_ms()
 
     def publish(self, event: str, data: Mapping[str, Any], *, ttl: Duration = DEFAULT_EVENT_TTL) -> EventRecord:
-        if not isinstance(event, str) or not event:
-            raise InvariantError("publish_event: the event name must be a non-empty string", {})
-        ttl_ms = parse_duration(ttl, field="ttl")
-        if ttl_ms <= 0:
-            raise InvariantError(f"publish_event {event!r}: ttl must be positive, got {ttl_ms} ms", {"event": event})
-        body = dict(data)
-        try:
-            encoded = dumps(body)
-        except (TypeError, ValueError) as exc:  # NaN/Infinity and objects are not JSON
-            raise InvariantError(
-                f"publish_event {event!r}: the data is not JSON-serialisable ({exc}); publish plain dicts, lists, "
-                "strings, numbers, booleans or None",
-                {"event": event},
-            ) from exc
+        body, encoded, ttl_ms = checked_publish(event, data, ttl)
         now = self.now()
         event_id = uuid.uuid4()
         params = {
@@ -54,16 +40,14 @@ class SqliteEventBus:
             "published": ts(now),
             "expires": ts(now + ttl_ms),
         }
-        self.executor.query(SQL_EVENT_PUBLISH_SQLITE, params)
+        self.executor.query(SQL_EVENT_PUBLISH, params)
         return EventRecord(str(event_id), event, body, now, now + ttl_ms)
 
     def find(self, event: str, match: Mapping[str, Any] | None, *, since_ms: int) -> EventRecord | None:
         after_at, after_id = "", ""
         params = {"event": event, "since": ts(since_ms), "now": ts(self.now()), "limit": FIND_PAGE}
         while True:
-            rows = self.executor.query(
-                SQL_EVENT_CANDIDATES_SQLITE, {**params, "after_at": after_at, "after_id": after_id}
-            )
+            rows = self.executor.query(SQL_EVENT_CANDIDATES, {**params, "after_at": after_at, "after_id": after_id})
             for event_id, name, data, published, expires in rows:
                 body = loads(data)
                 if matches(body, match):
@@ -73,14 +57,11 @@ class SqliteEventBus:
             after_at, after_id = ts(ms(rows[-1][3])), rows[-1][0]
 
     def purge_expired(self) -> int:
-        """Delete expired events a bounded batch per statement (:data:`PURGE_BATCH`), until a batch comes
-        back short; answers how many went."""
-        removed = 0
-        while True:
-            count = len(self.executor.query(SQL_EVENT_PURGE_SQLITE, {"now": ts(self.now()), "limit": PURGE_BATCH}))
-            removed += count
-            if count < PURGE_BATCH:
-                return removed
+        """Delete expired events a bounded batch per statement (:data:`~..base.PURGE_BATCH`), until a batch
+        comes back short; answers how many went."""
+        return purge_in_batches(
+            lambda limit: len(self.executor.query(SQL_EVENT_PURGE, {"now": ts(self.now()), "limit": limit}))
+        )
 
 
 def sqlite_event_bus(alias: str = "default") -> SqliteEventBus:

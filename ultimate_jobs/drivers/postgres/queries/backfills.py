@@ -1,7 +1,7 @@
 """Every statement of the backfill ledger (``driver.backfills``, table ``x_backfills``), verbatim, one
 constant each.
 
-The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch ms
+The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch ms
 and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
 ``now()``), times read back as epoch ms. Every statement answers rows in ``BACKFILL_COLUMNS`` order.
 """
@@ -16,10 +16,11 @@ __all__ = [
     "SQL_BACKFILL_PROGRESS",
 ]
 
-BACKFILL_COLUMNS = """id::text, name, tenant_id, checksum, status, app_version, rows_processed, batches, last_cursor,
-       job_id::text, run_id::text, error_code,
-       (extract(epoch from started_at) * 1000)::bigint, (extract(epoch from updated_at) * 1000)::bigint,
-       (extract(epoch from completed_at) * 1000)::bigint"""
+BACKFILL_COLUMNS = """id::text AS id, name, tenant_id, checksum, status, app_version, rows_processed, batches,
+       last_cursor, job_id::text AS job_id, run_id::text AS run_id, error_code,
+       (extract(epoch from started_at) * 1000)::bigint AS started_at,
+       (extract(epoch from updated_at) * 1000)::bigint AS updated_at,
+       (extract(epoch from completed_at) * 1000)::bigint AS completed_at"""
 
 # SQL_BACKFILL_BEGIN — driver.backfills.begin(): the ledger row of run %(run_id)s, set running. A retry of
 # the run adopts its own row (the unique run_id): started_at, the checksum the pass began with, the counts

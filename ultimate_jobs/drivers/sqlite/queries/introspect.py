@@ -1,13 +1,13 @@
 """Every statement of the SQLite driver's operator surface (``driver.introspect``), verbatim, one constant
-each. The conventions of :mod:`.sql` hold here too. An optional filter is ``(:x IS NULL OR col = :x)``.
+each. The conventions of :mod:`.jobs` hold here too. An optional filter is ``(:x IS NULL OR col = :x)``.
 An operation of several statements (a requeue: read, check, move, cut its steps) runs in one
 ``BEGIN IMMEDIATE`` transaction, so the row a refusal names is the row it read."""
 
 from __future__ import annotations
 
-from ..base import COUNTER_TIERS
-from .rows import JOB_COLUMNS, RETURNING_JOB_COLUMNS, STEP_COLUMNS
-from .sql import FINISHED_STATES_SQL, LIVE_STATES_SQL
+from ...base import COUNTER_TIERS
+from . import jobs
+from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 
 # -- reads -----------------------------------------------------------------------------------------
 
@@ -190,6 +190,9 @@ SQL_RESUME_TASK = "DELETE FROM x_job_paused_tasks WHERE task = :task"
 SQL_PAUSED_TASKS = "SELECT task FROM x_job_paused_tasks ORDER BY task"
 
 # -- workers ---------------------------------------------------------------------------------------
+
+# SQL_RECORD_WORKER — upsert a worker's registry row (the hot path's statement, run by record_worker too).
+SQL_RECORD_WORKER = jobs.SQL_RECORD_WORKER
 
 # SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
 SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = :id"

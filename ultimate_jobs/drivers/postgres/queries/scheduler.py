@@ -1,7 +1,7 @@
 """Every statement of the scheduler's storage — the leader lease, the watermarks and the fire — verbatim,
 one constant each (``driver.leader`` and ``driver.scheduler_state``).
 
-The conventions of :mod:`.sql` hold here too: named parameters, the caller's clock injected as epoch ms
+The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch ms
 and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
 ``now()``), times read back as epoch ms. The enqueue half of ``SQL_SCHEDULER_FIRE`` is ``SQL_ENQUEUE``'s
 own request recordset and insert (ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ), with its wake channel and
@@ -10,8 +10,9 @@ horizon; the leader's rollup is ``SQL_ROLLUP_COUNTERS``'s own CTEs (ROLLUP_COUNT
 
 from __future__ import annotations
 
-from .sql import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
-from .sql_operator import ROLLUP_COUNTERS_CTES
+from ...sql.clauses import LEASE_TAKEOVER
+from .introspect import ROLLUP_COUNTERS_CTES
+from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
     "SQL_LEADER_ACQUIRE",
@@ -31,16 +32,11 @@ __all__ = [
 # serialise on the row lock (ON CONFLICT re-checks the WHERE against the committed row), so one wins. A
 # renewal of a live lease keeps its acquired_at; a new term (a fresh row, a takeover, a lapsed lease
 # re-taken) starts it at now. Answers the lease as epoch ms.
-_LEASE_UPSERT = """INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
+_LEASE_UPSERT = f"""INSERT INTO x_job_scheduler_leases AS l (name, holder, acquired_at, expires_at)
 VALUES (%(name)s, %(holder)s, to_timestamp(%(now)s / 1000.0), to_timestamp((%(now)s + %(ttl)s) / 1000.0))
-ON CONFLICT (name) DO UPDATE
-SET holder = excluded.holder,
-    acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > excluded.acquired_at
-                       THEN l.acquired_at ELSE excluded.acquired_at END,
-    expires_at = excluded.expires_at
-WHERE l.holder = excluded.holder OR l.expires_at <= excluded.acquired_at
-RETURNING l.name, l.holder, (extract(epoch from l.acquired_at) * 1000)::bigint AS acquired_ms,
-          (extract(epoch from l.expires_at) * 1000)::bigint AS expires_ms"""
+{LEASE_TAKEOVER}
+RETURNING l.name, l.holder, (extract(epoch from l.acquired_at) * 1000)::bigint AS acquired_at,
+          (extract(epoch from l.expires_at) * 1000)::bigint AS expires_at"""
 
 # SQL_LEADER_ACQUIRE — driver.leader.acquire(): the lease upsert above, alone. Answers the lease (name,
 # holder, acquired_at ms, expires_at ms), or no row while another holder's lease is live.
@@ -57,7 +53,7 @@ WITH lease AS (
 ),
 rollup_gate AS (SELECT 1 FROM lease),
 {ROLLUP_COUNTERS_CTES}
-SELECT name, holder, acquired_ms, expires_ms, (SELECT count(*) FROM expired) FROM lease
+SELECT name, holder, acquired_at, expires_at, (SELECT count(*) FROM expired) FROM lease
 """
 
 # SQL_LEADER_RELEASE — hand the lease back (a clean stop): a standby takes it at its next ask rather
@@ -67,7 +63,8 @@ SQL_LEADER_RELEASE = "DELETE FROM x_job_scheduler_leases WHERE name = %(name)s A
 
 # SQL_LEADER_CURRENT — the stored lease of %(name)s, live or lapsed (primary key).
 SQL_LEADER_CURRENT = """
-SELECT name, holder, (extract(epoch from acquired_at) * 1000)::bigint, (extract(epoch from expires_at) * 1000)::bigint
+SELECT name, holder, (extract(epoch from acquired_at) * 1000)::bigint AS acquired_at,
+       (extract(epoch from expires_at) * 1000)::bigint AS expires_at
 FROM x_job_scheduler_leases
 WHERE name = %(name)s
 """

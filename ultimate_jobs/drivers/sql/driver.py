@@ -1,0 +1,279 @@
+"""The driver protocol over SQL, written once: what the Postgres and SQLite drivers share (the stores they
+hold, the wake, the claim's frame, the settle of one step, stats). A backend's driver subclasses
+:class:`SqlDriver` with its dialect, its statements and the operations its algorithm decides differently —
+one statement on Postgres, one ``BEGIN IMMEDIATE`` transaction of several on SQLite."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ...clock import Clock, system_clock
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...logs import log_event
+from ..base import (
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    PURGE_BATCH,
+    Ack,
+    ClaimedJob,
+    ClaimRef,
+    Enqueued,
+    EnqueueRequest,
+    ExhaustedJob,
+    JobState,
+    NackOptions,
+    QueueStats,
+    StepRecord,
+    WorkerInfo,
+    nack_state,
+)
+from ..purging import finished_cutoffs
+from ..wake_hub import WakeHub
+from .dialect import Dialect, dumps
+
+CLAIM_BURY_SCAN = 16
+"""Rows a claim may lock beyond its caps, per queue, to bury lapsed final attempts on the way."""
+
+
+ClaimAnswer = tuple[list[ClaimedJob], list[ExhaustedJob]]
+"""What a backend's claim took (its claimed rows) and buried (the lapsed final attempts met on the way)."""
+
+
+@dataclass(frozen=True)
+class ClaimAsk:
+    """One claim as a backend runs it: up to ``caps[i]`` rows of queue ``names[i]`` for ``worker_id``, leased
+    for ``vt`` ms; ``drop`` names the jobs whose buried rows fail instead of dying; ``record`` is the worker's
+    registry row to upsert with the claim."""
+
+    names: list[str]
+    caps: list[int]
+    worker_id: str
+    vt: int
+    drop: frozenset[str]
+    record: WorkerInfo | None
+
+
+class SqlDriver:
+    """The shared half of an SQL driver. A subclass names its ``dialect``, its hot-path catalogue ``sql``,
+    the classes of its stores, and implements ``_claim``, ``_fence``, ``enqueue_many``, ``ack_many``,
+    ``nack``, ``heartbeat`` and ``purge_finished``."""
+
+    dialect: Dialect
+    sql: ModuleType
+    parts: tuple[Callable[[Any], Any], ...]
+    """The classes of ``driver.introspect``, ``driver.leases``, the scheduler's store (``driver.leader`` and
+    ``driver.scheduler_state``) and ``driver.backfills``, each built over the driver."""
+
+    def __init__(
+        self,
+        *,
+        alias: str = "default",
+        clock: Clock | None = None,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        executor: Any = None,
+    ) -> None:
+        self.executor = executor or self._executor(alias)
+        self.alias: str = self.executor.alias
+        self.clock = clock or system_clock()
+        self.visibility_timeout_ms = visibility_timeout_ms
+        self._wakes: WakeHub[Any] = WakeHub(self._start_wake)
+        self._introspect, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
+
+    def _executor(self, alias: str) -> Any:
+        """The backend's executor over ``alias`` (when the caller passed none)."""
+        raise NotImplementedError
+
+    @property
+    def introspect(self) -> Any:
+        return self._introspect
+
+    @property
+    def leases(self) -> Any:
+        return self._leases
+
+    @property
+    def leader(self) -> Any:
+        return self._scheduler
+
+    @property
+    def scheduler_state(self) -> Any:
+        return self._scheduler
+
+    @property
+    def backfills(self) -> Any:
+        return self._backfills
+
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    # -- the wake ------------------------------------------------------------------------------
+
+    def _start_wake(self, tell: Callable[[str], None]) -> Any:
+        raise NotImplementedError
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Hear the queue names that become due (see the backend's wake). The wake starts with the first
+        subscriber — only the worker role subscribes, so an enqueuing web process holds none — and stops
+        with the last. Answers an unsubscribe."""
+        return self._wakes.subscribe(listener)
+
+    def wake_is_live(self) -> bool:
+        """Whether the cross-process wake is proven (the worker then raises its idle ceiling to 5 s)."""
+        return self._wakes.is_live()
+
+    def announce(self, queues: Sequence[str]) -> None:
+        """Tell this process's subscribers ``queues`` became due, where the backend's statements do not
+        announce themselves (a Postgres statement notifies inside itself: nothing to do here)."""
+
+    def close(self) -> None:
+        """Stop the wake; statements run on Django's connections, which Django closes."""
+        self._wakes.close()
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        return self.enqueue_many([request])[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        raise NotImplementedError
+
+    def _held(self, request: EnqueueRequest, own_id: str, holder: Sequence[Any] | None) -> Enqueued:
+        """The answer to a request that inserted nothing: ``holder`` (the id and run id columns of the row
+        holding its id or live key; ``None`` or NULLs when none does) deduped, ``X_JOB_DUPLICATE`` when the
+        caller asked for an error, or when the holder is gone already."""
+        if holder is None or holder[0] is None:
+            raise JobDuplicateError(
+                f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",
+                {"job": request.name, "key": request.idempotency_key},
+            )
+        job_id, run_id = self.dialect.uid(holder[0]), self.dialect.uid(holder[1])
+        if request.on_conflict == "error" and job_id != own_id:
+            raise JobDuplicateError(
+                f"{request.name}: idempotency key {request.idempotency_key!r} is held by live job {job_id}; "
+                "enqueue with on_conflict='dedupe' to answer that job instead",
+                {"job": request.name, "key": request.idempotency_key, "holder": job_id},
+            )
+        return Enqueued(job_id, run_id, True)
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int | None = None,
+        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
+    ) -> list[ClaimedJob]:
+        if not queues:
+            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
+        if limit <= 0:
+            return []
+        names = list(dict.fromkeys(queues))
+        caps = [min(limit, (queue_limits or {}).get(q, limit)) for q in names]
+        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
+        ask = ClaimAsk(names, caps, worker_id, window, drop_exhausted, record)
+        claimed, exhausted = self._claim(ask)
+        claimed.sort(key=lambda job: (-job.priority, job.run_at_ms, job.id))
+        if len(claimed) > limit:  # per-queue caps summed past the overall limit: hand the rest back now
+            for extra in claimed[limit:]:
+                self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
+            claimed = claimed[:limit]
+        if exhausted and on_exhausted is not None:
+            on_exhausted(exhausted)
+        return claimed
+
+    def _claim(self, ask: ClaimAsk) -> ClaimAnswer:
+        """Claim up to ``ask.caps[i]`` due rows of each queue ``ask.names[i]`` and bury the lapsed final attempts met
+        on the way: answers what it claimed and what it buried."""
+        raise NotImplementedError
+
+    # -- settles -------------------------------------------------------------------------------
+
+    def _fence(self, job_id: str, claim: str) -> tuple[str, str] | None:
+        """The id and claim parameters of a settle, or ``None`` when they can name no row."""
+        raise NotImplementedError
+
+    def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
+        log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        raise NotImplementedError
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        fenced = self._fence(job_id, ref.claim)
+        landed = fenced is not None and self._nack(fenced, ref.worker_id, options)
+        if not landed:
+            self._unowned(job_id, ref, "nack")
+        return landed
+
+    def _nack(self, fenced: tuple[str, str], worker_id: str, options: NackOptions) -> bool:
+        """Settle the row ``fenced`` (its id and claim parameters) by ``options``; answers whether it landed."""
+        raise NotImplementedError
+
+    def _nack_params(self, fenced: tuple[str, str], worker_id: str, options: NackOptions, now: int) -> dict[str, Any]:
+        """The parameters every backend's ``SQL_NACK`` takes."""
+        return {
+            "id": fenced[0],
+            "worker": worker_id,
+            "claim": fenced[1],
+            "state": nack_state(options),
+            "uncount": 0 if options.count_attempt else 1,
+            "run_at": self.dialect.at_or_none(options.run_at_ms),
+            "error": options.error,
+            "code": options.code,
+            "now": self.dialect.at(now),
+        }
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        fenced = self._fence(job_id, ref.claim)
+        landed: Sequence[Any] = ()
+        if fenced is not None:
+            d = self.dialect
+            params = {
+                "id": fenced[0],
+                "worker": ref.worker_id,
+                "claim": fenced[1],
+                "name": step.name,
+                "seq": step.seq,
+                "status": step.status,
+                "output": dumps(step.output),
+                "started": d.at(step.started_at_ms),
+                "finished": d.at_or_none(step.finished_at_ms),
+                "wake": d.at_or_none(step.wake_at_ms),
+                "meta": dumps(dict(step.meta)),
+            }
+            landed = self.executor.query(self.sql.SQL_SAVE_STEP, params, binding="prepared")
+        if not landed:
+            self._unowned(job_id, ref, "save_step")
+        return bool(landed)
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        cutoffs = finished_cutoffs(before_ms, limit)
+        return self._purge(cutoffs, limit) if cutoffs else 0
+
+    def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
+        """Delete at most ``limit`` finished rows older than their state's cutoff; answers how many went."""
+        raise NotImplementedError
+
+    def stats(self) -> list[QueueStats]:
+        per: dict[str, dict[str, Any]] = {}
+        rows = self.executor.query(self.sql.SQL_STATS, {"now": self.dialect.at(self._now())})
+        for queue, state, count, oldest, paused in rows:
+            entry = per.setdefault(queue, {"queue": queue, "paused": bool(paused), "oldest_ready_ms": None})
+            entry[state] = count
+            if oldest is not None:
+                oldest_ms = self.dialect.instant(oldest)
+                current = entry["oldest_ready_ms"]
+                entry["oldest_ready_ms"] = oldest_ms if current is None else min(current, oldest_ms)
+        return [QueueStats(**entry) for _, entry in sorted(per.items())]

@@ -1,0 +1,278 @@
+"""The operator surface (``JobIntrospection``) both SQL drivers share: the memory driver's semantics and
+error codes, over the driver's executor, dialect and the catalogue named by ``sql``. The operations whose
+algorithm differs (a requeue, a promote, the bulk moves, the rollup) are the backend's own."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from types import ModuleType
+from typing import Any
+
+from ...errors import (
+    JobDuplicateError,
+    JobNotFoundError,
+    JobNotPromotableError,
+    JobNotRemovableError,
+    JobNotRequeueableError,
+    JobPageInvalidError,
+)
+from ...logs import log_event
+from ..base import (
+    LIVE_STATES,
+    MAX_TASK_FIRES,
+    PROMOTABLE_STATES,
+    REQUEUEABLE_STATES,
+    BulkFilter,
+    ClaimRef,
+    CounterBucket,
+    CounterTotals,
+    JobFilter,
+    JobPage,
+    JobRecord,
+    Progress,
+    StepRecord,
+    TaskFire,
+    WorkerInfo,
+    check_page,
+    decode_cursor,
+)
+from .dialect import Dialect, dumps
+from .rows import JobRow, StepRow, WorkerRow, job_record, step_record, worker_info, worker_params
+
+_UUID_LOW = "00000000-0000-0000-0000-000000000000"
+_UUID_HIGH = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+_HEX = frozenset("0123456789abcdef")
+
+
+class SqlIntrospection:
+    """``driver.introspect`` for an SQL driver: reads ``driver.executor``, ``driver.dialect``,
+    ``driver.clock`` and ``driver.visibility_timeout_ms``."""
+
+    sql: ModuleType
+
+    def __init__(self, driver: Any) -> None:
+        self._d = driver
+        self._dialect: Dialect = driver.dialect
+
+    def _query(self, statement: str, params: dict[str, Any]) -> builtins.list[tuple[Any, ...]]:
+        return self._d.executor.query(statement, params)  # type: ignore[no-any-return]
+
+    def _now(self) -> int:
+        now: int = self._d.clock.now_ms()
+        return now
+
+    def _record(self, row: tuple[Any, ...]) -> JobRecord:
+        return job_record(JobRow._make(row), self._dialect)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRecord | None:
+        job = self._dialect.uid_param(job_id)
+        rows = self._query(self.sql.SQL_GET_JOB, {"id": job}) if job else []
+        return self._record(rows[0]) if rows else None
+
+    def steps(self, job_id: str) -> builtins.list[StepRecord]:
+        job = self._dialect.uid_param(job_id)
+        rows = self._query(self.sql.SQL_JOB_STEPS, {"id": job}) if job else []
+        return [step_record(StepRow._make(r), self._dialect) for r in rows]
+
+    def list(self, flt: JobFilter) -> JobPage:
+        check_page(flt)
+        d = self._dialect
+        after = self._cursor(flt.after, "after")
+        before = self._cursor(flt.before, "before")
+        id_range = id_range_of(flt.id_prefix)
+        if id_range is None:  # a prefix no uuid's text starts with
+            return JobPage(rows=(), limit=flt.limit)
+        cursor = after or before
+        params = {
+            "queue": flt.queue,
+            "name": flt.name,
+            "state": flt.state,
+            "tenant_id": flt.tenant_id,
+            "id_low": None if id_range[0] is None else d.uid_param(id_range[0]),
+            "id_high": None if id_range[1] is None else d.uid_param(id_range[1]),
+            "idempotency_key": flt.idempotency_key,
+            "created_from": d.at_or_none(flt.created_from_ms),
+            "created_to": d.at_or_none(flt.created_to_ms),
+            "cursor_at": d.at(cursor[0]) if cursor else None,
+            "cursor_id": cursor[1] if cursor else None,
+            "limit": flt.limit,
+        }
+        if before is not None:
+            rows = self._query(self.sql.SQL_LIST_JOBS_NEWER, params)[::-1]
+        else:
+            rows = self._query(self.sql.SQL_LIST_JOBS, params)
+        return JobPage(rows=tuple(self._record(r) for r in rows), limit=flt.limit)
+
+    def _cursor(self, cursor: str | None, which: str) -> tuple[int, str] | None:
+        """A decoded cursor whose id can name a row (the id as its parameter); anything else is
+        ``X_JOB_PAGE_INVALID``."""
+        if cursor is None:
+            return None
+        created, job_id = decode_cursor(cursor, which=which)
+        found = self._dialect.uid_param(job_id)
+        if found is None:
+            raise JobPageInvalidError(
+                f"filter.{which} is not a cursor a page produced; pass job_cursor(row) of a row from the previous "
+                "page. Fix: python manage.py jobs list --limit 200 --json",
+                {"cursor": which},
+            )
+        return created, found
+
+    # -- single-row operations -----------------------------------------------------------------
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        job = self._dialect.uid_param(job_id)
+        if job is None:
+            return None
+        params = {"id": job, "error": f"cancelled: {reason or 'by an operator'}", "now": self._dialect.at(self._now())}
+        rows = self._query(self.sql.SQL_CANCEL_JOB, params)
+        return self._record(rows[0]) if rows else None
+
+    # -- pauses --------------------------------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> None:
+        self._query(self.sql.SQL_PAUSE_QUEUE, {"queue": queue, "now": self._dialect.at(self._now())})
+
+    def resume_queue(self, queue: str) -> None:
+        self._query(self.sql.SQL_RESUME_QUEUE, {"queue": queue})
+        self._d.announce([queue])
+
+    def paused_queues(self) -> builtins.list[str]:
+        return [r[0] for r in self._query(self.sql.SQL_PAUSED_QUEUES, {})]
+
+    def pause_task(self, task: str) -> None:
+        self._query(self.sql.SQL_PAUSE_TASK, {"task": task, "now": self._dialect.at(self._now())})
+
+    def resume_task(self, task: str) -> None:
+        self._query(self.sql.SQL_RESUME_TASK, {"task": task})
+
+    def paused_tasks(self) -> builtins.list[str]:
+        return [r[0] for r in self._query(self.sql.SQL_PAUSED_TASKS, {})]
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        self._query(self.sql.SQL_RECORD_WORKER, worker_params(info, self._dialect))
+
+    def remove_worker(self, worker_id: str) -> None:
+        self._query(self.sql.SQL_REMOVE_WORKER, {"id": worker_id})
+
+    def _workers(self, rows: builtins.list[tuple[Any, ...]]) -> builtins.list[WorkerInfo]:
+        return [worker_info(WorkerRow._make(row), self._dialect) for row in rows]
+
+    # -- counters ------------------------------------------------------------------------------
+
+    def _ends_after(self, since_ms: int) -> dict[str, Any]:
+        """The parameters that pick the counter buckets ending after ``since_ms``."""
+        raise NotImplementedError
+
+    def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
+        rows = self._query(self.sql.SQL_COUNTERS, {"job": job, **self._ends_after(since_ms)})
+        return [
+            CounterBucket(name, self._dialect.instant(bucket), width, done, retried, failed, dead, duration)
+            for name, bucket, width, done, retried, failed, dead, duration in rows
+        ]
+
+    def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
+        return [CounterTotals(*row) for row in self._query(self.sql.SQL_COUNTER_TOTALS, self._ends_after(since_ms))]
+
+    # -- progress and task fires ---------------------------------------------------------------
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        fenced = self._d._fence(job_id, ref.claim)
+        landed: builtins.list[tuple[Any, ...]] = []
+        if fenced is not None:
+            value = {"done": progress.done, "total": progress.total, "note": progress.note, "at_ms": progress.at_ms}
+            params = {"id": fenced[0], "worker": ref.worker_id, "claim": fenced[1], "progress": dumps(value)}
+            landed = self._query(self.sql.SQL_RECORD_PROGRESS, params)
+        if not landed:
+            log_event(
+                logging.WARNING, "jobs.settle.unowned", job_id=job_id, op="record_progress", worker_id=ref.worker_id
+            )
+        return bool(landed)
+
+    def task_fires(self) -> builtins.list[TaskFire]:
+        rows = self._query(self.sql.SQL_TASK_FIRES, {"limit": MAX_TASK_FIRES})
+        d = self._dialect
+        return [TaskFire(task, d.instant(occurrence), d.instant(fired)) for task, occurrence, fired in rows]
+
+
+def id_range_of(prefix: str | None) -> tuple[str | None, str | None] | None:
+    """The uuid range whose canonical text starts with ``prefix``: ``(None, None)`` for no prefix, ``None``
+    for a prefix no uuid's canonical text starts with (ids print lowercase, dashed)."""
+    if prefix is None:
+        return None, None
+    if len(prefix) > len(_UUID_LOW):
+        return None
+    for ch, shape in zip(prefix, _UUID_LOW, strict=False):
+        if (shape == "-") != (ch == "-") or (ch != "-" and ch not in _HEX):
+            return None
+    return prefix + _UUID_LOW[len(prefix) :], prefix + _UUID_HIGH[len(prefix) :]
+
+
+def not_found(job_id: str) -> JobNotFoundError:
+    """``X_JOB_NOT_FOUND`` for ``job_id``."""
+    return JobNotFoundError(
+        f"no queue holds job {job_id!r}. Fix: python manage.py jobs list --json", {"job_id": job_id}
+    )
+
+
+def duplicate(job_id: str, key: str | None, holder: str) -> JobDuplicateError:
+    """``X_JOB_DUPLICATE``: a requeue of ``job_id`` met live job ``holder`` on its idempotency key."""
+    return JobDuplicateError(
+        f"job {job_id}'s idempotency key {key!r} is held by live job {holder}", {"job_id": job_id, "holder": holder}
+    )
+
+
+def check_removable(job_id: str, state: str) -> None:
+    """``X_JOB_NOT_REMOVABLE`` when the row is running."""
+    if state == "running":
+        raise JobNotRemovableError(
+            f"job {job_id} is running. Fix: python manage.py jobs cancel {job_id} --json", {"job_id": job_id}
+        )
+
+
+def check_requeueable(job_id: str, state: str) -> None:
+    """``X_JOB_NOT_REQUEUEABLE`` when the row is live."""
+    if state in LIVE_STATES:
+        raise JobNotRequeueableError(
+            f"job {job_id} is {state}; only a finished job (done, failed, dead, cancelled) can be requeued",
+            {"job_id": job_id, "state": state},
+        )
+
+
+def step_not_found(job_id: str, step: str) -> JobNotFoundError:
+    """``X_JOB_NOT_FOUND``: a requeue from a step the job never ran."""
+    return JobNotFoundError(
+        f"job {job_id} has no step {step!r}. Fix: python manage.py jobs show {job_id} --json",
+        {"job_id": job_id, "step": step},
+    )
+
+
+def not_promotable(job_id: str, state: str) -> JobNotPromotableError:
+    """``X_JOB_NOT_PROMOTABLE``: the row is not waiting on its run time."""
+    return JobNotPromotableError(
+        f"job {job_id} is {state} and not waiting on its run time", {"job_id": job_id, "state": state}
+    )
+
+
+def check_bulk(flt: BulkFilter, op: str) -> None:
+    """The refusal of a bulk ``op`` (``requeue``, ``remove`` or ``promote``) over ``flt.state``."""
+    if op == "requeue" and flt.state not in REQUEUEABLE_STATES:
+        raise JobNotRequeueableError(
+            f"requeue_many over {flt.state!r}: only finished states {REQUEUEABLE_STATES} can be requeued",
+            {"state": flt.state},
+        )
+    if op == "remove" and flt.state == "running":
+        raise JobNotRemovableError(
+            "remove_many cannot remove running jobs. Fix: python manage.py jobs cancel <id> --json",
+            {"state": flt.state},
+        )
+    if op == "promote" and flt.state not in PROMOTABLE_STATES:
+        raise JobNotPromotableError(
+            f"promote_many over {flt.state!r}: only {PROMOTABLE_STATES} rows wait on a run time",
+            {"state": flt.state},
+        )
