@@ -93,8 +93,8 @@ def close_connections() -> None:
 
 def driver_available() -> str | None:
     """``None`` when the postgres driver builds; else why not (the bench then reports ours as missing)."""
-    from ultimate_jobs.conf import job_driver
     from ultimate_jobs.errors import UltimateError
+    from ultimate_jobs.installed import job_driver
 
     try:
         job_driver()
@@ -126,7 +126,7 @@ def enqueue_single(n: int) -> None:
 
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
-    from ultimate_jobs.conf import job_driver
+    from ultimate_jobs.installed import job_driver
 
     close_connections()
     driver = job_driver()

@@ -9,7 +9,6 @@
 
 from .backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills
 from .clock import Clock, SystemClock, system_clock
-from .conf import job_clock, job_driver, set_job_clock, set_job_driver
 from .context import Actor, cross_tenant
 from .definition import Concurrency, JobDescriptor, JobHandle, job
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
@@ -18,6 +17,7 @@ from .events import events_purge_target, postgres_event_bus, publish_event, rese
 from .execute import JobExecution, Settled, execute_job, job_lease_key
 from .exports import export_part_key, export_rows
 from .facade import set_jobs_facade
+from .installed import job_clock, job_driver, set_job_clock, set_job_driver
 from .limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
 from .purge import DEFAULT_PURGE_CRON, PurgeTarget, purge

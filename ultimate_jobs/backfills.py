@@ -35,7 +35,7 @@ from typing import Any, Literal
 import pydantic
 from django.db import transaction
 
-from .conf import job_clock, job_driver, jobs_settings
+from .conf import jobs_settings
 from .context import cross_tenant
 from .definition import JobHandle, job
 from .drivers.base import BackfillBegin, BackfillRun, BackfillStore
@@ -48,6 +48,7 @@ from .errors import (
     LeaseLostError,
     code_of,
 )
+from .installed import job_clock, job_driver
 from .logs import log_event
 from .retry import RetryPolicy
 from .run import JobRun

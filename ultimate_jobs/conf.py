@@ -11,7 +11,6 @@ connects to. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from difflib import get_close_matches
@@ -22,11 +21,12 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from .clock import Clock, system_clock
 from .defaults import DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_REDIS_URL, DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
 from .drivers.base import JobDriver, JobState
 from .durations import parse_duration
-from .errors import DriverUnavailableError, InvariantError
+from .errors import DriverUnavailableError, InvariantError, UltimateError
+from .events.base import EventBus
+from .installed import job_clock, register_builders
 from .limits import LimitConfig
 
 DRIVERS = ("postgres", "sqlite", "redis", "memory")
@@ -387,11 +387,6 @@ def jobs_settings() -> JobsSettings:
     return JobsSettings(**values)
 
 
-_lock = threading.Lock()
-_driver: JobDriver | None = None
-_clock: Clock | None = None
-
-
 def build_driver(config: JobsSettings | None = None) -> JobDriver:
     """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names, passing it the settings it needs (its database
     alias, ``VISIBILITY_TIMEOUT``, ``REDIS_URL``): this is where a built-in driver's settings are read —
@@ -430,28 +425,27 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
     return built
 
 
-def job_driver() -> JobDriver:
-    """The process's driver, built from settings on first use; ``X_DRIVER_UNAVAILABLE`` when none can be."""
-    global _driver
-    with _lock:
-        if _driver is None:
-            _driver = build_driver()
-        return _driver
+def build_event_bus() -> EventBus:
+    """The bus settings call for: on the Postgres driver, the Postgres bus over the driver's database (every
+    process sees every event); on the SQLite driver, the SQLite bus over its database (likewise); otherwise a
+    process-local memory bus — also while the settings cannot be read (the system check reports them)."""
+    from .events.memory import MemoryEventBus
+
+    try:
+        config = jobs_settings()
+    except UltimateError:
+        return MemoryEventBus()
+    if config.driver == "postgres":
+        from .drivers.postgres.events import PostgresEventBus
+        from .drivers.postgres.executor import django_executor
+
+        return PostgresEventBus(django_executor(config.database))
+    if config.driver == "sqlite":
+        from .drivers.sqlite.events import SqliteEventBus
+        from .drivers.sqlite.executor import SqliteExecutor
+
+        return SqliteEventBus(SqliteExecutor(config.database))
+    return MemoryEventBus()
 
 
-def set_job_driver(driver: JobDriver | None) -> None:
-    """Install ``driver`` for every later enqueue and worker (``None`` rebuilds from settings)."""
-    global _driver
-    with _lock:
-        _driver = driver
-
-
-def job_clock() -> Clock:
-    """The clock every time read goes through (the frozen clock under ``run_jobs``)."""
-    return _clock or system_clock()
-
-
-def set_job_clock(clock: Clock | None) -> None:
-    """Install ``clock`` process-wide (``None`` restores the wall clock)."""
-    global _clock
-    _clock = clock
+register_builders(driver=build_driver, event_bus=build_event_bus)

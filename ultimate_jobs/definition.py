@@ -340,7 +340,7 @@ class JobHandle(Generic[InputT, ResultT]):
 
 
 def _now_ms() -> int:
-    from .conf import job_clock
+    from .installed import job_clock
 
     return job_clock().now_ms()
 

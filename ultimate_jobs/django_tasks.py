@@ -218,7 +218,7 @@ class JobsBackend(BaseTaskBackend):
         """The task's result read from its row: status, the last attempt's error, the return value once
         SUCCESSFUL. ``TaskResultDoesNotExist`` when no row has that id (never enqueued, or purged by
         retention) or the row is a ``@job``'s, not a Django task's."""
-        from .conf import job_driver
+        from .installed import job_driver
 
         try:
             job_id = str(uuid.UUID(str(result_id)))

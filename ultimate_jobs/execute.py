@@ -27,7 +27,6 @@ from typing import Any, Literal
 from . import registry
 from .attempt import Attempt
 from .clock import Clock
-from .conf import job_clock
 from .context import Actor, acting_as
 from .defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
 from .definition import JobHandle
@@ -40,6 +39,7 @@ from .errors import (
     UltimateError,
 )
 from .events import event_bus
+from .installed import job_clock
 from .logs import log_event
 from .outcomes import Acker, ExecutionHooks, JobExecution, Settled, job_lease_key
 from .run import JobRun

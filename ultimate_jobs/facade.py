@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .admission import check_request
-from .conf import job_driver
 from .drivers.base import Enqueued, EnqueueRequest
+from .installed import job_driver
 
 
 class JobsFacade(Protocol):

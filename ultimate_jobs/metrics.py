@@ -91,7 +91,7 @@ class QueueStatsCollector(Collector):
         clock: Callable[[], Clock] | None = None,
         queues: Callable[[], Iterable[str]] | None = None,
     ) -> None:
-        from .conf import job_clock, job_driver
+        from .installed import job_clock, job_driver
 
         self._driver = driver or job_driver
         self._clock = clock or job_clock
@@ -141,7 +141,7 @@ class OutboxStatsCollector(Collector):
         store: Callable[[], OutboxStore | None] | None = None,
         clock: Callable[[], Clock] | None = None,
     ) -> None:
-        from .conf import job_clock
+        from .installed import job_clock
 
         self._store = store or _configured_outbox
         self._clock = clock or job_clock

@@ -118,7 +118,7 @@ def purge(
         )
 
     def sweep(run: JobRun[Any]) -> dict[str, int]:
-        from .conf import job_clock
+        from .installed import job_clock
 
         listed = check_targets(name, targets())
         now_ms = job_clock().now_ms()

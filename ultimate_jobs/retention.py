@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .conf import job_driver, jobs_settings
+from .conf import jobs_settings
 from .drivers.base import JobState
 from .events import event_bus, events_purge_target
 from .facade import jobs_facade
+from .installed import job_driver
 from .outbox.store import OutboxStore
 from .purge import DEFAULT_PURGE_CRON, PurgeTarget, PurgeTargetLike, purge
 from .scheduler import task

@@ -21,9 +21,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from . import operator
-from .conf import job_clock
 from .drivers.base import DEFAULT_JOB_PAGE
 from .errors import CodedError, JobArgumentInvalidError, JobPageInvalidError, UltimateError
+from .installed import job_clock
 from .operator.arguments import check_instant, check_state, shown
 from .operator.backfills import DEFAULT_BACKFILL_LIMIT
 from .operator.queues import DEFAULT_STATS_WINDOW, stats_window_ms

@@ -25,9 +25,9 @@ from django.db import connection, transaction
 from tests.e2e.test_postgres_processes import POLL_S, REPO, START_S, Child, effects_table, query  # noqa: F401
 from tests.helpers import eventually
 from ultimate_jobs import registry
-from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.facade import set_jobs_facade
+from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.outbox import OutboxFacade, postgres_outbox_store
 
 pytestmark = [

@@ -19,10 +19,10 @@ import pytest
 from django.db import connections
 
 from ultimate_jobs import JobRun, job, registry
-from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.rows import ts
 from ultimate_jobs.drivers.sqlite.watch import DataVersionWatch
+from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.polling import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
 from ultimate_jobs.worker import JobWorker, job_worker
 

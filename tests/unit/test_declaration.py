@@ -16,10 +16,10 @@ from django.test import override_settings
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import Actor, Concurrency, JobRun, job, registry
-from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.errors import JobDuplicateError, JobNameTakenError, UltimateError
 from ultimate_jobs.ids import new_id
+from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.testing import run_jobs
 
 

@@ -43,23 +43,9 @@ def event_bus() -> EventBus:
 
 
 def _default_bus() -> EventBus:
-    from ..conf import jobs_settings
-    from ..errors import UltimateError
+    from ..installed import default_event_bus
 
-    try:
-        config = jobs_settings()
-    except UltimateError:  # the system check reports the bad setting
-        return MemoryEventBus()
-    if config.driver == "postgres":
-        from ..drivers.postgres.executor import django_executor
-
-        return PostgresEventBus(django_executor(config.database))
-    if config.driver == "sqlite":
-        from ..drivers.sqlite.events import SqliteEventBus
-        from ..drivers.sqlite.executor import SqliteExecutor
-
-        return SqliteEventBus(SqliteExecutor(config.database))
-    return MemoryEventBus()
+    return default_event_bus()
 
 
 def set_event_bus(bus: EventBus) -> None:

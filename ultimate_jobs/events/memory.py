@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..clock import Clock
-from ..conf import job_clock
 from ..durations import Duration, parse_duration
+from ..installed import job_clock
 from .base import DEFAULT_EVENT_TTL, EventRecord, matches
 
 

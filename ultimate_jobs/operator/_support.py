@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..conf import job_driver
 from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
+from ..installed import job_driver
 from ..redaction import redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from .. import registry
-from ..conf import job_clock
 from ..definition import JobHandle
 from ..drivers.base import JobDriver
 from ..errors import JobArgumentInvalidError
+from ..installed import job_clock
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import introspection, resolve
 from .arguments import check_name, shown

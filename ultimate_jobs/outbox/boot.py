@@ -14,12 +14,13 @@ from typing import cast
 
 from django.db import connections
 
-from ..conf import job_driver, jobs_settings
+from ..conf import jobs_settings
 from ..drivers.base import JobDriver
 from ..drivers.postgres.outbox import postgres_outbox_store
 from ..durations import Duration, parse_duration
 from ..errors import DriverUnavailableError, InvariantError, UltimateError
 from ..facade import set_jobs_facade
+from ..installed import job_driver
 from .facade import OutboxFacade
 from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
 from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore

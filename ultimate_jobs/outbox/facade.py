@@ -10,10 +10,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from ..admission import check_request
-from ..conf import job_driver
 from ..drivers.base import Enqueued, EnqueueRequest, JobDriver
 from ..errors import InvariantError, OutboxNoTxError
 from ..ids import new_id
+from ..installed import job_driver
 from .store import OUTBOX_MODES, OutboxMode, OutboxStore
 
 
@@ -24,7 +24,7 @@ class OutboxFacade:
     ``"required"`` makes an enqueue outside a transaction ``X_OUTBOX_NO_TX``; ``"off"`` always publishes
     directly. ``current_tx()`` answers whether the caller is in a transaction on the jobs database (by
     default the store's :meth:`~.store.OutboxStore.in_transaction`). ``driver`` is where a direct enqueue
-    goes (by default :func:`~ultimate_jobs.conf.job_driver` at the call).
+    goes (by default :func:`~ultimate_jobs.installed.job_driver` at the call).
 
     Ids are allocated at stage time — the staged row's id IS the job id — so a staged enqueue answers
     the job's own ids. ``deduped`` is the one answer only the publish can give: a staged enqueue always

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..clock import Clock
-from ..conf import job_clock
 from ..drivers.base import EnqueueRequest
 from ..errors import InvariantError
+from ..installed import job_clock
 from .store import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,

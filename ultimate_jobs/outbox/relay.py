@@ -38,11 +38,11 @@ import psycopg
 from django import db
 
 from ..clock import Clock
-from ..conf import job_clock
 from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, UltimateError, retry_class
+from ..installed import job_clock
 from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
 from ..logs import log_event
 from ..polling import idle_ceiling_for

@@ -23,11 +23,11 @@ from typing import Any
 
 from .. import registry
 from ..clock import Clock
-from ..conf import job_clock
 from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import Fire, JobDriver, SchedulerStore
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
+from ..installed import job_clock
 from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
 from ..logs import log_event
 from .catchup import plan_fires

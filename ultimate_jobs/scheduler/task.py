@@ -171,7 +171,7 @@ def next_task_run(task: TaskHandle, from_ms: int | None = None) -> int:
 
 
 def _now_ms() -> int:
-    from ..conf import job_clock
+    from ..installed import job_clock
 
     return job_clock().now_ms()
 

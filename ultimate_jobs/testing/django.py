@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import registry
-from ..conf import set_job_clock, set_job_driver
 from ..drivers.memory import MemoryDriver
 from ..events import reset_event_bus, set_event_bus
 from ..events.memory import MemoryEventBus
+from ..installed import set_job_clock, set_job_driver
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs
 

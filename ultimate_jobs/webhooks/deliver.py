@@ -38,7 +38,6 @@ from urllib.parse import urlsplit
 import pydantic
 
 from ..clock import Clock, Timer
-from ..conf import job_clock
 from ..definition import JobHandle, job
 from ..durations import Duration
 from ..errors import (
@@ -56,6 +55,7 @@ from ..errors import (
     WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
+from ..installed import job_clock
 from ..logs import log_event
 from ..retry import RetryPolicy, parse_optional_duration
 from ..run import JobRun

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..conf import job_driver, jobs_settings
+from ..conf import jobs_settings
 from ..durations import Duration
 from ..errors import InvariantError
+from ..installed import job_driver
 from .build import job_worker
 from .runtime import JobWorker
 

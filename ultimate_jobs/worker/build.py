@@ -12,11 +12,11 @@ from typing import Any
 
 from .. import registry
 from ..clock import Clock
-from ..conf import job_clock
 from ..definition import JobHandle
 from ..drivers.base import JobDriver
 from ..durations import Duration, parse_duration
 from ..errors import ClaimQueuesEmptyError, InvariantError
+from ..installed import job_clock
 from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..limits import LimitConfig
 from .runtime import JobWorker
