@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -141,6 +141,16 @@ class ExhaustedJob:
     input: Mapping[str, Any]
     attempt: int
     state: Literal["dead", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one ``claim()`` took: ``jobs``, now running under the claimant's lease (priority, due
+    instant, id order), and ``buried``: lapsed final attempts it settled dead (or failed) on the way,
+    whose ``on_settled`` the caller tells (:func:`ultimate_jobs.settled.announce_exhausted`)."""
+
+    jobs: Sequence[ClaimedJob] = ()
+    buried: Sequence[ExhaustedJob] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,13 +687,13 @@ class JobDriver(Protocol):
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
-        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way.
+        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way
+        (failed for the names in ``drop_exhausted``, else dead); answers both (:class:`Claim`).
         With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
         in the same round trip, so an idle worker's registry costs no statement of its own."""
 

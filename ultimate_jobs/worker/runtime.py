@@ -19,12 +19,13 @@ from functools import partial
 from typing import Any
 
 from .. import registry
+from ..attempt import completion_settled
 from ..clock import Clock, SystemClock, Timer
 from ..dbconn import release_stale_connections
 from ..definition import JobHandle
-from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions
+from ..drivers.base import ClaimedJob, JobDriver, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError
-from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
@@ -108,6 +109,15 @@ class JobWorker(Heartbeat, PollingRole):
         # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
         self.executions: deque[JobExecution] = deque(maxlen=RECENT_EXECUTIONS)
         self._acks = SettleBuffer(driver)
+        # what every attempt shares; a completion nobody waits on inside the attempt is left to the buffer
+        self._env = AttemptEnv(
+            driver=driver,
+            clock=clock,
+            context=context,
+            visibility_timeout_ms=visibility_timeout_ms,
+            acker=self._acks,
+            leave_completions=True,
+        )
         self._limiter = Limiter(limits, clock)
         self._init_polling(poll_interval_ms=poll_interval_ms, idle_poll_max_ms=idle_poll_max_ms)
         self._lock = self._cond  # guards the flights; notified whenever one ends
@@ -245,14 +255,15 @@ class JobWorker(Heartbeat, PollingRole):
             limit=sum(free.values()),
             worker_id=self.worker_id,
             visibility_timeout_ms=self.visibility_timeout_ms,
-            on_exhausted=self._on_exhausted,
             drop_exhausted=self._drop,
             queue_limits=free,
             record=record,
         )
         if record is not None:
             self._recorded_ms = record.heartbeat_at_ms
-        dispatched = sum(self._dispatch(job) for job in claimed)
+        if claimed.buried:
+            announce_exhausted(claimed.buried, context=self.context)
+        dispatched = sum(self._dispatch(job) for job in claimed.jobs)
         return Pass(done=dispatched, worked=dispatched > 0)
 
     def _room(self, queue: str) -> int:
@@ -266,9 +277,6 @@ class JobWorker(Heartbeat, PollingRole):
         if busy >= slots and room * 2 < ahead:
             return 0
         return room
-
-    def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
-        announce_exhausted(rows, context=self.context)
 
     def _dispatch(self, job: ClaimedJob) -> int:
         """Hand a claimed job to its queue's slots: a free slot starts it, or it waits in the claim-ahead
@@ -296,41 +304,28 @@ class JobWorker(Heartbeat, PollingRole):
         job = flight.job
         execution: JobExecution | None = None
         try:  # the connection was checked after this thread's last job (and a new thread has none)
-            execution = execute_job(
-                job,
-                driver=self.driver,
-                context=self.context,
-                clock=self.clock,
-                signal=flight.signal,
-                visibility_timeout_ms=self.visibility_timeout_ms,
-                hooks=hooks_for(flight),
-                acker=self._acks,
-                settled_later=partial(self._settled_later, flight),
-            )
+            execution = execute_job(job, self._env, signal=flight.signal, hooks=hooks_for(flight))
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-        # the slot is free now, whether or not the settle has landed
-        with self._lock:
-            self._occupied[job.queue] -= 1
-            if execution is not None and execution.deferred and not flight.landed:
-                flight.body_done = True
-                self._settling += 1
-                finished = False
-            else:
-                finished = True
-        if finished:
+        # the slot is free now; a completion left to the buffer keeps its flight (and lease) until it lands
+        if execution is None or execution.completion is None:
+            with self._lock:
+                self._occupied[job.queue] -= 1
             self._finish(flight, execution)
+        else:
+            with self._lock:
+                self._occupied[job.queue] -= 1
+                self._settling += 1
+            self._acks.ack_later(execution.completion, then=partial(self._settled, flight, execution))
         self.kick()  # a slot came free: refill it at once
 
-    def _settled_later(self, flight: InFlight, execution: JobExecution) -> None:
-        """The settle buffer's answer for a completion the slot did not wait for (the flusher's thread)."""
+    def _settled(self, flight: InFlight, execution: JobExecution, landed: bool, error: BaseException | None) -> None:
+        """The settle buffer's answer for a completion the slot left to it (on the flusher's thread)."""
+        completion_settled(flight.job, execution, landed, error)
         with self._lock:
-            flight.landed = True
-            if not flight.body_done:
-                return  # the slot thread has not let go yet: it finishes the flight
             self._settling -= 1
             backlog = self._settling
         self._finish(flight, execution)

@@ -18,6 +18,7 @@ from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
     Ack,
+    Claim,
     ClaimedJob,
     ClaimRef,
     Enqueued,
@@ -203,15 +204,14 @@ class PostgresDriver:
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if limit <= 0:
-            return []
+            return Claim()
         names = list(dict.fromkeys(queues))
         caps = [min(limit, (queue_limits or {}).get(q, limit)) for q in names]
         rows = self.executor.query(
@@ -254,9 +254,7 @@ class PostgresDriver:
             for extra in claimed[limit:]:
                 self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
             claimed = claimed[:limit]
-        if exhausted and on_exhausted is not None:
-            on_exhausted(exhausted)
-        return claimed
+        return Claim(jobs=claimed, buried=exhausted)
 
     # -- settles -------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
     Ack,
-    ClaimedJob,
+    Claim,
     ClaimRef,
     Enqueued,
     EnqueueRequest,
@@ -269,15 +269,14 @@ class SqliteDriver:
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if limit <= 0:
-            return []
+            return Claim()
         names = list(dict.fromkeys(queues))
         now = self._now()
         now_ts = ts(now)
@@ -328,8 +327,8 @@ class SqliteDriver:
             for extra in claimed[limit:]:
                 self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
             claimed = claimed[:limit]
-        if buried and on_exhausted is not None:
-            exhausted = []
+        exhausted = []
+        if buried:
             for row in buried:
                 record_ = job_record(row)
                 exhausted.append(
@@ -344,8 +343,7 @@ class SqliteDriver:
                         state="failed" if record_.state == "failed" else "dead",
                     )
                 )
-            on_exhausted(exhausted)
-        return claimed
+        return Claim(jobs=claimed, buried=exhausted)
 
     def _count_buried(self, buried: list[tuple[Any, ...]], now: int) -> None:
         per: dict[str, list[int]] = {}
