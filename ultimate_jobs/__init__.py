@@ -14,7 +14,7 @@ from .definition import Concurrency, JobDescriptor, JobHandle, job
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
 from .events import events_purge_target, postgres_event_bus, publish_event, reset_event_bus, set_event_bus
-from .execute import JobExecution, Settled, execute_job, job_lease_key
+from .execute import AttemptEnv, JobExecution, Settled, execute_job, job_lease_key
 from .exports import export_part_key, export_rows
 from .facade import set_jobs_facade
 from .installed import job_clock, job_driver, set_job_clock, set_job_driver
@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_BACKFILL_RATE",
     "DEFAULT_PURGE_CRON",
     "Actor",
+    "AttemptEnv",
     "CancelSignal",
     "ClaimRef",
     "ClaimedJob",

@@ -1,7 +1,8 @@
 """One attempt's state, shared by the body's thread and the deadline timer, and every way it settles
-its row: complete (now, or through the worker's settle buffer), suspend, interrupt, hand back,
-refuse, fail (retry, dead-letter or drop by the policy and the error's class) — then ``tell`` the
-job's ``on_settled``. Only the first settle lands; the others are no-ops."""
+its row: complete (now, or left to the runner — the worker's settle buffer — as
+:attr:`JobExecution.completion`), suspend, interrupt, hand back, refuse, fail (retry, dead-letter or
+drop by the policy and the error's class) — then ``tell`` the job's ``on_settled``. Only the first
+settle lands; the others are no-ops."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from functools import cached_property
 from typing import Any
 
 from .admission import check_progress
-from .clock import Clock
 from .definition import JobHandle
-from .drivers.base import PROGRESS_INTERVAL_MS, ClaimedJob, JobDriver, NackOptions, Progress
+from .drivers.base import PROGRESS_INTERVAL_MS, Ack, ClaimedJob, NackOptions, Progress
 from .errors import UltimateError, code_of, retry_after_seconds_of, retry_class
+from .installed import job_clock
 from .logs import log_event
-from .outcomes import ENDINGS, Acker, ExecutionHooks, JobExecution, Settled, StopReason
+from .outcomes import ENDINGS, AttemptEnv, ExecutionHooks, JobExecution, Settled, StopReason
 from .redaction import scrub, secret_values
 from .retry import backoff_ms, is_final_attempt, retry_after_delay_ms
 from .settled import run_on_settled
@@ -34,22 +35,19 @@ class Attempt:
         self,
         claimed: ClaimedJob,
         handle: JobHandle[Any, Any],
-        driver: JobDriver,
-        clock: Clock,
-        context: Any,
-        rng: random.Random | None,
+        env: AttemptEnv,
+        hooks: ExecutionHooks | None = None,
     ) -> None:
         self.claimed = claimed
         self.handle = handle
-        self.driver = driver
-        self.clock = clock
-        self.context = context
-        self.rng = rng
-        self.hooks: ExecutionHooks | None = None
-        self.acker: Acker | None = None
-        self.settled_later: Callable[[JobExecution], None] | None = None
+        self.env = env
+        self.driver = env.driver
+        self.clock = env.clock or job_clock()
+        self.context = env.context() if env.context is not None else None
+        self.rng: random.Random | None = env.rng
+        self.hooks = hooks
         self.lease_key: str | None = None  # the fleet slot this run asked for (held or busy)
-        self.started = clock.now_ms()
+        self.started = self.clock.now_ms()
         self.final = is_final_attempt(handle.retry, claimed.attempt)
         self.execution = JobExecution(
             job_id=claimed.id, name=claimed.name, queue=claimed.queue, attempt=claimed.attempt, final_attempt=self.final
@@ -73,15 +71,7 @@ class Attempt:
         return str(scrub(text, self.secrets)) if self.secrets else text
 
     def log_fields(self) -> dict[str, Any]:
-        c = self.claimed
-        return {
-            "job_id": c.id,
-            "name": c.name,
-            "queue": c.queue,
-            "attempt": c.attempt,
-            "max_attempts": c.max_attempts,
-            "run_id": c.run_id,
-        }
+        return claim_fields(self.claimed)
 
     # -- progress ------------------------------------------------------------------------------
 
@@ -127,28 +117,13 @@ class Attempt:
         ex = self.execution
         ex.duration_ms = self.clock.now_ms() - self.started
         ex.outcome, ex.result = "completed", result
-        acker = self.acker
-        waited_for = self.settled_later is None or self.handle.on_settled is not None
-        if acker is not None and acker.supports_deferred_ack and not waited_for:
-            # nobody waits on this settle inside the attempt: the slot moves on, the buffer settles it
-            ex.deferred = True
-            acker.ack_later(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms, then=self._completed_later)
+        if self.env.leave_completions and self.handle.on_settled is None:
+            # nobody waits on this settle inside the attempt: the runner settles it, in a batch
+            ex.completion = Ack(self.claimed.id, self.claimed.ref, ex.duration_ms)
             return
-        ex.landed = (acker or self.driver).ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
-        log_event(logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=ex.landed, **self.log_fields())
-
-    def _completed_later(self, landed: bool, error: BaseException | None) -> None:
-        ex = self.execution
-        ex.landed = landed
-        if error is not None:  # the lease lapses and the queue redelivers the row (at-least-once)
-            ex.outcome, ex.result, ex.error = None, None, error  # counted by nothing: the redelivery counts
-            log_event(logging.ERROR, "jobs.settle.failed", error=repr(error), **self.log_fields())
-        else:
-            log_event(
-                logging.INFO, "jobs.job.completed", duration_ms=ex.duration_ms, landed=landed, **self.log_fields()
-            )
-        assert self.settled_later is not None
-        self.settled_later(ex)
+        acker = self.env.acker or self.driver
+        landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
+        completion_settled(self.claimed, ex, landed, None)
 
     def suspend(self, suspension: StepSuspension) -> None:
         ex = self.execution
@@ -258,6 +233,32 @@ class Attempt:
             tenant_id=self.tenant_id,
         )
         ex.on_settled_error = run_on_settled(self.handle, settled, self.tenant_id, scrub_text=self.scrub)
+
+
+def claim_fields(claimed: ClaimedJob) -> dict[str, Any]:
+    """The log fields that name an attempt."""
+    return {
+        "job_id": claimed.id,
+        "name": claimed.name,
+        "queue": claimed.queue,
+        "attempt": claimed.attempt,
+        "max_attempts": claimed.max_attempts,
+        "run_id": claimed.run_id,
+    }
+
+
+def completion_settled(claimed: ClaimedJob, execution: JobExecution, landed: bool, error: BaseException | None) -> None:
+    """Record on ``execution`` how its completion's settle came back, and log it: ``jobs.job.completed``,
+    or — the settle raised — ``jobs.settle.failed`` with the outcome cleared (nothing counts it: the
+    lease lapses, the queue delivers the row again, and the attempt that lands is the one counted)."""
+    execution.landed = landed
+    if error is not None:
+        execution.outcome, execution.result, execution.error = None, None, error
+        log_event(logging.ERROR, "jobs.settle.failed", error=repr(error), **claim_fields(claimed))
+        return
+    log_event(
+        logging.INFO, "jobs.job.completed", duration_ms=execution.duration_ms, landed=landed, **claim_fields(claimed)
+    )
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -20,7 +20,6 @@ A cancelled attempt's verdict is read off its signal, never off whatever the bod
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -28,7 +27,6 @@ from . import registry
 from .attempt import Attempt
 from .clock import Clock
 from .context import Actor, acting_as
-from .defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
 from .definition import JobHandle
 from .drivers.base import ClaimedJob, JobDriver, NackOptions
 from .errors import (
@@ -41,7 +39,7 @@ from .errors import (
 from .events import event_bus
 from .installed import job_clock
 from .logs import log_event
-from .outcomes import Acker, ExecutionHooks, JobExecution, Settled, job_lease_key
+from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key
 from .run import JobRun
 from .settled import announce_exhausted, drop_exhausted_names
 from .signals import CancelSignal, signal_scope
@@ -50,6 +48,7 @@ from .tracing import job_span
 
 __all__ = [
     "Acker",
+    "AttemptEnv",
     "ExecutionHooks",
     "JobExecution",
     "Settled",
@@ -93,47 +92,42 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
 
 def execute_job(
     claimed: ClaimedJob,
+    env: AttemptEnv,
     *,
-    driver: JobDriver,
-    context: Callable[[], Any] | None = None,
-    clock: Clock | None = None,
     signal: CancelSignal | None = None,
-    handle: JobHandle[Any, Any] | None = None,
-    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
-    rng: random.Random | None = None,
     hooks: ExecutionHooks | None = None,
-    acker: Acker | None = None,
-    settled_later: Callable[[JobExecution], None] | None = None,
+    handle: JobHandle[Any, Any] | None = None,
 ) -> JobExecution:
-    """Run one attempt of ``claimed`` and settle it through ``driver``: one :class:`JobExecution`.
+    """Run one attempt of ``claimed`` in ``env`` and settle it through ``env.driver``: one
+    :class:`JobExecution`.
 
-    ``signal`` is the worker's abort line into the run (drain, cancel, lease loss); the job's own
-    ``timeout`` is armed here on ``clock``: it aborts the run's signal and fails the attempt at once,
-    and a body that returns after that is logged ``jobs.timeout.abandoned``. ``acker`` settles a
-    completed attempt (the worker's batcher; by default the driver). ``hooks`` tell the worker when
-    the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a renewal
-    already on the wire that comes back unowned is not reported as a lost lease).
+    ``signal`` is the runner's abort line into the run (drain, cancel, lease loss); the job's own
+    ``timeout`` is armed here on the env's clock: it aborts the run's signal and fails the attempt at
+    once, and a body that returns after that is logged ``jobs.timeout.abandoned``. ``hooks`` tell the
+    worker when the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a
+    renewal already on the wire that comes back unowned is not reported as a lost lease). ``handle`` is
+    the job's declaration when the caller holds it (else it is looked up by the row's name).
 
-    With ``settled_later`` and an ``acker`` that has ``ack_later`` (the worker's settle buffer), a
-    completion of a job without ``on_settled`` is not waited for: the execution comes back with
-    ``deferred=True`` and ``settled_later(execution)`` runs once the settle landed (or failed).
+    Under ``env.leave_completions`` a completion nobody inside the attempt waits on comes back unsettled,
+    its ack in ``execution.completion``: the runner settles it (the worker, in batches) and records the
+    answer with :func:`ultimate_jobs.attempt.completion_settled`.
+
+    >>> execution = execute_job(claimed, AttemptEnv(driver=driver, clock=clock))
+    >>> execution.outcome, execution.landed
+    ('completed', True)
     """
-    clock = clock or job_clock()
     found = handle or registry.lookup(claimed.name) or _django_task(claimed.name)
     if not isinstance(found, JobHandle):
-        return _hand_back_unknown(claimed, driver, clock)
-    ctx = context() if context is not None else None
-    attempt = Attempt(claimed, found, driver, clock, ctx, rng)
-    attempt.hooks = hooks
-    attempt.acker = acker
-    attempt.settled_later = settled_later
+        return _hand_back_unknown(claimed, env.driver, env.clock or job_clock())
+    attempt = Attempt(claimed, found, env, hooks)
     run_signal = signal.child() if signal is not None else CancelSignal()
+    leases = env.driver.leases
     with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
         try:
-            _run(attempt, run_signal, visibility_timeout_ms)
+            _run(attempt, run_signal, env.visibility_timeout_ms)
         finally:
-            if attempt.execution.slot_key is not None and driver.leases is not None:
-                driver.leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
+            if attempt.execution.slot_key is not None and leases is not None:
+                leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
         attempt.tell()
     return attempt.execution
 

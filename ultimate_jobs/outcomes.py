@@ -1,15 +1,18 @@
 """What an attempt answers and what it talks to: :class:`JobExecution` (how one attempt ended),
-:class:`Settled` (what ``on_settled`` is told), and the seams the worker plugs into an attempt —
-the :class:`Acker` that settles a completion and the :class:`ExecutionHooks` it hears."""
+:class:`Settled` (what ``on_settled`` is told), and what a runner (the worker, ``run_jobs``) gives an
+attempt — :class:`AttemptEnv`, the environment every attempt shares, with the :class:`Acker` that
+settles a completion, and the :class:`ExecutionHooks` one attempt reports into."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
-from .drivers.base import ClaimRef, JobOutcome
+from .clock import Clock
+from .drivers.base import DEFAULT_VISIBILITY_TIMEOUT_MS, Ack, ClaimRef, JobDriver, JobOutcome
 from .errors import UltimateError
 
 StopReason = Literal["terminal", "attempts-exhausted"]
@@ -17,24 +20,32 @@ ENDINGS: frozenset[JobOutcome] = frozenset({"completed", "dead-lettered", "dropp
 
 
 class Acker(Protocol):
-    """What settles a completed attempt in place of the driver: the worker's batcher over ``ack_many``."""
-
-    supports_deferred_ack: bool
-    """Whether :meth:`ack_later` queues a settle the attempt does not wait for (the worker's settle
-    buffer); ``False``: every completion settles through :meth:`ack`."""
+    """What settles a completed attempt: the driver itself, or the worker's batcher over ``ack_many``."""
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
 
-    def ack_later(
-        self,
-        job_id: str,
-        ref: ClaimRef,
-        *,
-        duration_ms: int | None,
-        then: Callable[[bool, BaseException | None], None],
-    ) -> None:
-        """Queue the row to settle ``done``; ``then(landed, error)`` runs once the settle came back."""
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnv:
+    """What every attempt a runner starts shares: the ``driver`` it settles through, the ``clock`` (the
+    configured one when ``None``), the app's ``context`` factory, the lease window a fleet slot is taken
+    for, the retry jitter's ``rng``, and who acks a completion.
+
+    >>> execute_job(claimed, AttemptEnv(driver=driver, clock=clock))
+    """
+
+    driver: JobDriver
+    clock: Clock | None = None
+    context: Callable[[], Any] | None = None
+    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+    rng: random.Random | None = None
+    acker: Acker | None = None
+    """What settles a completion the attempt waits for; the driver when ``None``."""
+    leave_completions: bool = False
+    """The runner settles completions itself, in batches (the worker): a completed attempt of a job
+    without ``on_settled`` (nobody inside the attempt waits on its settle) answers its ack in
+    :attr:`JobExecution.completion` instead of settling it."""
 
 
 class ExecutionHooks(Protocol):
@@ -86,8 +97,9 @@ class JobExecution:
     abandoned: bool = False
     on_settled_error: UltimateError | None = None
     slot_key: str | None = field(default=None, repr=False)
-    deferred: bool = False
-    """The completion was handed to a settle buffer: ``landed`` is known only once ``settled_later`` ran."""
+    completion: Ack | None = None
+    """A completion the attempt left to its runner to settle (:attr:`AttemptEnv.leave_completions`):
+    ``landed`` is known once the runner settled it (:func:`ultimate_jobs.attempt.completion_settled`)."""
 
 
 def job_lease_key(name: str, key: str | None = None) -> str:

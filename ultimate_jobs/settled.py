@@ -5,7 +5,7 @@ lease lapsed (:func:`announce_exhausted`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -62,7 +62,7 @@ def _scrub_text(secrets: set[str], text: str) -> str:
     return str(scrub(text, secrets))
 
 
-def announce_exhausted(rows: list[ExhaustedJob], *, context: Callable[[], Any] | None = None) -> None:
+def announce_exhausted(rows: Sequence[ExhaustedJob], *, context: Callable[[], Any] | None = None) -> None:
     """What a claim round does with rows its claim buried: ``jobs.claim.exhausted`` at error, and the
     job's ``on_settled`` (dead-lettered, or dropped for ``dead_letter=False``), ``code=None``."""
     for row in rows:

@@ -31,7 +31,7 @@ from ultimate_jobs.definition import job
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.execute import execute_job
+from ultimate_jobs.execute import AttemptEnv, execute_job
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
@@ -349,9 +349,9 @@ def test_the_throttle_pause_is_cut_short_by_a_cancel(sweep: AnyJobsEnv) -> None:
     paced = backfill(name="paced", tenant="none", batch=10, rate=0.01,
                      source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
     enqueued = paced.enqueue()
-    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
     started = time.monotonic()
-    execution = execute_job(claimed, driver=sweep.driver, clock=sweep.clock, signal=signal)
+    execution = execute_job(claimed, AttemptEnv(driver=sweep.driver, clock=sweep.clock), signal=signal)
     assert time.monotonic() - started < 10
     assert handled == [10]  # the second page never ran
     # the attempt's verdict is read off its signal (the cancel); what the pause raised was X_ABORTED
@@ -509,8 +509,8 @@ def test_an_attempt_that_lost_its_lease_leaves_the_row_to_the_new_owner(sweep: A
     lost = backfill(name="lost", tenant="none", batch=10, rate=FAST,
                     source=lambda ctx: Post.objects.all(), handle=handle)  # fmt: skip
     lost.enqueue()
-    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1")
-    execution = execute_job(claimed, driver=sweep.driver, clock=sweep.clock, signal=signal)
+    (claimed,) = sweep.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
+    execution = execute_job(claimed, AttemptEnv(driver=sweep.driver, clock=sweep.clock), signal=signal)
     assert execution.error is not None and execution.error.code == "X_JOB_LEASE_LOST"
     (row,) = operator.inspect_backfills()
     assert (row.run.status, row.run.error_code) == ("running", None)

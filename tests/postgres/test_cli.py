@@ -249,7 +249,7 @@ def test_remove_in_both_forms_and_not_removable(
     assert jobs_cli("remove", second, "--json").json == {"action": "remove", "id": second, "job": None}
     refused("X_JOB_NOT_FOUND", "remove", first)
     running = pg.driver.enqueue(request("cli.raw", queue="raw")).id
-    assert pg.driver.claim(queues=["raw"], limit=1, worker_id="w")[0].id == running
+    assert pg.driver.claim(queues=["raw"], limit=1, worker_id="w").jobs[0].id == running
     human, _ = refused("X_JOB_NOT_REMOVABLE", "remove", running)
     assert f"Fix: python manage.py jobs cancel {running} --json" in human.err
 

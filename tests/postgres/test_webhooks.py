@@ -25,7 +25,7 @@ from tests.webhook_receiver import Received, Receiver, Reply, running_receiver
 from ultimate_jobs import memory_webhook_ledger, verify_webhook_signature, webhook
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import JobDrainedError, LeaseLostError, UltimateError
-from ultimate_jobs.execute import execute_job
+from ultimate_jobs.execute import AttemptEnv, execute_job
 from ultimate_jobs.models import WebhookDelivery, WebhookEndpointState
 from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import FrozenClock, run_jobs
@@ -249,10 +249,12 @@ def test_the_endpoints_own_disabled_flag_sends_nothing(jobs: JobsEnv, receiver: 
 def in_flight(jobs: JobsEnv, receiver: Receiver, signal: CancelSignal) -> tuple[threading.Thread, list[Any]]:
     """One attempt of the job queued in ``jobs`` started on a thread; answers once its POST reached the
     receiver (whose reply is held)."""
-    (claimed,) = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    (claimed,) = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
     executions: list[Any] = []
     thread = threading.Thread(
-        target=lambda: executions.append(execute_job(claimed, driver=jobs.driver, clock=jobs.clock, signal=signal))
+        target=lambda: executions.append(
+            execute_job(claimed, AttemptEnv(driver=jobs.driver, clock=jobs.clock), signal=signal)
+        )
     )
     thread.start()
     assert receiver.arrived.wait(10)
@@ -316,10 +318,10 @@ def test_a_drained_post_is_still_torn_down_at_the_deadline(jobs: JobsEnv, receiv
 def test_the_drain_stops_a_post_not_yet_sent(jobs: JobsEnv, receiver: Receiver) -> None:
     ledger = memory_webhook_ledger()
     declare(Seams(receiver.url), ledger).enqueue({"endpoint_id": "ep-1", "event_id": "evt_1"})
-    (claimed,) = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1")
+    (claimed,) = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
     signal = CancelSignal()
     signal.abort(JobDrainedError("worker w1 is draining (SIGTERM)"))
-    execution = execute_job(claimed, driver=jobs.driver, clock=jobs.clock, signal=signal)
+    execution = execute_job(claimed, AttemptEnv(driver=jobs.driver, clock=jobs.clock), signal=signal)
     assert (execution.outcome, execution.attempt) == ("interrupted", 1)
     assert receiver.count() == 0 and ledger.attempts() == []
 

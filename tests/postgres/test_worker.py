@@ -1183,7 +1183,7 @@ def test_a_slot_takes_its_next_job_while_its_settle_is_buffered_and_wait_idle_wa
     assert [row(jobs, i).state for i in (first, second)] == ["done", "done"]  # landed before wait_idle returned
     assert driver.batches == [[first], [second]]
     executions = sorted(worker.executions, key=lambda e: e.job_id == second)
-    assert [(e.job_id, e.outcome, e.deferred, e.landed) for e in executions] == [
+    assert [(e.job_id, e.outcome, e.completion is not None, e.landed) for e in executions] == [
         (first, "completed", True, True),
         (second, "completed", True, True),
     ]
@@ -1243,7 +1243,7 @@ def test_a_settle_whose_flush_failed_is_counted_by_nothing_and_its_row_waits_for
     assert worker.run_once() == 1
     assert worker.wait_idle(WAIT)
     (execution,) = worker.executions
-    assert (execution.outcome, execution.landed, execution.deferred) == (None, False, True)
+    assert (execution.outcome, execution.landed, execution.completion is not None) == (None, False, True)
     assert isinstance(execution.error, ConnectionError)
     assert worker.stats.completed == 0  # counted once, by the attempt that lands after the redelivery
     assert row(jobs, job_id).state == "running"  # the lease lapses and the queue delivers it again
@@ -1275,7 +1275,7 @@ def test_a_job_with_on_settled_waits_for_its_settle_and_hears_it_once_after_the_
     assert worker.run_once() == 1
     assert worker.wait_idle(WAIT)
     assert told == [(first, "completed", "done"), (second, "completed", "done")]
-    assert [(e.deferred, e.landed) for e in worker.executions] == [(False, True), (False, True)]
+    assert [(e.completion, e.landed) for e in worker.executions] == [(None, True), (None, True)]
     jobs.clock.advance(HEARTBEAT_MS)
     assert worker.run_once() == 0
     assert worker.drain() is True

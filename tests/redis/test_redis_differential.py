@@ -133,23 +133,20 @@ class DriversAgree(RuleBasedStateMachine):
         cap=st.sampled_from([None, 1]),
     )
     def claim(self, queues: tuple[str, ...], limit: int, worker: str, cap: int | None) -> None:
-        buried: list[list[ExhaustedJob]] = [[], []]
-        got = []
-        for i, driver in enumerate((self.memory, self.redis)):
-            got.append(
-                driver.claim(
-                    queues=list(queues),
-                    limit=limit,
-                    worker_id=worker,
-                    visibility_timeout_ms=VT,
-                    on_exhausted=buried[i].extend,
-                    drop_exhausted=frozenset({"job.two"}),
-                    queue_limits=None if cap is None else {"a": cap},
-                )
+        got = [
+            driver.claim(
+                queues=list(queues),
+                limit=limit,
+                worker_id=worker,
+                visibility_timeout_ms=VT,
+                drop_exhausted=frozenset({"job.two"}),
+                queue_limits=None if cap is None else {"a": cap},
             )
-        mem, red = got
+            for driver in (self.memory, self.redis)
+        ]
+        mem, red = got[0].jobs, got[1].jobs
         assert [replace(j, run_id="", claim="") for j in mem] == [self._job(j) for j in red]
-        assert [replace(j, run_id="") for j in buried[0]] == [self._exhausted(j) for j in buried[1]]
+        assert [replace(j, run_id="") for j in got[0].buried] == [self._exhausted(j) for j in got[1].buried]
         self.claims += list(zip(mem, red, strict=True))
 
     @precondition(lambda self: self.claims)

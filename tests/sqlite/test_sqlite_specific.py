@@ -66,7 +66,7 @@ def test_concurrent_claimers_never_take_one_row_twice() -> None:
     def claimer(n: int) -> None:
         try:
             while True:
-                got = driver.claim(queues=["conformance"], limit=7, worker_id=f"w{n}")
+                got = driver.claim(queues=["conformance"], limit=7, worker_id=f"w{n}").jobs
                 if not got:
                     return
                 with lock:

@@ -14,10 +14,9 @@ from django.core.checks import Error
 from django.test import override_settings
 
 from tests.conftest import JobsEnv
-from ultimate_jobs import JobRun, execute_job, job
+from ultimate_jobs import AttemptEnv, JobRun, execute_job, job
 from ultimate_jobs.apps import check_settings
 from ultimate_jobs.checks import undeclared_capabilities
-from ultimate_jobs.drivers.base import ClaimRef
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import NotImplementedOnDriverError
 from ultimate_jobs.operator import inspect_backfills
@@ -169,47 +168,27 @@ def test_a_driver_declaring_no_ledger_gets_the_coded_refusal(jobs: JobsEnv) -> N
     assert refused.value.meta == {"driver": "memory", "capability": "backfills"}
 
 
-# -- the acker's deferred ack ----------------------------------------------------------------------
+# -- who settles a completion ---------------------------------------------------------------------
 
 
-class RecordingAcker:
-    """Settles through the driver, recording which way each completion came."""
+@pytest.mark.parametrize("leave", [False, True])
+def test_a_completion_is_left_to_the_runner_only_when_the_runner_asks(jobs: JobsEnv, leave: bool) -> None:
+    """The worker asks (``leave_completions``) and acks in batches itself; ``run_jobs`` does not, and the
+    attempt acks through the driver before it returns."""
 
-    def __init__(self, driver: MemoryDriver, *, deferred: bool) -> None:
-        self.driver = driver
-        self.supports_deferred_ack = deferred
-        self.calls: list[str] = []
-
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        self.calls.append("ack")
-        return self.driver.ack(job_id, ref, duration_ms=duration_ms)
-
-    def ack_later(
-        self,
-        job_id: str,
-        ref: ClaimRef,
-        *,
-        duration_ms: int | None,
-        then: Callable[[bool, BaseException | None], None],
-    ) -> None:
-        self.calls.append("ack_later")
-        then(self.driver.ack(job_id, ref, duration_ms=duration_ms), None)
-
-
-@pytest.mark.parametrize(("deferred", "expected"), [(False, ["ack"]), (True, ["ack_later"])])
-def test_a_completion_is_deferred_only_by_an_acker_that_declares_it(
-    jobs: JobsEnv, deferred: bool, expected: list[str]
-) -> None:
     @job(name="acked", idempotency_key=lambda i: "k", tenant="none")
     def acked(run: JobRun[Any]) -> str:
         return "ok"
 
     job_id = acked.enqueue({}).id
-    [claimed] = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1")
-    acker = RecordingAcker(jobs.driver, deferred=deferred)
-    later: list[Any] = []
-    execution = execute_job(
-        claimed, driver=jobs.driver, clock=jobs.clock, rng=random.Random(0), acker=acker, settled_later=later.append
-    )
-    assert acker.calls == expected and execution.deferred is deferred
-    assert jobs.driver.introspect.get(job_id).state == "done"  # type: ignore[union-attr]
+    [claimed] = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
+    env = AttemptEnv(driver=jobs.driver, clock=jobs.clock, rng=random.Random(0), leave_completions=leave)
+    execution = execute_job(claimed, env)
+    state = jobs.driver.introspect.get(job_id).state  # type: ignore[union-attr]
+    if leave:
+        assert execution.completion is not None and execution.completion.job_id == job_id
+        assert state == "running"  # nobody acked: the runner's batch will
+        assert jobs.driver.ack_many([execution.completion]) == {job_id}
+        assert jobs.driver.introspect.get(job_id).state == "done"  # type: ignore[union-attr]
+    else:
+        assert execution.completion is None and execution.landed is True and state == "done"

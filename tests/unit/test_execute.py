@@ -19,7 +19,7 @@ from ultimate_jobs.context import current_tenant
 from ultimate_jobs.definition import JobHandle
 from ultimate_jobs.drivers.base import LEASE_LAPSED_FINAL_ATTEMPT, ClaimedJob, CounterTotals
 from ultimate_jobs.errors import JobDrainedError, UltimateError, register_error_retry
-from ultimate_jobs.execute import JobExecution, Settled
+from ultimate_jobs.execute import AttemptEnv, JobExecution, Settled
 from ultimate_jobs.testing import run_jobs
 
 NO_JITTER = {"attempts": 3, "delay": 1000, "jitter": False}
@@ -45,14 +45,15 @@ def tenant_job(fn: Callable[[JobRun[Any]], Any], **options: Any) -> JobHandle[An
 
 
 def claim(env: JobsEnv, worker_id: str = "w1") -> ClaimedJob:
-    claimed = env.driver.claim(queues=["default"], limit=1, worker_id=worker_id)
+    claimed = env.driver.claim(queues=["default"], limit=1, worker_id=worker_id).jobs
     assert len(claimed) == 1
     return claimed[0]
 
 
-def execute(env: JobsEnv, **kwargs: Any) -> JobExecution:
-    """Claim the one due row and run one attempt of it."""
-    return execute_job(claim(env), driver=env.driver, clock=env.clock, rng=random.Random(0), **kwargs)
+def execute(env: JobsEnv, *, signal: CancelSignal | None = None, **options: Any) -> JobExecution:
+    """Claim the one due row and run one attempt of it (``options``: more of the :class:`AttemptEnv`)."""
+    attempt_env = AttemptEnv(driver=env.driver, clock=env.clock, rng=random.Random(0), **options)
+    return execute_job(claim(env), attempt_env, signal=signal)
 
 
 def row(env: JobsEnv, job_id: str) -> Any:
@@ -232,7 +233,7 @@ def test_a_run_whose_signal_is_aborted_before_the_body_starts_is_not_run(jobs: J
     worker_signal = CancelSignal()
     claimed = claim(jobs)
     worker_signal.abort(JobDrainedError("draining"))
-    ex = execute_job(claimed, driver=jobs.driver, clock=jobs.clock, signal=worker_signal)
+    ex = execute_job(claimed, AttemptEnv(driver=jobs.driver, clock=jobs.clock), signal=worker_signal)
     assert (ex.outcome, ex.code) == ("interrupted", "X_DRAINING")
     assert calls == []
     assert row(jobs, claimed.id).attempts == 0

@@ -10,7 +10,6 @@ from ultimate_jobs.drivers.base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,
     ClaimRef,
-    ExhaustedJob,
     Heartbeat,
     NackOptions,
     WorkerInfo,
@@ -118,7 +117,7 @@ def test_twenty_thousand_jobs_drain_once_each_in_claim_order(memory: MemoryDrive
         ]
     )
     order: list[str] = []
-    while batch := memory.claim(queues=["a", "b"], limit=8, worker_id="w1"):
+    while batch := memory.claim(queues=["a", "b"], limit=8, worker_id="w1").jobs:
         order += [job.id for job in batch]
         assert memory.ack_many([Ack(job.id, job.ref) for job in batch]) == {job.id for job in batch}
     expected = sorted(range(n), key=lambda i: (-(i % 3), now - i * 7919 % 1000, i))
@@ -177,17 +176,15 @@ def test_claims_match_a_sort_of_every_row_through_every_change(seed: int) -> Non
             queues, limit = rng.sample(["a", "b", "c"], rng.randint(1, 3)), rng.randint(0, 5)
             caps = rng.choice([None, {"a": 1}, {"b": 0, "c": 2}])
             expected = _oracle(driver, queues, limit, caps)
-            buried: list[ExhaustedJob] = []
-            got = driver.claim(
+            claimed = driver.claim(
                 queues=queues,
                 limit=limit,
                 worker_id="w1",
                 visibility_timeout_ms=rng.choice([100, 300]),
-                on_exhausted=buried.extend,
                 queue_limits=caps,
             )
-            assert ([j.id for j in got], [e.id for e in buried]) == expected
-            refs.update((j.id, j.ref) for j in got)
+            assert ([j.id for j in claimed.jobs], [e.id for e in claimed.buried]) == expected
+            refs.update((j.id, j.ref) for j in claimed.jobs)
         elif op == 3 and refs:
             job_id = rng.choice(sorted(refs))
             choice = rng.randrange(3)

@@ -286,7 +286,7 @@ def test_list_filters_and_dead_letters(jobs: JobsEnv) -> None:
     jobs.clock.advance(10)
     waiting = handle.enqueue({"n": 2}, delay="1h").id
     dead = jobs.driver.enqueue(request("plain", queue="default", key="dead-1")).id
-    claimed = jobs.driver.claim(queues=["default"], limit=1, worker_id="w")[0]
+    claimed = jobs.driver.claim(queues=["default"], limit=1, worker_id="w").jobs[0]
     assert jobs.driver.nack(claimed.id, claimed.ref, NackOptions(error="boom", code="X_BOOM", dead_letter=True))
     assert [r.id for r in operator.list_jobs(state="done").rows] == [done]
     assert [r.id for r in operator.list_jobs(state="delayed").rows] == [waiting]
@@ -323,7 +323,7 @@ def test_inspect_job_answers_the_trace_in_step_order(jobs: JobsEnv) -> None:
 
 def dead_letter(env: JobsEnv, handle: Any, n: int = 1) -> str:
     job_id: str = handle.enqueue({"n": n}).id
-    claimed = env.driver.claim(queues=[handle.queue], limit=1, worker_id="w")[0]
+    claimed = env.driver.claim(queues=[handle.queue], limit=1, worker_id="w").jobs[0]
     assert claimed.id == job_id
     assert env.driver.nack(job_id, claimed.ref, NackOptions(error="boom", dead_letter=True))
     return job_id
@@ -374,7 +374,7 @@ def test_remove_and_promote(jobs: JobsEnv) -> None:
     assert promoted.job.run_at_ms == jobs.clock.now_ms()
     with raises_code("X_JOB_NOT_PROMOTABLE"):
         operator.promote_job(later)
-    running = jobs.driver.claim(queues=["default"], limit=1, worker_id="w")[0].id
+    running = jobs.driver.claim(queues=["default"], limit=1, worker_id="w").jobs[0].id
     with raises_code("X_JOB_NOT_REMOVABLE"):
         operator.remove_job(running)
     operator.cancel_job(running)

@@ -527,8 +527,8 @@ def test_a_pass_that_throws_is_logged_and_the_loop_re_arms(outbox: Outbox, caplo
             eventually(lambda: staged.id in outbox.env.driver.rows, timeout=WAIT)
         finally:
             assert relay.stop() is True
-    ticks = [r for r in caplog.records if r.getMessage() == "jobs.outbox.tick-failed"]
-    assert len(ticks) == 2 and relay.stats.tick_failures == 2
+    ticks = [r for r in caplog.records if r.getMessage() == "jobs.outbox.relay.pass-failed"]
+    assert len(ticks) == 2 and relay.stats.pass_failures == 2
     assert relay.state == "stopped"
 
 

@@ -110,7 +110,7 @@ def buffer(driver: RecordingDriver) -> Iterator[SettleBuffer]:
 
 def later(buffer: SettleBuffer, answers: Answers, *job_ids: str, duration_ms: int | None = 7) -> None:
     for job_id in job_ids:
-        buffer.ack_later(job_id, ref(job_id), duration_ms=duration_ms, then=answers.then(job_id))
+        buffer.ack_later(Ack(job_id, ref(job_id), duration_ms or 0), then=answers.then(job_id))
 
 
 def held_on_the_wire(driver: RecordingDriver, buffer: SettleBuffer, answers: Answers, job_id: str) -> None:
@@ -270,10 +270,10 @@ def test_a_callback_that_raises_does_not_stop_the_flusher(
         raise RuntimeError("a caller's bug")
 
     driver.hold()
-    buffer.ack_later("boom", ref("boom"), duration_ms=1, then=explodes)
+    buffer.ack_later(Ack("boom", ref("boom"), 1), then=explodes)
     driver.wait_for_batches(1)
     later(buffer, answers, "neighbour")  # flushed in the batch after the one whose callback raises
-    buffer.ack_later("boom2", ref("boom2"), duration_ms=1, then=explodes)
+    buffer.ack_later(Ack("boom2", ref("boom2"), 1), then=explodes)
     later(buffer, answers, "same-batch")  # told after a raising callback of its own batch
     driver.let_go()
 

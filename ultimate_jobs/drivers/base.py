@@ -144,6 +144,16 @@ class ExhaustedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """What one ``claim()`` took: ``jobs``, now running under the claimant's lease (priority, due
+    instant, id order), and ``buried``: lapsed final attempts it settled dead (or failed) on the way,
+    whose ``on_settled`` the caller tells (:func:`ultimate_jobs.settled.announce_exhausted`)."""
+
+    jobs: Sequence[ClaimedJob] = ()
+    buried: Sequence[ExhaustedJob] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class NackOptions:
     """How a nack settles a row. Read the target through :func:`nack_state`, never by hand.
 
@@ -710,14 +720,13 @@ class JobDriver(Protocol):
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int | None = None,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
-        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way.
-        Each claim is leased for ``visibility_timeout_ms`` (default: the driver's own window).
+        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way
+        (failed for the names in ``drop_exhausted``, else dead); answers both (:class:`Claim`).
         With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
         in the same round trip, so an idle worker's registry costs no statement of its own."""
 

@@ -25,6 +25,7 @@ from .base import (
     LIVE_STATES,
     PURGE_BATCH,
     Ack,
+    Claim,
     ClaimedJob,
     ClaimRef,
     Enqueued,
@@ -290,11 +291,10 @@ class MemoryDriver:
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int | None = None,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if record is not None:
@@ -318,9 +318,7 @@ class MemoryDriver:
                 row.lease_until_ms = now + window
                 self.set_state(row, "running")
                 claimed.append(self._claimed(row))
-        if exhausted and on_exhausted is not None:
-            on_exhausted(exhausted)
-        return claimed
+        return Claim(jobs=claimed, buried=exhausted)
 
     def _bury(self, row: MemoryRow, drop_exhausted: frozenset[str]) -> ExhaustedJob:
         state: Literal["failed", "dead"] = "failed" if row.name in drop_exhausted else "dead"

@@ -9,10 +9,11 @@ costs one poll interval, not a lease window. A publish that fails with a PERMANE
 can fix: the database refuses the request's data, or the request is invalid (:func:`is_permanent`) —
 sets that one row aside (``failed``, with its error; ``jobs.outbox.row-set-aside``) and the rows
 behind it publish: one bad row never wedges the outbox. An operator lists, retries or removes set-aside
-rows (``manage.py jobs outbox``, the admin's outbox page). A pass that
-throws is logged ``jobs.outbox.tick-failed`` and the loop re-arms. While there is work the loop claims
-every ``interval`` (200 ms) — at once after a pass that published a full batch, so a backlog drains at
-the statements' pace — and while idle the wait doubles to the ceiling; the store's wake cuts it short.
+rows (``manage.py jobs outbox``, the admin's outbox page). The loop is every role's
+(:class:`ultimate_jobs.polling.PollingRole`): a pass that throws is logged
+``jobs.outbox.relay.pass-failed`` and the loop carries on; while there is work it claims every
+``interval`` (200 ms) — at once after a pass that published a full batch, so a backlog drains at the
+statements' pace — and while idle the wait doubles to the ceiling; the store's wake cuts it short.
 
 The relay knows only ``enqueue_many``: it publishes onto whatever driver it is handed.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,14 +38,13 @@ import psycopg
 from django import db
 
 from ..clock import Clock
-from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, UltimateError, retry_class
 from ..installed import job_clock
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..logs import log_event
-from ..polling import idle_ceiling_for
+from ..polling import Pass, PollingRole
 from .store import OutboxRecord, OutboxStore, publish_request
 
 RELAY_INTERVAL_MS = 200
@@ -64,19 +63,10 @@ class RelayStats:
     set_aside: int = 0
     publish_failures: int = 0
     claims_lost: int = 0
-    tick_failures: int = 0
+    pass_failures: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class PassResult:
-    """One pass: rows claimed, published (and marked), released after a failed publish."""
-
-    claimed: int = 0
-    published: int = 0
-    released: int = 0
-
-
-class OutboxRelay(RoleLifecycle):
+class OutboxRelay(PollingRole):
     """A relay from ``store`` onto ``driver``. Build it with :func:`outbox_relay`."""
 
     event_prefix = "jobs.outbox.relay"
@@ -96,16 +86,12 @@ class OutboxRelay(RoleLifecycle):
         self.store = store
         self.driver = driver
         self.clock = clock
-        self.interval_ms = interval_ms
-        self.idle_poll_max_ms = idle_poll_max_ms
         self.batch_size = batch_size
         self.drain_deadline_ms = drain_deadline_ms
         self.relay_id = relay_id
         self.stats = RelayStats()
-        self._init_lifecycle()
+        self._init_polling(poll_interval_ms=interval_ms, idle_poll_max_ms=idle_poll_max_ms)
         self._accepting = True  # an unstarted relay still runs passes by hand (run_once), until accept
-        self._pass_lock = threading.Lock()  # one pass at a time, whoever calls run_once
-        self._in_pass = False
         self._unsubscribe: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
@@ -129,9 +115,6 @@ class OutboxRelay(RoleLifecycle):
             batch_size=self.batch_size,
         )
 
-    def _busy(self) -> bool:
-        return self._in_pass  # a pass is a publish followed by a mark: never release the database between
-
     def _teardown(self, finished: bool) -> None:
         self._wake.set()
         if finished:
@@ -145,66 +128,27 @@ class OutboxRelay(RoleLifecycle):
     def _on_wake(self, _payload: str) -> None:
         self.kick()
 
-    def idle_ceiling_ms(self) -> int:
-        """Where an idle loop's doubling wait stops: the declared ``idle_poll_max`` when set, else 5 s while
-        the store's wake is proven (``store.wake_is_live()``, on a store that declares ``supports_listen``)
-        and 2 s otherwise — read every pass."""
-        if self.idle_poll_max_ms:
-            return self.idle_poll_max_ms
-        live = False
-        if self.store.supports_listen:
-            try:
-                live = bool(self.store.wake_is_live())
-            except Exception as exc:  # an unanswerable wake is an unproven one: the poll still guarantees pickup
-                log_event(logging.WARNING, "jobs.outbox.wake-check-failed", relay_id=self.relay_id, error=repr(exc))
-        return idle_ceiling_for(None, wake_live=live)
+    def _wake_is_live(self) -> bool:
+        return self.store.supports_listen and bool(self.store.wake_is_live())
 
-    def _loop(self) -> None:
-        wait_ms = self.interval_ms
-        try:
-            while self._accepting:
-                self._wake.clear()
-                release_stale_connections()
-                try:
-                    result = self._run_pass()
-                except Exception as exc:  # an unobserved failure would end the loop with rows still staged
-                    self.stats.tick_failures += 1
-                    log_event(logging.ERROR, "jobs.outbox.tick-failed", relay_id=self.relay_id, error=repr(exc))
-                    result = PassResult()
-                if result.published >= self.batch_size:
-                    continue  # a full batch went out: a backlog is waiting, so pass again at once
-                wait_ms = self.interval_ms if result.claimed else min(wait_ms * 2, self.idle_ceiling_ms())
-                if self._wake.wait(wait_ms / 1000):
-                    wait_ms = self.interval_ms  # woken: pass now, then at the floor again
-        finally:
-            close_thread_connections()
+    def _pass_failed(self, error: Exception) -> None:
+        self.stats.pass_failures += 1
 
     # -- one pass ------------------------------------------------------------------------------
+    # A pass is a publish followed by a mark: the pass guard keeps close from releasing the database
+    # between the two.
 
     def run_once(self) -> int:
         """One pass: claim a batch, publish it in order, mark what was published, release the rest.
         Answers how many rows it published. A failure of the store itself propagates (the loop logs it
-        as ``jobs.outbox.tick-failed``); a failed publish does not."""
-        return self._run_pass().published
+        as ``jobs.outbox.relay.pass-failed``); a failed publish does not."""
+        return self._guarded_pass().done
 
-    def _run_pass(self) -> PassResult:
-        with self._pass_lock:
-            with self._cond:
-                if not self._accepting:
-                    return PassResult()
-                self._in_pass = True
-            try:
-                self.stats.passes += 1
-                return self._pass()
-            finally:
-                with self._cond:
-                    self._in_pass = False
-                    self._cond.notify_all()
-
-    def _pass(self) -> PassResult:
+    def _one_pass(self) -> Pass:
+        self.stats.passes += 1
         records = self.store.claim(claimant=self.relay_id, limit=self.batch_size)
         if not records:
-            return PassResult()
+            return Pass()
         self.stats.claimed += len(records)
         remaining, published, deduped, released, set_aside = records, 0, 0, 0, 0
         while remaining:
@@ -234,7 +178,7 @@ class OutboxRelay(RoleLifecycle):
             released=released,
             set_aside=set_aside,
         )
-        return PassResult(claimed=len(records), published=published, released=released)
+        return Pass(done=published, worked=True, again=published >= self.batch_size)
 
     def _publish(self, records: list[OutboxRecord]) -> tuple[list[Enqueued], Exception | None]:
         """Publish in order; answers the answers of the published prefix and the error that stopped it.

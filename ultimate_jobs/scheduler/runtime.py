@@ -1,9 +1,10 @@
 """``job_scheduler()``: fire every registered task's occurrences — one dispatch round at a time, on
 the leader only, with each task's catch-up policy — and drain in two phases on SIGTERM/SIGINT.
 
-One lifecycle, as the worker's: :meth:`JobScheduler.start`, :meth:`JobScheduler.stop`,
-:meth:`JobScheduler.drain` (accept → close) and :meth:`JobScheduler.run_once` — one round — which
-tests drive directly on a frozen clock.
+One lifecycle and one loop, as the worker's (:class:`ultimate_jobs.polling.PollingRole`, with the idle
+ceiling at the tick: a round every ``tick_interval``, busy or idle): :meth:`JobScheduler.start`,
+:meth:`JobScheduler.stop`, :meth:`JobScheduler.drain` (accept → close) and :meth:`JobScheduler.run_once`
+— one round — which tests drive directly on a frozen clock.
 
 Everything it stores is the driver's: the lease (``driver.leader``), the watermarks and the fire
 (``driver.scheduler_state``), the counter rollup (``introspect.rollup_counters``, or riding on a lease
@@ -16,20 +17,19 @@ default 30 s), the once-a-minute counter rollup riding on one of them.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
 from ..clock import Clock
-from ..dbconn import close_thread_connections, release_stale_connections
 from ..drivers.base import Fire, JobDriver, SchedulerStore
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
 from ..installed import job_clock
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
+from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..logs import log_event
+from ..polling import Pass, PollingRole
 from .catchup import plan_fires
 from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, lease_leader
 from .task import TaskHandle
@@ -55,7 +55,7 @@ class SchedulerStats:
     terms: int = 0
 
 
-class JobScheduler(RoleLifecycle):
+class JobScheduler(PollingRole):
     """A scheduler over ``driver``, its ``leader`` and its ``store`` (the driver's scheduler state unless
     another is given). Build it with :func:`job_scheduler`.
 
@@ -95,9 +95,8 @@ class JobScheduler(RoleLifecycle):
         self._next_ask = 0
         self._term: int | None = None
         self._next_rollup = 0
-        self._init_lifecycle()
-        self._in_round = False
-        self._round_lock = threading.Lock()
+        # a round every tick whether or not it fired: the ceiling is the floor, so the wait never doubles
+        self._init_polling(poll_interval_ms=tick_interval_ms, idle_poll_max_ms=tick_interval_ms)
 
     # -- what tests and the CLI read -----------------------------------------------------------
 
@@ -153,9 +152,6 @@ class JobScheduler(RoleLifecycle):
             durable=self.leader.durable and self.store.durable,
         )
 
-    def _busy(self) -> bool:
-        return self._in_round  # a round stops before its next fire once draining
-
     def _abandoned(self) -> dict[str, Any]:
         return {"kept_lease": True}
 
@@ -173,33 +169,16 @@ class JobScheduler(RoleLifecycle):
         self._leading = False
         self._watermarks = None
 
-    def _loop(self) -> None:
-        try:
-            while self._accepting:
-                release_stale_connections()  # a round that broke the connection must not break every one after
-                try:
-                    self.run_once()
-                except Exception as exc:
-                    log_event(logging.ERROR, "jobs.scheduler.round-failed", holder=self.leader.holder, error=repr(exc))
-                self._wake.wait(self.tick_interval_ms / 1000)
-        finally:
-            close_thread_connections()  # the loop thread's one database connection goes with it
-
     # -- one round -----------------------------------------------------------------------------
+    # A round stops before its next fire once draining; close waits for the round in flight.
 
     def run_once(self) -> int:
         """One dispatch round — never two at once. Answers how many occurrences it fired."""
-        with self._round_lock:
-            with self._cond:
-                if not self._accepting:
-                    return 0
-                self._in_round = True
-            try:
-                return self._round(self.clock.now_ms())
-            finally:
-                with self._cond:
-                    self._in_round = False
-                    self._cond.notify_all()
+        return self._guarded_pass().done
+
+    def _one_pass(self) -> Pass:
+        fired = self._round(self.clock.now_ms())
+        return Pass(done=fired, worked=fired > 0)
 
     def _round(self, now: int) -> int:
         self.stats.rounds += 1

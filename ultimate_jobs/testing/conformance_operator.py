@@ -156,7 +156,7 @@ class OperatorContract:
         assert len(claim(driver)) == 2
         clock.advance(VT)
         drop = frozenset({"conformance.dropped"})
-        assert driver.claim(queues=[QUEUE], limit=5, worker_id="w2", drop_exhausted=drop) == []
+        assert list(driver.claim(queues=[QUEUE], limit=5, worker_id="w2", drop_exhausted=drop).jobs) == []
         dead, failed = record(introspect, dead_id), record(introspect, failed_id)
         assert (dead.state, dead.last_error, dead.attempts) == ("dead", LEASE_LAPSED_FINAL_ATTEMPT, 1)
         assert (failed.state, failed.last_error) == ("failed", LEASE_LAPSED_FINAL_ATTEMPT)
@@ -684,12 +684,12 @@ class OperatorContract:
         self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
     ) -> None:
         idle = _worker("w1", clock.now_ms())
-        assert driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=idle) == []
+        assert list(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=idle).jobs) == []
         assert introspect.workers() == [idle]
         driver.enqueue(request())
         clock.advance(1_000)
         busy = replace(idle, heartbeat_at_ms=clock.now_ms(), in_flight=(new_id(),))
-        assert len(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=busy)) == 1
+        assert len(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=busy).jobs) == 1
         assert introspect.workers() == [busy]
         driver.claim(queues=[QUEUE], limit=1, worker_id="w1")  # no row carried: the registry is left alone
         assert introspect.workers() == [busy]

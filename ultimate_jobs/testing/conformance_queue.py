@@ -13,7 +13,6 @@ import pytest
 
 from ..drivers.base import (
     ClaimRef,
-    ExhaustedJob,
     Heartbeat,
     JobDriver,
     NackOptions,
@@ -52,9 +51,9 @@ class QueueContract:
         assert isinstance(window, int) and window > 0
         driver.enqueue(request(key="default-window"))
         driver.enqueue(request(key="told"))
-        [first] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1")
+        [first] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1").jobs
         assert first.lease_until_ms == clock.now_ms() + window
-        [second] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1", visibility_timeout_ms=window + 5_000)
+        [second] = driver.claim(queues=[QUEUE], limit=1, worker_id="w1", visibility_timeout_ms=window + 5_000).jobs
         assert second.lease_until_ms == clock.now_ms() + window + 5_000
 
     # -- enqueue -------------------------------------------------------------------------------
@@ -184,7 +183,7 @@ class QueueContract:
             visibility_timeout_ms=VT,
             queue_limits={"conformance-a": 1, "conformance-b": 2},
         )
-        assert sorted(job.queue for job in got) == ["conformance-a", "conformance-b", "conformance-b"]
+        assert sorted(job.queue for job in got.jobs) == ["conformance-a", "conformance-b", "conformance-b"]
 
     def test_rows_due_at_one_instant_are_claimed_in_enqueue_order(self, driver: JobDriver) -> None:
         ids = [driver.enqueue(request()).id for _ in range(5)]
@@ -290,47 +289,40 @@ class QueueContract:
         assert all(r.levelno == logging.WARNING for r in unowned)
 
     def test_lapsed_final_attempt_is_buried_not_handed_out(self, driver: JobDriver, clock: FrozenClock) -> None:
-        heard: list[list[ExhaustedJob]] = []
         job_id = driver.enqueue(request(max_attempts=2, tenant_id="org-1", input={"a": 1})).id
         for worker in ("w1", "w2"):
-            got = driver.claim(
-                queues=[QUEUE], limit=5, worker_id=worker, visibility_timeout_ms=VT, on_exhausted=heard.append
-            )
-            assert [j.id for j in got] == [job_id]
+            got = driver.claim(queues=[QUEUE], limit=5, worker_id=worker, visibility_timeout_ms=VT)
+            assert [j.id for j in got.jobs] == [job_id] and list(got.buried) == []
             clock.advance(VT)
-        assert heard == []
-        for _ in range(2):
-            assert driver.claim(queues=[QUEUE], limit=5, worker_id="w3", on_exhausted=heard.append) == []
-        assert len(heard) == 1 and len(heard[0]) == 1
-        buried = heard[0][0]
+        first = driver.claim(queues=[QUEUE], limit=5, worker_id="w3")
+        assert list(first.jobs) == [] and len(first.buried) == 1
+        again = driver.claim(queues=[QUEUE], limit=5, worker_id="w3")
+        assert (list(again.jobs), list(again.buried)) == ([], []), "a row is buried once"
+        buried = first.buried[0]
         assert (buried.id, buried.name, buried.queue, buried.tenant_id) == (job_id, JOB, QUEUE, "org-1")
         assert (buried.attempt, buried.state, dict(buried.input)) == (2, "dead", {"a": 1})
 
     def test_lapsed_final_attempt_of_a_dropped_job_is_buried_failed(
         self, driver: JobDriver, clock: FrozenClock
     ) -> None:
-        heard: list[list[ExhaustedJob]] = []
         driver.enqueue(request("conformance.dropped", max_attempts=1))
         driver.enqueue(request("conformance.kept", max_attempts=1))
         assert len(claim(driver)) == 2
         clock.advance(VT)
         drop = frozenset({"conformance.dropped"})
-        assert (
-            driver.claim(queues=[QUEUE], limit=5, worker_id="w2", on_exhausted=heard.append, drop_exhausted=drop) == []
-        )
-        assert len(heard) == 1, "on_exhausted is told at most once per pass"
-        assert sorted((j.name, j.state) for j in heard[0]) == [
+        got = driver.claim(queues=[QUEUE], limit=5, worker_id="w2", drop_exhausted=drop)
+        assert list(got.jobs) == []
+        assert sorted((j.name, j.state) for j in got.buried) == [
             ("conformance.dropped", "failed"),
             ("conformance.kept", "dead"),
         ]
 
     def test_lapsed_earlier_attempt_is_not_buried(self, driver: JobDriver, clock: FrozenClock) -> None:
-        heard: list[list[ExhaustedJob]] = []
         driver.enqueue(request(max_attempts=2))
         claim_one(driver)
         clock.advance(VT)
-        got = driver.claim(queues=[QUEUE], limit=5, worker_id="w2", visibility_timeout_ms=VT, on_exhausted=heard.append)
-        assert [j.attempt for j in got] == [2] and heard == []
+        got = driver.claim(queues=[QUEUE], limit=5, worker_id="w2", visibility_timeout_ms=VT)
+        assert [j.attempt for j in got.jobs] == [2] and list(got.buried) == []
 
     # -- settles -------------------------------------------------------------------------------
 

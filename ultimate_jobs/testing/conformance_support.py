@@ -92,8 +92,9 @@ def claim(
     limit: int = 100,
     visibility_timeout_ms: int = VT,
 ) -> list[ClaimedJob]:
-    """One claim round with the suite's visibility timeout."""
-    return driver.claim(queues=list(queues), limit=limit, worker_id=worker, visibility_timeout_ms=visibility_timeout_ms)
+    """One claim round with the suite's visibility timeout: the jobs it took."""
+    got = driver.claim(queues=list(queues), limit=limit, worker_id=worker, visibility_timeout_ms=visibility_timeout_ms)
+    return list(got.jobs)
 
 
 def claim_one(driver: JobDriver, *, worker: str = "w1", queues: Sequence[str] = (QUEUE,)) -> ClaimedJob:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
-from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..installed import job_clock, job_driver
 from .clock import FrozenClock
 
@@ -107,30 +107,18 @@ def run_jobs(
         raise TypeError("run_jobs(advance=True) needs a FrozenClock; pass clock= or advance=False")
     names = list(queues) if queues is not None else _queues()
     stop_at = active_clock.now_ms() + horizon_ms
-    rng = random.Random(seed)
     report = RunReport()
     drop = drop_exhausted_names()
-
-    def on_exhausted(rows: list[ExhaustedJob]) -> None:
-        report.exhausted.extend(rows)
-        announce_exhausted(rows, context=context)
+    env = AttemptEnv(driver=driver, clock=active_clock, context=context, rng=random.Random(seed))
 
     while len(report.executions) < max_attempts:
-        claimed = driver.claim(
-            queues=names, limit=batch, worker_id=worker_id, on_exhausted=on_exhausted, drop_exhausted=drop
-        )
-        if claimed:
-            for job in claimed:
-                report.executions.append(
-                    execute_job(
-                        job,
-                        driver=driver,
-                        context=context,
-                        clock=active_clock,
-                        rng=rng,
-                        visibility_timeout_ms=driver.visibility_timeout_ms,  # the window the claim leased on
-                    )
-                )
+        claimed = driver.claim(queues=names, limit=batch, worker_id=worker_id, drop_exhausted=drop)
+        if claimed.buried:
+            report.exhausted.extend(claimed.buried)
+            announce_exhausted(claimed.buried, context=context)
+        if claimed.jobs:
+            for job in claimed.jobs:
+                report.executions.append(execute_job(job, env))
             continue
         if not advance:
             break

@@ -1,8 +1,8 @@
 """The settle buffer: completed attempts are acked in batches by one flusher thread, so a slot never
 waits for its own ``SQL_ACK``.
 
-A slot whose body returned calls :meth:`SettleBuffer.ack_later` and takes its next job at once; the
-flusher settles everything pending with ONE ``driver.ack_many`` (each row still fenced on its own
+A slot whose body returned hands its completion to :meth:`SettleBuffer.ack_later` and takes its next
+job at once; the flusher settles everything pending with ONE ``driver.ack_many`` (each row still fenced on its own
 claim) and then tells each caller whether its row landed. Batches form by themselves: while one flush
 is on the wire, the completions that arrive meanwhile wait for the next — the shape of Postgres's
 group commit, with no added delay when the queue is quiet. :meth:`SettleBuffer.ack` is the same, but
@@ -41,7 +41,6 @@ class SettleBuffer:
     """``ack()`` / ``ack_later()`` with the executor's signature, flushed in batches through
     ``driver.ack_many`` on one long-lived thread (with one database connection)."""
 
-    supports_deferred_ack = True
 
     def __init__(self, driver: JobDriver, *, max_batch: int = MAX_ACK_BATCH, name: str = "jobs-settle") -> None:
         self._driver = driver
@@ -53,9 +52,9 @@ class SettleBuffer:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def ack_later(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None, then: SettleCallback) -> None:
+    def ack_later(self, ack: Ack, *, then: SettleCallback) -> None:
         """Queue one row to settle ``done``; ``then(landed, error)`` runs on the flusher once it flushed."""
-        item = _Pending(Ack(job_id, ref, duration_ms or 0), then)
+        item = _Pending(ack, then)
         with self._cond:
             if self._closed:
                 closed = True
@@ -78,7 +77,7 @@ class SettleBuffer:
             answer.append((landed, error))
             done.set()
 
-        self.ack_later(job_id, ref, duration_ms=duration_ms, then=then)
+        self.ack_later(Ack(job_id, ref, duration_ms or 0), then=then)
         done.wait()
         landed, error = answer[0]
         if error is not None:

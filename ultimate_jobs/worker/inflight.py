@@ -26,8 +26,6 @@ class InFlight:
     slot: tuple[str, str] | None = None
     settling: bool = False
     lost: bool = False
-    body_done: bool = False  # the slot let go before the deferred settle landed
-    landed: bool = False  # the deferred settle came back
 
     def fields(self) -> dict[str, Any]:
         j = self.job
@@ -64,7 +62,7 @@ def renew_round(worker: JobWorker) -> None:
     that already ran, or the queue would deliver it again. The fence makes a renewal that crosses the
     settle a no-op.
     """
-    flights = [f for f in worker.in_flight() if not f.lost and not f.landed]
+    flights = [f for f in worker.in_flight() if not f.lost]
     if not flights:
         return
     beats = [Heartbeat(f.job.id, f.job.ref) for f in flights]

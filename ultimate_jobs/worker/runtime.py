@@ -1,9 +1,9 @@
 """The worker: claim work for its queues, run each job in a slot, keep every lease alive, stop bodies on
 deadlines, and drain in two phases on SIGTERM/SIGINT.
 
-Its lifecycle is every role's (:class:`ultimate_jobs.lifecycle.RoleLifecycle`); its heartbeat and
+Its lifecycle and its loop are every role's (:class:`ultimate_jobs.polling.PollingRole`); its heartbeat and
 registry row live in :mod:`.heartbeat`, its options and defaults in :mod:`.build` (``job_worker()``),
-and this module keeps the claim loop, dispatch into slots, the claim-ahead buffer and accounting.
+and this module keeps the claim pass, dispatch into slots, the claim-ahead buffer and accounting.
 :meth:`JobWorker.run_once` — one pass — is what tests drive directly.
 """
 
@@ -19,17 +19,17 @@ from functools import partial
 from typing import Any
 
 from .. import registry
+from ..attempt import completion_settled
 from ..clock import Clock, SystemClock, Timer
-from ..dbconn import close_thread_connections, release_stale_connections
+from ..dbconn import release_stale_connections
 from ..definition import JobHandle
-from ..drivers.base import ClaimedJob, ExhaustedJob, JobDriver, NackOptions
+from ..drivers.base import ClaimedJob, JobDriver, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError
-from ..execute import JobExecution, announce_exhausted, drop_exhausted_names, execute_job
-from ..lifecycle import RoleLifecycle
+from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
 from ..metrics import count_outcome, prime_counters
-from ..polling import IDLE_POLL_CEILING_MS, idle_ceiling_for
+from ..polling import Pass, PollingRole
 from ..signals import CancelSignal
 from .acks import SettleBuffer
 from .heartbeat import Heartbeat
@@ -72,7 +72,7 @@ _STAT_BY_OUTCOME = {
 }
 
 
-class JobWorker(Heartbeat, RoleLifecycle):
+class JobWorker(Heartbeat, PollingRole):
     """A worker over ``driver``. Build it with :func:`job_worker`."""
 
     event_prefix = "jobs.worker"
@@ -102,8 +102,6 @@ class JobWorker(Heartbeat, RoleLifecycle):
         self.clock = clock
         self.visibility_timeout_ms = visibility_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.poll_interval_ms = poll_interval_ms
-        self.idle_poll_max_ms = idle_poll_max_ms
         self.drain_deadline_ms = drain_deadline_ms
         self.worker_id = worker_id
         self.host = socket.gethostname()
@@ -111,8 +109,17 @@ class JobWorker(Heartbeat, RoleLifecycle):
         # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
         self.executions: deque[JobExecution] = deque(maxlen=RECENT_EXECUTIONS)
         self._acks = SettleBuffer(driver)
+        # what every attempt shares; a completion nobody waits on inside the attempt is left to the buffer
+        self._env = AttemptEnv(
+            driver=driver,
+            clock=clock,
+            context=context,
+            visibility_timeout_ms=visibility_timeout_ms,
+            acker=self._acks,
+            leave_completions=True,
+        )
         self._limiter = Limiter(limits, clock)
-        self._init_lifecycle()
+        self._init_polling(poll_interval_ms=poll_interval_ms, idle_poll_max_ms=idle_poll_max_ms)
         self._lock = self._cond  # guards the flights; notified whenever one ends
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
         self._occupied: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
@@ -180,7 +187,7 @@ class JobWorker(Heartbeat, RoleLifecycle):
         return {"in_flight": len(flights)}
 
     def _busy(self) -> bool:
-        return bool(self._flights)
+        return self._in_pass or bool(self._flights)
 
     def _before_wait(self) -> None:
         with self._lock:
@@ -225,64 +232,37 @@ class JobWorker(Heartbeat, RoleLifecycle):
         if queue in self.queues:
             self.kick()
 
-    def idle_ceiling_ms(self) -> int:
-        """Where an idle loop's doubling wait stops: the declared ``idle_poll_max`` when set, else 5 s while
-        the driver's wake is proven (``driver.wake_is_live()``, on a driver that declares
-        ``supports_listen``) and 2 s otherwise — read every pass, so a wake that is lost drops the ceiling
-        back at once."""
-        if self.idle_poll_max_ms:
-            return self.idle_poll_max_ms
-        if not self.driver.supports_listen:
-            return IDLE_POLL_CEILING_MS
-        try:
-            live = bool(self.driver.wake_is_live())
-        except Exception as exc:  # an unanswerable wake is an unproven one: the poll still guarantees pickup
-            log_event(logging.WARNING, "jobs.worker.wake-check-failed", worker_id=self.worker_id, error=repr(exc))
-            live = False
-        return idle_ceiling_for(None, wake_live=live)
-
-    def _loop(self) -> None:
-        wait_ms = self.poll_interval_ms
-        try:
-            while self._accepting:
-                self._wake.clear()
-                release_stale_connections()  # a claim that broke the connection must not break every pass after
-                try:
-                    dispatched = self.run_once()
-                except Exception as exc:
-                    log_event(logging.ERROR, "jobs.worker.pass-failed", worker_id=self.worker_id, error=repr(exc))
-                    dispatched = 0
-                wait_ms = self.poll_interval_ms if dispatched else min(wait_ms * 2, self.idle_ceiling_ms())
-                if self._wake.wait(wait_ms / 1000):
-                    wait_ms = self.poll_interval_ms
-        finally:
-            close_thread_connections()  # the loop thread's one database connection goes with it
+    def _wake_is_live(self) -> bool:
+        return self.driver.supports_listen and bool(self.driver.wake_is_live())
 
     def run_once(self) -> int:
         """One pass: ONE claim over every queue with room, each capped at its free slots plus its
         claim-ahead buffer. Answers how many jobs it dispatched."""
+        return self._guarded_pass().done
+
+    def _one_pass(self) -> Pass:
         with self._lock:
-            if not self._accepting:
-                return 0
             if self._settling > SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
-                return 0  # the settle buffer is behind: claim again once it caught up (it kicks)
+                return Pass()  # the settle buffer is behind: claim again once it caught up (it kicks)
             free = {q: room for q in self.queues if (room := self._room(q)) > 0}
         if not free:
-            return 0
+            return Pass()
         record = self._registry_row_due(after_ms=self.heartbeat_interval_ms)
         claimed = self.driver.claim(
             queues=list(free),
             limit=sum(free.values()),
             worker_id=self.worker_id,
             visibility_timeout_ms=self.visibility_timeout_ms,
-            on_exhausted=self._on_exhausted,
             drop_exhausted=self._drop,
             queue_limits=free,
             record=record,
         )
         if record is not None:
             self._recorded_ms = record.heartbeat_at_ms
-        return sum(self._dispatch(job) for job in claimed)
+        if claimed.buried:
+            announce_exhausted(claimed.buried, context=self.context)
+        dispatched = sum(self._dispatch(job) for job in claimed.jobs)
+        return Pass(done=dispatched, worked=dispatched > 0)
 
     def _room(self, queue: str) -> int:
         """How many jobs a claim takes for ``queue`` now (caller holds the lock): free slots, plus the
@@ -295,9 +275,6 @@ class JobWorker(Heartbeat, RoleLifecycle):
         if busy >= slots and room * 2 < ahead:
             return 0
         return room
-
-    def _on_exhausted(self, rows: list[ExhaustedJob]) -> None:
-        announce_exhausted(rows, context=self.context)
 
     def _dispatch(self, job: ClaimedJob) -> int:
         """Hand a claimed job to its queue's slots: a free slot starts it, or it waits in the claim-ahead
@@ -325,41 +302,28 @@ class JobWorker(Heartbeat, RoleLifecycle):
         job = flight.job
         execution: JobExecution | None = None
         try:  # the connection was checked after this thread's last job (and a new thread has none)
-            execution = execute_job(
-                job,
-                driver=self.driver,
-                context=self.context,
-                clock=self.clock,
-                signal=flight.signal,
-                visibility_timeout_ms=self.visibility_timeout_ms,
-                hooks=hooks_for(flight),
-                acker=self._acks,
-                settled_later=partial(self._settled_later, flight),
-            )
+            execution = execute_job(job, self._env, signal=flight.signal, hooks=hooks_for(flight))
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-        # the slot is free now, whether or not the settle has landed
-        with self._lock:
-            self._occupied[job.queue] -= 1
-            if execution is not None and execution.deferred and not flight.landed:
-                flight.body_done = True
-                self._settling += 1
-                finished = False
-            else:
-                finished = True
-        if finished:
+        # the slot is free now; a completion left to the buffer keeps its flight (and lease) until it lands
+        if execution is None or execution.completion is None:
+            with self._lock:
+                self._occupied[job.queue] -= 1
             self._finish(flight, execution)
+        else:
+            with self._lock:
+                self._occupied[job.queue] -= 1
+                self._settling += 1
+            self._acks.ack_later(execution.completion, then=partial(self._settled, flight, execution))
         self.kick()  # a slot came free: refill it at once
 
-    def _settled_later(self, flight: InFlight, execution: JobExecution) -> None:
-        """The settle buffer's answer for a completion the slot did not wait for (the flusher's thread)."""
+    def _settled(self, flight: InFlight, execution: JobExecution, landed: bool, error: BaseException | None) -> None:
+        """The settle buffer's answer for a completion the slot left to it (on the flusher's thread)."""
+        completion_settled(flight.job, execution, landed, error)
         with self._lock:
-            flight.landed = True
-            if not flight.body_done:
-                return  # the slot thread has not let go yet: it finishes the flight
             self._settling -= 1
             backlog = self._settling
         self._finish(flight, execution)

@@ -31,11 +31,10 @@ from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
     Ack,
-    ClaimedJob,
+    Claim,
     ClaimRef,
     Enqueued,
     EnqueueRequest,
-    ExhaustedJob,
     Heartbeat,
     JobState,
     NackOptions,
@@ -294,11 +293,10 @@ class RedisDriver:
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int | None = None,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         now = self.clock.now_ms()
@@ -320,9 +318,7 @@ class RedisDriver:
             self.run("claim", str(now), str(limit), worker_id, str(now + window), json.dumps(spec))
         )
         buried = [exhausted_job(row) for row in exhausted or ()]  # an empty list comes back as {}
-        if buried and on_exhausted is not None:
-            on_exhausted(buried)
-        return [claimed_job(row, steps) for row, steps in claimed or ()]
+        return Claim(jobs=[claimed_job(row, steps) for row, steps in claimed or ()], buried=buried)
 
     # -- settles -------------------------------------------------------------------------------
 

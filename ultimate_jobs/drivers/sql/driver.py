@@ -18,6 +18,7 @@ from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
     Ack,
+    Claim,
     ClaimedJob,
     ClaimRef,
     Enqueued,
@@ -167,15 +168,14 @@ class SqlDriver:
         limit: int,
         worker_id: str,
         visibility_timeout_ms: int | None = None,
-        on_exhausted: Callable[[list[ExhaustedJob]], None] | None = None,
         drop_exhausted: frozenset[str] = frozenset(),
         queue_limits: Mapping[str, int] | None = None,
         record: WorkerInfo | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> Claim:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if limit <= 0:
-            return []
+            return Claim()
         names = list(dict.fromkeys(queues))
         caps = [min(limit, (queue_limits or {}).get(q, limit)) for q in names]
         window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
@@ -186,9 +186,7 @@ class SqlDriver:
             for extra in claimed[limit:]:
                 self.nack(extra.id, extra.ref, NackOptions(count_attempt=False, run_at_ms=extra.run_at_ms))
             claimed = claimed[:limit]
-        if exhausted and on_exhausted is not None:
-            on_exhausted(exhausted)
-        return claimed
+        return Claim(jobs=claimed, buried=exhausted)
 
     def _claim(self, ask: ClaimAsk) -> ClaimAnswer:
         """Claim up to ``ask.caps[i]`` due rows of each queue ``ask.names[i]`` and bury the lapsed final attempts met
