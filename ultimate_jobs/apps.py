@@ -31,10 +31,23 @@ class UltimateJobsConfig(AppConfig):
         for module in values.get("modules", ()):
             importlib.import_module(module)
         install_outbox_from_settings()
+        _add_django_tasks_source()
         checks.register(check_settings, "ultimate_jobs")
         from . import row_security
 
         row_security.install()
+
+
+def _add_django_tasks_source() -> None:
+    """A worker runs the Django tasks a ``JobsBackend`` queued: the registry asks the backend's module for
+    the names no ``@job`` holds. Without ``django.tasks`` (Django 5.2 without the backport) there are none."""
+    from . import registry
+
+    try:
+        from .django_tasks import TASKS_SOURCE
+    except ImportError:
+        return
+    registry.add_source(TASKS_SOURCE)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

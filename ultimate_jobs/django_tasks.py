@@ -384,3 +384,7 @@ def task_queues() -> set[str]:
         if isinstance(params, Mapping) and params.get("BACKEND") == BACKEND_PATH:
             names |= set(params.get("QUEUES") or ["default"])
     return names
+
+
+TASKS_SOURCE = registry.Source("django.tasks", resolve=handle_for_name, queues=task_queues)
+"""The registry's source for Django tasks: the app adds it at start-up (``AppConfig.ready``)."""

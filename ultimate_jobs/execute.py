@@ -116,7 +116,7 @@ def execute_job(
     >>> execution.outcome, execution.landed
     ('completed', True)
     """
-    found = handle or registry.lookup(claimed.name) or _django_task(claimed.name)
+    found = handle or registry.lookup(claimed.name) or registry.resolve_elsewhere(claimed.name)
     if not isinstance(found, JobHandle):
         return _hand_back_unknown(claimed, env.driver, env.clock or job_clock())
     attempt = Attempt(claimed, found, env, hooks)
@@ -254,15 +254,6 @@ def _run_tenant(handle: JobHandle[Any, Any], parsed: Any, claimed: ClaimedJob) -
             {"job": handle.name, "payload_org": derived, "row_org": claimed.tenant_id},
         )
     return derived
-
-
-def _django_task(name: str) -> JobHandle[Any, Any] | None:
-    """A row no ``@job`` holds may be a Django task's (``ultimate_jobs.django_tasks``): its handle, or None."""
-    try:
-        from .django_tasks import handle_for_name
-    except ImportError:  # Django 5.2 without the django-tasks backport: no Django task can be queued
-        return None
-    return handle_for_name(name)
 
 
 def _hand_back_unknown(claimed: ClaimedJob, driver: JobDriver, clock: Clock) -> JobExecution:

@@ -9,6 +9,8 @@ reloaded) is one registration.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import JobDuplicateError, JobNameTakenError
@@ -23,8 +25,44 @@ class Registered(Protocol):
     explicit_name: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Names a worker runs that no ``@job`` registered: an adapter (the ``django.tasks`` backend) answers
+    the handle for a row's name (``resolve``), and the queues it enqueues on (``queues``) so a worker
+    started without ``--queues`` serves them."""
+
+    name: str
+    resolve: Callable[[str], Any]
+    queues: Callable[[], set[str]]
+
+
 _lock = threading.RLock()
 _entries: dict[str, Registered] = {}
+_sources: dict[str, Source] = {}
+
+
+def add_source(source: Source) -> None:
+    """Ask ``source`` for the names the registry does not hold (one source per ``source.name``)."""
+    with _lock:
+        _sources[source.name] = source
+
+
+def resolve_elsewhere(name: str) -> Any:
+    """The handle a source answers for ``name``, or None."""
+    with _lock:
+        sources = list(_sources.values())
+    for source in sources:
+        found = source.resolve(name)
+        if found is not None:
+            return found
+    return None
+
+
+def source_queues() -> set[str]:
+    """Every queue the sources enqueue on."""
+    with _lock:
+        sources = list(_sources.values())
+    return set().union(*(source.queues() for source in sources))
 
 
 def register(handle: Registered) -> None:

@@ -78,12 +78,7 @@ def default_queues(concurrency: int | Mapping[str, int] | None = None) -> list[s
     """Every queue a registered job names, every queue the concurrency table names, every queue a
     ``django.tasks`` backend of ours serves (``settings.TASKS``), and ``default``."""
     names = {h.queue for h in registry.registered("job") if isinstance(h, JobHandle)} | {"default"}
-    try:
-        from ..django_tasks import task_queues
-    except ImportError:  # Django 5.2 without the django-tasks backport
-        pass
-    else:
-        names |= task_queues()
+    names |= registry.source_queues()
     if isinstance(concurrency, Mapping):
         names |= set(concurrency)
     return sorted(names)
