@@ -1,9 +1,10 @@
-"""Prometheus series (spec "Metrics", "Leases").
+"""Prometheus series: the counters a worker moves, and the gauges read at scrape time.
 
 Two kinds, two homes:
 
 - counters — ``jobs_total{queue,outcome}`` and ``job_leases_lost_total{queue}`` — move in the process that
-  ran the attempt (the worker), on ``prometheus_client``'s default registry;
+  ran the attempt (the worker), on ``prometheus_client``'s default registry (:mod:`ultimate_jobs.counters`,
+  which the worker imports without the collectors);
 - gauges — ``queue_depth{queue}``, ``queue_oldest_ready_seconds{queue}``, ``queue_dead_jobs{queue}`` —
   are read at scrape time by :class:`QueueStatsCollector` through ONE ``driver.stats()`` call (on
   Postgres one ``SQL_STATS`` statement for every queue), so they are fleet-wide and the same from any
@@ -21,55 +22,19 @@ counted: an autoscaler must not add workers for a three-day sleep.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .clock import Clock
+from .counters import prime_counters
 from .drivers.base import JobDriver, QueueStats
 from .errors import JobArgumentInvalidError
 
 if TYPE_CHECKING:
     from .outbox.store import OutboxStore
-
-JOB_LEASES_LOST = Counter(
-    "job_leases_lost_total",
-    "Jobs whose visibility lease lapsed while this worker still ran them (at-least-once turning into twice).",
-    ["queue"],
-)
-JOBS_TOTAL = Counter("jobs_total", "Attempts that ended, by outcome: ok, failed or dead.", ["queue", "outcome"])
-
-_OUTCOME_SERIES = {
-    "completed": "ok",
-    "retried": "failed",
-    "dropped": "failed",
-    "refused": "failed",
-    "dead-lettered": "dead",
-}
-JOBS_TOTAL_OUTCOMES = ("ok", "failed", "dead")
-_JOBS_TOTAL_CHILDREN: dict[tuple[str, str], Any] = {}
-
-
-def count_outcome(queue: str, outcome: str | None) -> None:
-    """Move ``jobs_total`` for an attempt's outcome; suspensions and drains add nothing."""
-    series = _OUTCOME_SERIES.get(outcome or "")
-    if series is None:
-        return
-    child = _JOBS_TOTAL_CHILDREN.get((queue, series))
-    if child is None:  # labels() costs a lock and a lookup; once per series is enough
-        child = _JOBS_TOTAL_CHILDREN[(queue, series)] = JOBS_TOTAL.labels(queue=queue, outcome=series)
-    child.inc()
-
-
-def prime_counters(queues: Iterable[str]) -> None:
-    """Create every counter series of ``queues`` at 0, so a scrape shows them before the first increment
-    and ``rate()`` sees that first increment (a series born at 1 hides it)."""
-    for queue in queues:
-        JOB_LEASES_LOST.labels(queue=queue)
-        for outcome in JOBS_TOTAL_OUTCOMES:
-            JOBS_TOTAL.labels(queue=queue, outcome=outcome)
 
 
 def queue_depth(stats: QueueStats) -> int:

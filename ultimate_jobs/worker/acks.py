@@ -41,7 +41,6 @@ class SettleBuffer:
     """``ack()`` / ``ack_later()`` with the executor's signature, flushed in batches through
     ``driver.ack_many`` on one long-lived thread (with one database connection)."""
 
-
     def __init__(self, driver: JobDriver, *, max_batch: int = MAX_ACK_BATCH, name: str = "jobs-settle") -> None:
         self._driver = driver
         self._max = max_batch

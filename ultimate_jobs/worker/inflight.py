@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..counters import JOB_LEASES_LOST
 from ..drivers.base import ClaimedJob, Heartbeat
 from ..errors import JobSlotLostError, LeaseLostError
 from ..logs import log_event
-from ..metrics import JOB_LEASES_LOST
 from ..signals import CancelSignal
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from typing import Any
 from .. import registry
 from ..attempt import completion_settled
 from ..clock import Clock, SystemClock, Timer
+from ..counters import count_outcome, prime_counters
 from ..dbconn import release_stale_connections
 from ..definition import JobHandle
 from ..drivers.base import ClaimedJob, JobDriver, NackOptions
@@ -28,7 +29,6 @@ from ..errors import ConcurrencyUnenforceableError, JobDrainedError
 from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..limits import LimitConfig, Limiter
 from ..logs import log_event
-from ..metrics import count_outcome, prime_counters
 from ..polling import Pass, PollingRole
 from ..signals import CancelSignal
 from .acks import SettleBuffer
