@@ -20,8 +20,8 @@ from typing import Any
 from .. import registry
 from ..conf import set_job_clock, set_job_driver
 from ..drivers.memory import MemoryDriver
+from ..drivers.memory.events import MemoryEventBus
 from ..events import reset_event_bus, set_event_bus
-from ..events.memory import MemoryEventBus
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs
 

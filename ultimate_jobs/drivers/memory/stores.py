@@ -8,11 +8,11 @@ import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..ids import new_id
-from .base import BackfillBegin, BackfillRun, BackfillStatus
+from ...ids import new_id
+from ..base import BackfillBegin, BackfillRun, BackfillStatus
 
 if TYPE_CHECKING:
-    from .memory import MemoryDriver
+    from .driver import MemoryDriver
 
 
 class MemoryBackfillStore:

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .base import Fire, FireResult, LeaderLease, TaskFire
+from ..base import Fire, FireResult, LeaderLease, TaskFire
 
 if TYPE_CHECKING:
-    from .memory import MemoryDriver
+    from .driver import MemoryDriver
 
 
 class MemoryLeaderStore:

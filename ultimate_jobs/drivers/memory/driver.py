@@ -2,7 +2,7 @@
 
 It passes the same conformance suite as Postgres: the live-key index, the claim fence, the
 final-attempt burial and every introspection member behave the same, error codes included. A claim
-reads per-queue heaps (:mod:`.memory_index`), never a sort of every row.
+reads per-queue heaps (:mod:`.index`), never a sort of every row.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..clock import Clock, system_clock
-from ..errors import ClaimQueuesEmptyError, JobDuplicateError
-from ..logs import log_event
-from .base import (
+from ...clock import Clock, system_clock
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...logs import log_event
+from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
@@ -41,11 +41,11 @@ from .base import (
     nack_counter,
     nack_state,
 )
-from .memory_backfills import MemoryBackfillStore
-from .memory_index import ClaimEntry, ClaimIndex, claim_order
-from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
-from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
-from .purging import finished_cutoffs
+from ..purging import finished_cutoffs
+from .index import ClaimEntry, ClaimIndex, claim_order
+from .introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
+from .scheduler import MemoryLeaderStore, MemorySchedulerStore
+from .stores import MemoryBackfillStore
 
 WakeListener = Callable[[str], None]
 STATS_STATES = frozenset((*LIVE_STATES, "dead"))  # what stats() counts: depth and the dead-letter queue

@@ -9,15 +9,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ..clock import Clock
-from ..errors import (
+from ...clock import Clock
+from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
     JobNotPromotableError,
     JobNotRemovableError,
     JobNotRequeueableError,
 )
-from .base import (
+from ..base import (
     COUNTER_TIERS,
     LIVE_STATES,
     MAX_BULK_ROWS,
@@ -42,7 +42,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from .memory import MemoryDriver, MemoryRow
+    from .driver import MemoryDriver, MemoryRow
 
 CounterField = Literal["done", "retried", "failed", "dead"]
 
