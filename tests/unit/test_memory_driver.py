@@ -16,7 +16,7 @@ from ultimate_jobs.drivers.base import (
     WorkerInfo,
 )
 from ultimate_jobs.drivers.memory import MemoryDriver
-from ultimate_jobs.drivers.memory.driver import MemoryRow
+from ultimate_jobs.drivers.memory.rows import MemoryRow
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (
