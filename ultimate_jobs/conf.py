@@ -387,6 +387,17 @@ def jobs_settings() -> JobsSettings:
     return JobsSettings(**values)
 
 
+def context_factory(path: str | None) -> Callable[[], Any]:
+    """The ctx factory ``ULTIMATE_JOBS['CONTEXT']`` names (a dotted path to a zero-argument callable);
+    with none configured every run gets ``ctx=None``."""
+    if path is None:
+        return lambda: None
+    factory = import_string(path)
+    if not callable(factory):
+        raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})
+    return factory  # type: ignore[no-any-return]
+
+
 _lock = threading.Lock()
 _driver: JobDriver | None = None
 _clock: Clock | None = None
