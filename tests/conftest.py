@@ -16,10 +16,10 @@ from django.test import TransactionTestCase
 
 from ultimate_jobs import registry
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.events import MemoryEventBus
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
 from ultimate_jobs.events import reset_event_bus, set_event_bus
-from ultimate_jobs.events.memory import MemoryEventBus
 from ultimate_jobs.installed import set_job_clock, set_job_driver
 from ultimate_jobs.testing import FrozenClock
 

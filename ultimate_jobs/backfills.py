@@ -277,9 +277,7 @@ class BackfillStateRow:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json``)."""
-        from .operator.backfills import run_dict
-
-        return {"name": self.name, "state": self.state, "run": run_dict(self.run) if self.run else None}
+        return {"name": self.name, "state": self.state, "run": self.run.as_dict() if self.run else None}
 
 
 @dataclass(frozen=True, slots=True)

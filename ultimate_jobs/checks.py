@@ -25,7 +25,7 @@ from django.core import checks
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from .conf import CHECK_DRIVER_UNKNOWN, read_settings
+from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
 from .drivers.base import DECLARED_CAPABILITIES
 
 OBJ = "settings.ULTIMATE_JOBS"
@@ -169,8 +169,6 @@ def _concurrency(driver: str) -> list[checks.CheckMessage]:
 
 
 def _context(path: str) -> list[checks.CheckMessage]:
-    from .worker.boot import context_factory
-
     try:
         context_factory(path)
     except Exception as exc:  # an import that fails for any reason is the setting's fault, reported not raised

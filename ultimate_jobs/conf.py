@@ -387,6 +387,17 @@ def jobs_settings() -> JobsSettings:
     return JobsSettings(**values)
 
 
+def context_factory(path: str | None) -> Callable[[], Any]:
+    """The ctx factory ``ULTIMATE_JOBS['CONTEXT']`` names (a dotted path to a zero-argument callable);
+    with none configured every run gets ``ctx=None``."""
+    if path is None:
+        return lambda: None
+    factory = import_string(path)
+    if not callable(factory):
+        raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})
+    return factory  # type: ignore[no-any-return]
+
+
 def build_driver(config: JobsSettings | None = None) -> JobDriver:
     """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names, passing it the settings it needs (its database
     alias, ``VISIBILITY_TIMEOUT``, ``REDIS_URL``): this is where a built-in driver's settings are read —
@@ -429,7 +440,7 @@ def build_event_bus() -> EventBus:
     """The bus settings call for: on the Postgres driver, the Postgres bus over the driver's database (every
     process sees every event); on the SQLite driver, the SQLite bus over its database (likewise); otherwise a
     process-local memory bus — also while the settings cannot be read (the system check reports them)."""
-    from .events.memory import MemoryEventBus
+    from .drivers.memory.events import MemoryEventBus
 
     try:
         config = jobs_settings()

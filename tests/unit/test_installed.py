@@ -10,9 +10,9 @@ import pytest
 from ultimate_jobs import installed
 from ultimate_jobs.conf import build_driver, build_event_bus
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.events import MemoryEventBus
 from ultimate_jobs.errors import DriverUnavailableError
 from ultimate_jobs.events import event_bus, reset_event_bus
-from ultimate_jobs.events.memory import MemoryEventBus
 
 
 @pytest.fixture

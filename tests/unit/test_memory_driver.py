@@ -14,7 +14,8 @@ from ultimate_jobs.drivers.base import (
     NackOptions,
     WorkerInfo,
 )
-from ultimate_jobs.drivers.memory import MemoryDriver, MemoryRow
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.rows import MemoryRow
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (

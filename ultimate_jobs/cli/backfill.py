@@ -23,7 +23,7 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from .. import operator, registry
 from ..backfills import BackfillState, BackfillStateRow, _declarations, is_backfill, pending_backfills
-from ..conf import jobs_settings
+from ..conf import context_factory, jobs_settings
 from ..context import cross_tenant
 from ..definition import JobHandle
 from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE
@@ -41,7 +41,6 @@ from ..errors import (
 from ..installed import job_driver
 from ..operator.arguments import shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT
-from ..worker.boot import context_factory
 from . import render
 from .commands import Invocation, Output, guarded
 from .parsing import EXIT_ERROR, EXIT_USAGE

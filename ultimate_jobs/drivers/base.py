@@ -12,7 +12,7 @@ import base64
 import builtins
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 # re-exported: the drivers read these defaults here
@@ -554,6 +554,10 @@ class BackfillRun:
     started_at_ms: int
     updated_at_ms: int
     completed_at_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON (``--json``, the admin, the views): every column, times as epoch ms."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

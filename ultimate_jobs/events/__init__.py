@@ -6,10 +6,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..drivers.memory.events import MemoryEventBus
 from ..drivers.postgres.events import PostgresEventBus, postgres_event_bus
 from ..durations import Duration
 from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
-from .memory import MemoryEventBus
 from .purge import EVENTS_PURGE_TARGET, EventsPurgeTarget, events_purge_target
 
 __all__ = [

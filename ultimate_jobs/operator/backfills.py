@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..backfills import registered_backfills
 from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus, BackfillStore, JobDriver
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ._support import resolve
@@ -23,28 +24,7 @@ class BackfillRow:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json``)."""
-        return {**run_dict(self.run), "declared": self.declared}
-
-
-def run_dict(run: BackfillRun) -> dict[str, Any]:
-    """A ledger row as JSON: every column, times as epoch ms."""
-    return {
-        "id": run.id,
-        "name": run.name,
-        "tenant_id": run.tenant_id,
-        "checksum": run.checksum,
-        "status": run.status,
-        "app_version": run.app_version,
-        "rows_processed": run.rows_processed,
-        "batches": run.batches,
-        "last_cursor": run.last_cursor,
-        "job_id": run.job_id,
-        "run_id": run.run_id,
-        "error_code": run.error_code,
-        "started_at_ms": run.started_at_ms,
-        "updated_at_ms": run.updated_at_ms,
-        "completed_at_ms": run.completed_at_ms,
-    }
+        return {**self.run.as_dict(), "declared": self.declared}
 
 
 def inspect_backfills(
@@ -62,8 +42,6 @@ def inspect_backfills(
     A malformed name, status or limit is ``X_JOB_ARGUMENT_INVALID``; a driver without a ledger is
     ``X_NOT_IMPLEMENTED``.
     """
-    from ..backfills import registered_backfills
-
     active = resolve(driver)
     store: BackfillStore | None = active.backfills
     if store is None:

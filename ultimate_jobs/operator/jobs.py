@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
+from ..backfills import registered_backfills
 from ..drivers.base import (
     DEFAULT_JOB_PAGE,
     LIVE_STATES,
@@ -125,8 +126,6 @@ def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
 def _ledger_row(driver: JobDriver, name: str, run_id: str) -> BackfillRow | None:
     """The ledger row of the pass ``run_id`` ran, among the newest passes of ``name`` (one read over
     ``x_backfills_name_idx``); ``None`` for a job that ran no backfill, or on a driver without a ledger."""
-    from ..backfills import registered_backfills
-
     store: BackfillStore | None = driver.backfills
     if store is None:
         return None

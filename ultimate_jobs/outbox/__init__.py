@@ -4,6 +4,7 @@ can never lose one. Not on until installed: :func:`install_outbox` (the facade) 
 :func:`outbox_relay` (``manage.py jobs_relay``). See docs/outbox.md.
 """
 
+from ..drivers.memory.outbox import MemoryOutboxStore, memory_outbox_store
 from ..drivers.postgres.outbox import PostgresOutboxStore, postgres_outbox_store
 from .boot import (
     install_outbox,
@@ -14,7 +15,6 @@ from .boot import (
     uninstall_outbox,
 )
 from .facade import OutboxFacade
-from .memory import MemoryOutboxStore, memory_outbox_store
 from .relay import OutboxRelay, RelayStats, outbox_relay
 from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_WAKE_CHANNEL, OutboxMode, OutboxRecord, OutboxStore
 

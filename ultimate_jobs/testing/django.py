@@ -19,8 +19,8 @@ from typing import Any
 
 from .. import registry
 from ..drivers.memory import MemoryDriver
+from ..drivers.memory.events import MemoryEventBus
 from ..events import reset_event_bus, set_event_bus
-from ..events.memory import MemoryEventBus
 from ..installed import set_job_clock, set_job_driver
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from django.utils.module_loading import import_string
-
-from ..conf import jobs_settings
+from ..conf import context_factory, jobs_settings
 from ..durations import Duration
 from ..errors import InvariantError
 from ..installed import job_driver
 from .build import job_worker
 from .runtime import JobWorker
-
-
-def context_factory(path: str | None) -> Callable[[], Any]:
-    """The ctx factory ``ULTIMATE_JOBS['CONTEXT']`` names (a dotted path to a zero-argument callable);
-    with none configured every run gets ``ctx=None``."""
-    if path is None:
-        return lambda: None
-    factory = import_string(path)
-    if not callable(factory):
-        raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})
-    return factory  # type: ignore[no-any-return]
 
 
 def parse_concurrency(values: list[str] | None) -> int | dict[str, int] | None:

@@ -46,9 +46,8 @@ from ..base import (
 )
 from ..purging import finished_cutoffs
 from ..wake_hub import WakeHub
-from . import lua_operator, lua_ops
 from .introspect import RedisIntrospection
-from .lua_core import PRELUDE
+from .queries import SCRIPTS
 from .rows import claimed_job, exhausted_job, step_json, text
 from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
 from .wake import RedisWake
@@ -57,36 +56,6 @@ DONE_TTL_MS = 7 * 86_400_000
 """How long a done row and its steps are kept by default (a week); dead and failed rows stay."""
 
 R = TypeVar("R")
-
-SCRIPTS: dict[str, str] = {
-    "enqueue": lua_ops.ENQUEUE,
-    "claim": lua_ops.CLAIM,
-    "ack": lua_ops.ACK,
-    "nack": lua_ops.NACK,
-    "heartbeat": lua_ops.HEARTBEAT,
-    "save_step": lua_ops.SAVE_STEP,
-    "record_progress": lua_ops.RECORD_PROGRESS,
-    "stats": lua_ops.STATS,
-    "purge": lua_ops.PURGE,
-    "list": lua_operator.LIST,
-    "remove": lua_operator.REMOVE,
-    "requeue": lua_operator.REQUEUE,
-    "cancel": lua_operator.CANCEL,
-    "promote": lua_operator.PROMOTE,
-    "requeue_many": lua_operator.REQUEUE_MANY,
-    "remove_many": lua_operator.REMOVE_MANY,
-    "promote_many": lua_operator.PROMOTE_MANY,
-    "resume_queue": lua_operator.RESUME_QUEUE,
-    "rollup": lua_operator.ROLLUP,
-    "leader_acquire": lua_operator.LEADER_ACQUIRE,
-    "leader_release": lua_operator.LEADER_RELEASE,
-    "lease": lua_operator.LEASE,
-    "scheduler_load": lua_operator.SCHEDULER_LOAD,
-    "scheduler_fire": lua_operator.SCHEDULER_FIRE,
-    "backfill_begin": lua_operator.BACKFILL_BEGIN,
-    "backfill_progress": lua_operator.BACKFILL_PROGRESS,
-    "backfill_finish": lua_operator.BACKFILL_FINISH,
-}
 
 
 def client_from_url(url: str) -> redis.Redis:
@@ -187,9 +156,8 @@ class RedisDriver:
         self.clock = clock or system_clock()
         self.done_ttl_ms = done_ttl_ms
         self.visibility_timeout_ms = visibility_timeout_ms
-        helpers = PRELUDE + lua_operator.HELPERS
         self._scripts: dict[str, Script] = {
-            name: self.client.register_script(helpers + body) for name, body in SCRIPTS.items()
+            name: self.client.register_script(source) for name, source in SCRIPTS.items()
         }
         self._introspect = RedisIntrospection(self)
         self._leases = RedisLeaseStore(self)

@@ -13,11 +13,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..clock import Clock
-from ..drivers.base import EnqueueRequest
-from ..errors import InvariantError
-from ..installed import job_clock
-from .store import (
+from ...clock import Clock
+from ...errors import InvariantError
+from ...installed import job_clock
+from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,
     OutboxRecord,
@@ -27,6 +26,7 @@ from .store import (
     check_limit,
     check_staged,
 )
+from ..base import EnqueueRequest
 
 
 @dataclass(slots=True)

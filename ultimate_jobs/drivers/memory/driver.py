@@ -2,7 +2,7 @@
 
 It passes the same conformance suite as Postgres: the live-key index, the claim fence, the
 final-attempt burial and every introspection member behave the same, error codes included. A claim
-reads per-queue heaps (:mod:`.memory_index`), never a sort of every row.
+reads per-queue heaps (:mod:`.index`), never a sort of every row.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from ..clock import Clock, system_clock
-from ..errors import ClaimQueuesEmptyError, JobDuplicateError
-from ..logs import log_event
-from .base import (
+from ...clock import Clock, system_clock
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...logs import log_event
+from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
@@ -32,91 +31,22 @@ from .base import (
     EnqueueRequest,
     ExhaustedJob,
     Heartbeat,
-    JobRecord,
     JobState,
     NackOptions,
-    Progress,
     QueueStats,
     StepRecord,
     WorkerInfo,
     nack_counter,
     nack_state,
 )
-from .memory_backfills import MemoryBackfillStore
-from .memory_index import ClaimEntry, ClaimIndex, claim_order
-from .memory_introspect import MemoryIntrospection, MemoryLeaseStore, copy_step
-from .memory_scheduler import MemoryLeaderStore, MemorySchedulerStore
-from .purging import finished_cutoffs
+from ..purging import finished_cutoffs
+from .index import ClaimEntry, ClaimIndex, claim_order
+from .introspect import MemoryIntrospection
+from .rows import MemoryRow, copy_step
+from .stores import MemoryBackfillStore, MemoryLeaderStore, MemoryLeaseStore, MemorySchedulerStore
 
 WakeListener = Callable[[str], None]
 STATS_STATES = frozenset((*LIVE_STATES, "dead"))  # what stats() counts: depth and the dead-letter queue
-
-
-@dataclass(slots=True)
-class MemoryRow:
-    """One mutable job row (private to the memory driver)."""
-
-    id: str
-    run_id: str
-    name: str
-    queue: str
-    tenant_id: str | None
-    idempotency_key: str
-    input: dict[str, Any]
-    max_attempts: int
-    priority: int
-    run_at_ms: int
-    created_at_ms: int
-    updated_at_ms: int
-    state: JobState
-    attempts: int = 0
-    seq: int = 0
-    stamp: int = 0  # the claim index's version of this row: entries under another stamp are stale
-    worker_id: str | None = None
-    claim: str | None = None
-    lease_until_ms: int | None = None
-    last_error: str | None = None
-    last_code: str | None = None
-    finished_at_ms: int | None = None
-    progress: Progress | None = None
-    enqueued_by: str | None = None
-    traceparent: str | None = None
-    concurrency_key: str | None = None
-    steps: dict[str, StepRecord] = field(default_factory=dict)
-
-    @property
-    def live_key(self) -> tuple[str, str, str]:
-        return (self.name, self.tenant_id or "", self.idempotency_key)
-
-    def owned_by(self, ref: ClaimRef) -> bool:
-        return self.state == "running" and self.worker_id == ref.worker_id and self.claim == ref.claim
-
-    def record(self) -> JobRecord:
-        return JobRecord(
-            id=self.id,
-            run_id=self.run_id,
-            name=self.name,
-            queue=self.queue,
-            state=self.state,
-            tenant_id=self.tenant_id,
-            idempotency_key=self.idempotency_key,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            priority=self.priority,
-            run_at_ms=self.run_at_ms,
-            created_at_ms=self.created_at_ms,
-            updated_at_ms=self.updated_at_ms,
-            input=copy.deepcopy(self.input),
-            last_error=self.last_error,
-            last_code=self.last_code,
-            finished_at_ms=self.finished_at_ms,
-            worker_id=self.worker_id,
-            lease_until_ms=self.lease_until_ms,
-            progress=self.progress,
-            enqueued_by=self.enqueued_by,
-            traceparent=self.traceparent,
-            concurrency_key=self.concurrency_key,
-        )
 
 
 class MemoryDriver:

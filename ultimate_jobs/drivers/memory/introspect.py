@@ -1,23 +1,20 @@
-"""The memory driver's operator surface (``JobIntrospection``) and lease store."""
+"""The memory driver's operator surface (``driver.introspect``, the ``JobIntrospection`` contract)."""
 
 from __future__ import annotations
 
 import builtins
-import copy
-import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ..clock import Clock
-from ..errors import (
+from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
     JobNotPromotableError,
     JobNotRemovableError,
     JobNotRequeueableError,
 )
-from .base import (
+from ..base import (
     COUNTER_TIERS,
     LIVE_STATES,
     MAX_BULK_ROWS,
@@ -40,16 +37,12 @@ from .base import (
     check_page,
     decode_cursor,
 )
+from .rows import MemoryRow, copy_step
 
 if TYPE_CHECKING:
-    from .memory import MemoryDriver, MemoryRow
+    from .driver import MemoryDriver
 
 CounterField = Literal["done", "retried", "failed", "dead"]
-
-
-def copy_step(step: StepRecord) -> StepRecord:
-    """A step record sharing no mutable object with ``step``: what is stored is what was saved, as in a database."""
-    return replace(step, output=copy.deepcopy(step.output), meta=copy.deepcopy(dict(step.meta)))
 
 
 class MemoryIntrospection:
@@ -360,55 +353,3 @@ def _matches(row: MemoryRow, flt: JobFilter) -> bool:
 def _bucket(job: str, width: int, start: int, values: Iterable[int]) -> CounterBucket:
     done, retried, failed, dead, duration = values
     return CounterBucket(job, start, width, done, retried, failed, dead, duration)
-
-
-class MemoryLeaseStore:
-    """Fleet slots in one heap: ``key -> [(holder, expires_at_ms)]`` in slot order."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._slots: dict[str, list[tuple[str, int]]] = {}
-
-    def _live(self, key: str) -> list[tuple[str, int]]:
-        now = self._clock.now_ms()
-        slots = [(h, exp) for h, exp in self._slots.get(key, []) if exp > now]
-        if slots:
-            self._slots[key] = slots
-        else:
-            self._slots.pop(key, None)
-        return slots
-
-    def acquire(self, key: str, holder: str, *, limit: int, ttl_ms: int) -> bool:
-        with self._lock:
-            slots = self._live(key)
-            expires = self._clock.now_ms() + ttl_ms
-            for i, (h, _) in enumerate(slots):
-                if h == holder:
-                    slots[i] = (holder, expires)
-                    return True
-            if len(slots) >= limit:
-                return False
-            self._slots[key] = [*slots, (holder, expires)]
-            return True
-
-    def renew(self, key: str, holder: str, *, ttl_ms: int) -> bool:
-        with self._lock:
-            slots = self._live(key)
-            for i, (h, _) in enumerate(slots):
-                if h == holder:
-                    slots[i] = (holder, self._clock.now_ms() + ttl_ms)
-                    return True
-            return False
-
-    def release(self, key: str, holder: str) -> None:
-        with self._lock:
-            slots = [(h, exp) for h, exp in self._live(key) if h != holder]
-            if slots:
-                self._slots[key] = slots
-            else:
-                self._slots.pop(key, None)
-
-    def holders(self, key: str) -> list[str]:
-        with self._lock:
-            return [h for h, _ in self._live(key)]

@@ -1,4 +1,5 @@
-"""One Lua script per driver operation (the prelude in :mod:`.lua_core` is prepended to each).
+"""The Lua of the hot path: enqueue, claim, the settles, heartbeat, steps, stats, purge and fleet slots
+(``driver.leases``) — one script per operation, the prelude of :mod:`.prelude` prepended to each.
 
 Arguments are passed in ``ARGV`` as text; batches travel as one JSON document. A script answers
 nested arrays of text (a row is its ``HGETALL``), which the driver decodes into its records — except
@@ -192,4 +193,32 @@ while gone < limit do
   end
 end
 return gone
+"""
+
+LEASE = r"""
+local op, key, holder, now = ARGV[1], ARGV[2], ARGV[3], num(ARGV[4])
+local o, e = T .. ':lease:o:' .. key, T .. ':lease:e:' .. key
+local live = {}
+for _, h in ipairs(redis.call('ZRANGE', o, 0, -1)) do
+  local exp = redis.call('HGET', e, h)
+  if exp and num(exp) > now then table.insert(live, h) else
+    redis.call('ZREM', o, h)
+    redis.call('HDEL', e, h)
+  end
+end
+if op == 'holders' then return live end
+if op == 'release' then
+  redis.call('ZREM', o, holder)
+  redis.call('HDEL', e, holder)
+  return 1
+end
+local expires = fmt(now + num(ARGV[5]))
+if redis.call('HEXISTS', e, holder) == 1 then
+  redis.call('HSET', e, holder, expires)
+  return 1
+end
+if op == 'renew' or #live >= tonumber(ARGV[6]) then return 0 end
+redis.call('ZADD', o, redis.call('INCR', T .. ':lease:seq'), holder)
+redis.call('HSET', e, holder, expires)
+return 1
 """

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from .memory import MemoryRow
+    from .rows import MemoryRow
 
 WAITING_STATES = frozenset({"ready", "delayed", "suspended"})
 REBUILD_SLACK = 1024  # stale entries tolerated beyond one per row before a rebuild

@@ -1,4 +1,5 @@
-"""The Lua the Redis driver runs: a shared prelude and one script per operation.
+"""The Lua prepended to every script the Redis driver runs: key builders, state moves and the
+operator's shared helpers (:data:`PRELUDE`, :data:`HELPERS`).
 
 Every key a script touches is built from ``KEYS[1]``, the driver's hash tag (``{x}`` for prefix ``x``),
 so all of a store's keys live in one Redis Cluster slot and each script runs atomically on the node
@@ -11,7 +12,7 @@ Numbers are stored as the decimal text the caller sent, and scripts compare them
 
 from __future__ import annotations
 
-from ..base import COUNTER_TIERS
+from ...base import COUNTER_TIERS
 
 _TIERS = ", ".join(f"{{{width}, {keep}}}" for width, keep in COUNTER_TIERS)
 
@@ -234,3 +235,41 @@ local function insert(reqs, now)
 end
 """
 )
+
+# the helpers the operator, scheduler and ledger scripts share (byte order, a reset, bulk selection)
+HELPERS = r"""
+-- byte order, as the sorted sets keep it (Lua's own comparison follows the server's locale)
+local function blt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+local function reset(id, now)
+  redis.call('HSET', jk(id), 'attempts', '0', 'run_at', now)
+  redis.call('HDEL', jk(id), 'progress')
+  set_state(id, 'ready', now)
+end
+
+local function bulk_rows(f)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', stk(f.state), 0, -1)) do
+    local h = redis.call('HMGET', jk(id), 'queue', 'name', 'tenant', 'run_at', 'key')
+    if h[1] and (not opt(f.queue) or h[1] == f.queue) and (not opt(f.name) or h[2] == f.name)
+      and (not opt(f.tenant) or h[3] == f.tenant) then
+      table.insert(out, {id, h[1], livekey(h[2], h[3], h[5]), h[4]})
+    end
+  end
+  return out
+end
+
+local function wake_all(set)
+  local qs = {}
+  for q in pairs(set) do table.insert(qs, q) end
+  table.sort(qs)
+  for _, q in ipairs(qs) do wake(q) end
+end
+"""

@@ -1,0 +1,50 @@
+"""The Redis backend's script catalogue: every Lua script the Redis driver runs, one constant each, a
+module per entity — as the SQL backends keep their statements in ``queries/``.
+
+- :mod:`.prelude` — the key builders, state moves and helpers prepended to every script;
+- :mod:`.jobs` — enqueue, claim, settles, heartbeat, stats, purge, fleet slots (the hot path);
+- :mod:`.introspect` — the operator surface (``driver.introspect``);
+- :mod:`.scheduler` — the leader lease, watermarks and the fire; :mod:`.backfills` — the backfill ledger.
+
+:data:`SCRIPTS` maps the name :meth:`RedisDriver.run` takes to the full source it registers.
+"""
+
+from __future__ import annotations
+
+from . import backfills, introspect, jobs, scheduler
+from .prelude import HELPERS, PRELUDE
+
+_BODIES: dict[str, str] = {
+    "enqueue": jobs.ENQUEUE,
+    "claim": jobs.CLAIM,
+    "ack": jobs.ACK,
+    "nack": jobs.NACK,
+    "heartbeat": jobs.HEARTBEAT,
+    "save_step": jobs.SAVE_STEP,
+    "record_progress": jobs.RECORD_PROGRESS,
+    "stats": jobs.STATS,
+    "purge": jobs.PURGE,
+    "lease": jobs.LEASE,
+    "list": introspect.LIST,
+    "remove": introspect.REMOVE,
+    "requeue": introspect.REQUEUE,
+    "cancel": introspect.CANCEL,
+    "promote": introspect.PROMOTE,
+    "requeue_many": introspect.REQUEUE_MANY,
+    "remove_many": introspect.REMOVE_MANY,
+    "promote_many": introspect.PROMOTE_MANY,
+    "resume_queue": introspect.RESUME_QUEUE,
+    "rollup": introspect.ROLLUP,
+    "leader_acquire": scheduler.LEADER_ACQUIRE,
+    "leader_release": scheduler.LEADER_RELEASE,
+    "scheduler_load": scheduler.SCHEDULER_LOAD,
+    "scheduler_fire": scheduler.SCHEDULER_FIRE,
+    "backfill_begin": backfills.BACKFILL_BEGIN,
+    "backfill_progress": backfills.BACKFILL_PROGRESS,
+    "backfill_finish": backfills.BACKFILL_FINISH,
+}
+
+SCRIPTS: dict[str, str] = {name: PRELUDE + HELPERS + body for name, body in _BODIES.items()}
+"""Every script by the name the driver runs it under, prelude and helpers included."""
+
+__all__ = ["SCRIPTS"]

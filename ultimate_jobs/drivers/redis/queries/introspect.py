@@ -1,0 +1,165 @@
+"""The Lua behind the Redis driver's operator surface (``driver.introspect``): list, remove, requeue,
+cancel, promote, the bulk forms, a queue's resume and the counters' rollup."""
+
+from __future__ import annotations
+
+LIST = r"""
+local f = cjson.decode(ARGV[1])
+local limit = tonumber(f.limit)
+local idx = T .. ':all'
+if opt(f.state) then idx = stk(f.state) end
+local function match(id)
+  local h = redis.call('HMGET', jk(id), 'queue', 'name', 'state', 'tenant', 'key')
+  if not h[1] then return false end
+  if opt(f.queue) and h[1] ~= f.queue then return false end
+  if opt(f.name) and h[2] ~= f.name then return false end
+  if opt(f.state) and h[3] ~= f.state then return false end
+  if opt(f.tenant) and h[4] ~= f.tenant then return false end
+  if opt(f.key) and h[5] ~= f.key then return false end
+  if opt(f.prefix) and string.sub(id, 1, #f.prefix) ~= f.prefix then return false end
+  return true
+end
+local lo, hi = '-inf', '+inf'
+if opt(f.from) then lo = f.from end
+if opt(f.to) then hi = '(' .. f.to end
+local out, offset = {}, 0
+if opt(f.before) then
+  local c, ci = f.before[1], f.before[2]
+  if not opt(f.from) or num(c) > num(f.from) then lo = c end
+  while #out < limit do
+    local batch = redis.call('ZRANGEBYSCORE', idx, lo, hi, 'WITHSCORES', 'LIMIT', offset, 200)
+    if #batch == 0 then break end
+    offset = offset + #batch / 2
+    for i = 1, #batch, 2 do
+      local id, score = batch[i], num(batch[i + 1])
+      if (score > num(c) or blt(ci, id)) and #out < limit and match(id) then table.insert(out, id) end
+    end
+  end
+  local rev = {}
+  for i = #out, 1, -1 do table.insert(rev, out[i]) end
+  out = rev
+else
+  local c, ci = nil, nil
+  if opt(f.after) then
+    c, ci = f.after[1], f.after[2]
+    if not opt(f.to) or num(c) < num(f.to) then hi = c end
+  end
+  while #out < limit do
+    local batch = redis.call('ZREVRANGEBYSCORE', idx, hi, lo, 'WITHSCORES', 'LIMIT', offset, 200)
+    if #batch == 0 then break end
+    offset = offset + #batch / 2
+    for i = 1, #batch, 2 do
+      local id, score = batch[i], num(batch[i + 1])
+      if (not c or score < num(c) or blt(id, ci)) and #out < limit and match(id) then table.insert(out, id) end
+    end
+  end
+end
+local rows = {}
+for _, id in ipairs(out) do table.insert(rows, redis.call('HGETALL', jk(id))) end
+return rows
+"""
+
+REMOVE = r"""
+local st = redis.call('HGET', jk(ARGV[1]), 'state')
+if not st then return 'nf' end
+if st == 'running' then return 'running' end
+delete(ARGV[1])
+return 'ok'
+"""
+
+REQUEUE = r"""
+local id, now, from = ARGV[1], ARGV[2], ARGV[3]
+local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue')
+if not h[1] then return {'nf'} end
+if LIVE[h[1]] then return {'live', h[1]} end
+local holder = redis.call('HGET', T .. ':live', livekey(h[2], h[3], h[4]))
+if holder then return {'dup', holder} end
+if from ~= '' then
+  local cut = redis.call('HGET', sk(id), from)
+  if not cut then return {'nostep'} end
+  local cseq = cjson.decode(cut).seq
+  local flat = redis.call('HGETALL', sk(id))
+  for i = 1, #flat, 2 do
+    if cjson.decode(flat[i + 1]).seq >= cseq then redis.call('HDEL', sk(id), flat[i]) end
+  end
+end
+reset(id, now)
+wake(h[5])
+return {'ok', redis.call('HGETALL', jk(id))}
+"""
+
+CANCEL = r"""
+local id, now = ARGV[1], ARGV[2]
+local st = redis.call('HGET', jk(id), 'state')
+if not st or not LIVE[st] then return {} end
+set_state(id, 'cancelled', now)
+redis.call('HSET', jk(id), 'err', ARGV[3], 'code', 'X_JOB_CANCELLED')
+return redis.call('HGETALL', jk(id))
+"""
+
+PROMOTE = r"""
+local id, now = ARGV[1], ARGV[2]
+local h = redis.call('HMGET', jk(id), 'state', 'run_at', 'queue')
+if not h[1] then return {'nf'} end
+if not (h[1] == 'delayed' or h[1] == 'ready') or num(h[2]) <= num(now) then return {'np', h[1]} end
+redis.call('HSET', jk(id), 'run_at', now)
+set_state(id, 'ready', now)
+wake(h[3])
+return {'ok', redis.call('HGETALL', jk(id))}
+"""
+
+REQUEUE_MANY = r"""
+local f, now, max = cjson.decode(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local affected, moved = 0, {}
+for _, r in ipairs(bulk_rows(f)) do
+  if affected >= max then break end
+  if redis.call('HEXISTS', T .. ':live', r[3]) == 0 then
+    reset(r[1], now)
+    affected = affected + 1
+    moved[r[2]] = true
+  end
+end
+local keys, remaining = {}, 0
+for _, r in ipairs(bulk_rows(f)) do
+  if not keys[r[3]] and redis.call('HEXISTS', T .. ':live', r[3]) == 0 then
+    keys[r[3]] = true
+    remaining = remaining + 1
+  end
+end
+wake_all(moved)
+return {affected, remaining}
+"""
+
+REMOVE_MANY = r"""
+local f, max = cjson.decode(ARGV[1]), tonumber(ARGV[2])
+local rows = bulk_rows(f)
+local affected = math.min(#rows, max)
+for i = 1, affected do delete(rows[i][1]) end
+return {affected, #rows - affected}
+"""
+
+PROMOTE_MANY = r"""
+local f, now, max = cjson.decode(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local waiting = {}
+for _, r in ipairs(bulk_rows(f)) do
+  if num(r[4]) > num(now) then table.insert(waiting, r) end
+end
+local affected, moved = math.min(#waiting, max), {}
+for i = 1, affected do
+  redis.call('HSET', jk(waiting[i][1]), 'run_at', now)
+  set_state(waiting[i][1], 'ready', now)
+  moved[waiting[i][2]] = true
+end
+wake_all(moved)
+return {affected, #waiting - affected}
+"""
+
+RESUME_QUEUE = r"""
+redis.call('SREM', T .. ':paused:queues', ARGV[1])
+wake(ARGV[1])
+return 1
+"""
+
+ROLLUP = r"""
+return fold_counters(num(ARGV[1]))
+"""
