@@ -93,8 +93,8 @@ def close_connections() -> None:
 
 def driver_available() -> str | None:
     """``None`` when the postgres driver builds; else why not (the bench then reports ours as missing)."""
+    from ultimate_jobs.core.installed import job_driver
     from ultimate_jobs.errors import UltimateError
-    from ultimate_jobs.installed import job_driver
 
     try:
         job_driver()
@@ -126,7 +126,7 @@ def enqueue_single(n: int) -> None:
 
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
-    from ultimate_jobs.installed import job_driver
+    from ultimate_jobs.core.installed import job_driver
 
     close_connections()
     driver = job_driver()
@@ -249,7 +249,7 @@ def case_memory(sub: Subject, plan: Plan, log: Path) -> Figures:
 def case_outbox(sub: Subject, plan: Plan, log: Path) -> Figures:
     """Pickup latency through the transactional outbox: an idle worker process and an idle relay process
     (``python manage.py jobs_relay``); each probe is staged in ``transaction.atomic()`` with the outbox
-    facade installed (mode required), and its latency runs from the block's COMMIT to the body's start."""
+    router installed (mode required), and its latency runs from the block's COMMIT to the body's start."""
     from django.db import transaction
 
     from bench.jobs import bench_probe
@@ -292,7 +292,7 @@ def case_history(plan: Plan) -> Figures:
     from prometheus_client import generate_latest
 
     from ultimate_jobs import operator
-    from ultimate_jobs.metrics import metrics_registry
+    from ultimate_jobs.features.metrics import metrics_registry
 
     def median_ms(call: Any) -> float:
         samples = []

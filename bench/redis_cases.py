@@ -83,7 +83,7 @@ class Ours(Library):
 
         django.setup()
         from bench import redis_jobs
-        from ultimate_jobs.installed import job_driver
+        from ultimate_jobs.core.installed import job_driver
 
         self.jobs = redis_jobs
         self.driver = job_driver()

@@ -80,9 +80,9 @@ def measure(*, window_s: float, warmup_s: float, tasks: int = TASKS) -> dict[str
     from bench.jobs import bench_noop
     from ultimate_jobs import job_scheduler, lease_leader, task
     from ultimate_jobs.conf import jobs_settings
+    from ultimate_jobs.core.installed import job_clock
     from ultimate_jobs.drivers.postgres.driver import PostgresDriver
     from ultimate_jobs.drivers.postgres.executor import django_executor
-    from ultimate_jobs.installed import job_clock
     from ultimate_jobs.scheduler.boot import scheduler_from_settings
 
     def entries(occurrence_ms: int) -> list[tuple[Any, Any]]:

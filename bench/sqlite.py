@@ -97,8 +97,8 @@ def fresh() -> None:
 @contextmanager
 def installed() -> Iterator[Any]:
     """The SQLite driver over the ``sqlite`` alias as the process's driver for the block."""
+    from ultimate_jobs.core.installed import set_job_driver
     from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
-    from ultimate_jobs.installed import set_job_driver
 
     driver = SqliteDriver(alias="sqlite")
     set_job_driver(driver)

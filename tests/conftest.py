@@ -14,13 +14,13 @@ import pytest
 from django.db import connection, connections
 from django.test import TransactionTestCase
 
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_clock, set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.events import MemoryEventBus
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
 from ultimate_jobs.events import reset_event_bus, set_event_bus
-from ultimate_jobs.installed import set_job_clock, set_job_driver
 from ultimate_jobs.testing import FrozenClock
 
 D = TypeVar("D", bound=MemoryDriver | PostgresDriver)
@@ -140,7 +140,7 @@ def own_backfills() -> Iterator[None]:
     """Only the backfills this test declares are declared: the ones the installed apps declare at start-up
     (the demo shop's) are unregistered for the test — out of ``registered_backfills()``,
     ``pending_backfills()``, ``jobs_backfill`` and the Backfills page — and registered again after it."""
-    from ultimate_jobs.backfills import is_backfill
+    from ultimate_jobs.features.backfills import is_backfill
 
     hidden = [h for h in registry.registered("job") if is_backfill(h)]
     for handle in hidden:

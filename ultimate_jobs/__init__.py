@@ -7,25 +7,25 @@
 >>> send_welcome.enqueue({"user_id": 7})
 """
 
-from .backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills
-from .clock import Clock, SystemClock, system_clock
-from .context import Actor, cross_tenant
-from .definition import Concurrency, JobDescriptor, JobHandle, job
+from .core.clock import Clock, SystemClock, system_clock
+from .core.definition import Concurrency, JobDescriptor, JobHandle, job
+from .core.execute import AttemptEnv, JobExecution, Settled, execute_job, job_lease_key
+from .core.installed import job_clock, job_driver, set_job_clock, set_job_driver
+from .core.retry import RetryPolicy, is_final_attempt, retry_schedule
+from .core.routing import set_jobs_router
+from .core.run import JobRun
+from .core.scope import Actor, cross_tenant
+from .core.signals import CancelSignal, current_signal
+from .core.steps import Step, StepSuspension
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
 from .events import events_purge_target, postgres_event_bus, publish_event, reset_event_bus, set_event_bus
-from .execute import AttemptEnv, JobExecution, Settled, execute_job, job_lease_key
-from .exports import export_part_key, export_rows
-from .facade import set_jobs_facade
-from .installed import job_clock, job_driver, set_job_clock, set_job_driver
-from .limits import LimitConfig
+from .features.backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills
+from .features.exports import export_part_key, export_rows
+from .features.purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
+from .guards.limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
-from .purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
-from .retry import RetryPolicy, is_final_attempt, retry_schedule
-from .run import JobRun
 from .scheduler import JobScheduler, TaskHandle, job_scheduler, lease_leader, next_task_run, task
-from .signals import CancelSignal, current_signal
-from .steps import Step, StepSuspension
 from .webhooks import (
     WebhookLedger,
     django_webhook_ledger,
@@ -45,7 +45,7 @@ def __getattr__(name: str) -> object:
     """``TenantScopedModel``/``TenantScopedQuerySet`` import Django models, so they load on first use
     (an app's package must not import models before the app registry is ready)."""
     if name in ("TenantScopedModel", "TenantScopedQuerySet"):
-        from . import tenancy
+        from .guards import tenancy
 
         return getattr(tenancy, name)
     raise AttributeError(f"module 'ultimate_jobs' has no attribute {name!r}")
@@ -118,7 +118,7 @@ __all__ = [
     "set_event_bus",
     "set_job_clock",
     "set_job_driver",
-    "set_jobs_facade",
+    "set_jobs_router",
     "system_clock",
     "task",
     "verify_webhook_signature",

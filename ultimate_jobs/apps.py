@@ -12,7 +12,7 @@ from django.utils.module_loading import autodiscover_modules
 
 
 class UltimateJobsConfig(AppConfig):
-    """Declares the app's own retention sweep and hourly task (:mod:`ultimate_jobs.retention`), imports every
+    """Declares the app's own retention sweep and hourly task (:mod:`ultimate_jobs.features.retention`), imports every
     installed app's ``jobs`` and ``tasks`` modules, then ``ULTIMATE_JOBS['MODULES']``; installs the outbox
     when ``ULTIMATE_JOBS['OUTBOX']`` is ``"optional"`` or ``"required"``."""
 
@@ -22,8 +22,8 @@ class UltimateJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import retention  # noqa: F401 — declares the app's own sweep (x.purge) and its hourly task
         from .conf import read_settings
+        from .features import retention  # noqa: F401 — declares the app's own sweep (x.purge) and its hourly task
         from .outbox.boot import install_outbox_from_settings
 
         autodiscover_modules("jobs", "tasks")
@@ -33,7 +33,7 @@ class UltimateJobsConfig(AppConfig):
         install_outbox_from_settings()
         _add_django_tasks_source()
         checks.register(check_settings, "ultimate_jobs")
-        from . import row_security
+        from .guards import row_security
 
         row_security.install()
 
@@ -41,7 +41,7 @@ class UltimateJobsConfig(AppConfig):
 def _add_django_tasks_source() -> None:
     """A worker runs the Django tasks a ``JobsBackend`` queued: the registry asks the backend's module for
     the names no ``@job`` holds. Without ``django.tasks`` (Django 5.2 without the backport) there are none."""
-    from . import registry
+    from .core import registry
 
     try:
         from .django_tasks import TASKS_SOURCE

@@ -150,8 +150,8 @@ def undeclared_capabilities(driver: object) -> list[str]:
 
 
 def _concurrency(driver: str) -> list[checks.CheckMessage]:
-    from . import registry
-    from .definition import JobHandle
+    from .core import registry
+    from .core.definition import JobHandle
 
     declaring = sorted(
         h.name for h in registry.registered("job") if isinstance(h, JobHandle) and h.concurrency is not None

@@ -21,13 +21,13 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from .core.durations import parse_duration
+from .core.installed import job_clock, register_builders
 from .defaults import DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_REDIS_URL, DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
 from .drivers.base import JobDriver, JobState
-from .durations import parse_duration
 from .errors import DriverUnavailableError, InvariantError, UltimateError
 from .events.base import EventBus
-from .installed import job_clock, register_builders
-from .limits import LimitConfig
+from .guards.limits import LimitConfig
 
 DRIVERS = ("postgres", "sqlite", "redis", "memory")
 DRIVER_FOR_VENDOR = {"postgresql": "postgres", "sqlite": "sqlite"}
@@ -459,4 +459,4 @@ def build_event_bus() -> EventBus:
     return MemoryEventBus()
 
 
-register_builders(driver=build_driver, event_bus=build_event_bus)
+register_builders(driver=build_driver, event_bus=build_event_bus, database=lambda: jobs_settings().database)

@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from . import registry
-from .definition import JobHandle
+from .core import registry
+from .core.definition import JobHandle
+from .core.retry import RetryPolicy, retry_policy
+from .core.run import JobRun
 from .drivers.base import EnqueueRequest, JobRecord, StepRecord
 from .errors import InvariantError
-from .retry import RetryPolicy, retry_policy
-from .run import JobRun
 
 if TYPE_CHECKING:  # mypy reads the typed backport; Django 6's module has the same names and shapes
     from django_tasks import TaskResult
@@ -184,11 +184,11 @@ class JobsBackend(BaseTaskBackend):
     def enqueue(self, task: Task[..., Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """Write the task's row (in the caller's transaction when the outbox is installed) and answer
         its ``TaskResult``, READY. Arguments must be JSON (``X_VALIDATION`` otherwise)."""
-        from .facade import jobs_facade
+        from .core.routing import jobs_router
 
         self.validate_task(task)
         request = self._request(task, args, kwargs)
-        enqueued = jobs_facade().enqueue(request)
+        enqueued = jobs_router().enqueue(request)
         now = datetime.now(UTC)
         result: TaskResult[Any] = TaskResult(
             task=task,
@@ -218,7 +218,7 @@ class JobsBackend(BaseTaskBackend):
         """The task's result read from its row: status, the last attempt's error, the return value once
         SUCCESSFUL. ``TaskResultDoesNotExist`` when no row has that id (never enqueued, or purged by
         retention) or the row is a ``@job``'s, not a Django task's."""
-        from .installed import job_driver
+        from .core.installed import job_driver
 
         try:
             job_id = str(uuid.UUID(str(result_id)))

@@ -8,8 +8,8 @@
 
 from django.urls import path
 
-from . import views
-from .metrics_view import metrics_view
+from .integration import views
+from .integration.metrics_view import metrics_view
 
 app_name = "ultimate_jobs"
 

@@ -11,8 +11,8 @@ from typing import TypeAlias
 
 from django.db import connection
 
-from ultimate_jobs.clock import Clock
 from ultimate_jobs.conf import jobs_settings
+from ultimate_jobs.core.clock import Clock
 from ultimate_jobs.drivers.base import FINISHED_STATES, JobFilter, job_cursor
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.redis import RedisDriver

@@ -1,10 +1,10 @@
-"""The demo shop's one table: orders, owned by an org (tenant-scoped through ultimate_jobs.tenancy)."""
+"""The demo shop's one table: orders, owned by an org (tenant-scoped through ultimate_jobs.guards.tenancy)."""
 
 from __future__ import annotations
 
 from django.db import models
 
-from ultimate_jobs.tenancy import TenantScopedModel
+from ultimate_jobs.guards.tenancy import TenantScopedModel
 
 
 class Order(TenantScopedModel):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ultimate_jobs import operator, set_job_clock, set_job_driver
-from ultimate_jobs.retention import retention_sweep
+from ultimate_jobs.features.retention import retention_sweep
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 from .backend import DemoDriver, demo_driver, finished_rows

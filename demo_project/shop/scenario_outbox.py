@@ -3,7 +3,7 @@ are written in ONE ``transaction.atomic()`` block. A committed checkout is relay
 whose card is declined rolls back and leaves neither an order nor a job.
 
 Runs in-process on the demo database's driver (SQLite or Postgres) and a frozen clock, with the outbox
-facade installed for the part (``mode="required"``: an enqueue outside a transaction would be
+router installed for the part (``mode="required"``: an enqueue outside a transaction would be
 ``X_OUTBOX_NO_TX``), a relay driven one pass at a time, and ``run_jobs`` over the ``checkout`` queue only.
 ``shop_demo`` prints the lines :func:`run_outbox_part` answers.
 """
@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from django.db import transaction
 
 from ultimate_jobs import set_job_clock, set_job_driver
-from ultimate_jobs.facade import set_jobs_facade
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.models import OutboxRow
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 from .backend import DemoDriver, demo_driver, demo_outbox_store
@@ -37,16 +37,16 @@ class CardDeclined(Exception):
 
 
 @contextmanager
-def outbox_installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[OutboxFacade]:
-    """The clock, the driver and the outbox facade, installed process-wide for the block."""
-    facade = OutboxFacade(store=demo_outbox_store(clock), driver=driver, mode="required")
+def outbox_installed(clock: FrozenClock, driver: DemoDriver) -> Iterator[OutboxRouter]:
+    """The clock, the driver and the outbox router, installed process-wide for the block."""
+    router = OutboxRouter(store=demo_outbox_store(clock), driver=driver, mode="required")
     set_job_clock(clock)
     set_job_driver(driver)
-    set_jobs_facade(facade)
+    set_jobs_router(router)
     try:
-        yield facade
+        yield router
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
         set_job_driver(None)
         set_job_clock(None)
 
@@ -74,10 +74,10 @@ def run_outbox_part() -> list[str]:
     Order.objects.filter(org_id=ORG, number__in=(COMMITTED, DECLINED)).delete()
     OutboxRow.objects.all().delete()
     lines = ["transactional outbox: the checkout writes the Order row and enqueues confirm_order in ONE atomic()"]
-    with outbox_installed(clock, driver) as facade:
+    with outbox_installed(clock, driver) as router:
         kept = checkout(COMMITTED)
         lost = checkout(DECLINED, declined=True)
-        staged = facade.store.backlog()
+        staged = router.store.backlog()
         jobs_before = sum(driver.introspect.get(job_id) is not None for job_id in (kept, lost))
         lines.append(
             f"  order {COMMITTED}: committed — enqueue() answered job {kept[-8:]} inside the transaction; "
@@ -88,7 +88,7 @@ def run_outbox_part() -> list[str]:
             f"{Order.objects.filter(org_id=ORG, number=DECLINED).count()}, x_outbox rows for job {lost[-8:]} "
             f"{OutboxRow.objects.filter(id=lost).count()}"
         )
-        relay = outbox_relay(store=facade.store, driver=driver, clock=clock, relay_id="demo-relay")
+        relay = outbox_relay(store=router.store, driver=driver, clock=clock, relay_id="demo-relay")
         published = relay.run_once()
         lines.append(f"  relay: published {published} row after the COMMIT, under its own id (the job id)")
         report = run_jobs(driver, clock=clock, queues=["checkout"], context=lambda: shop, advance=False)

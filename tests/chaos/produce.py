@@ -30,7 +30,7 @@ class Declined(Exception):
 
 def enqueue_jobs(count: int) -> None:
     from tests.chaos.workload import chaos_steps
-    from ultimate_jobs.installed import job_driver
+    from ultimate_jobs.core.installed import job_driver
 
     driver = job_driver()
     for start in range(0, count, BATCH):

@@ -11,7 +11,7 @@ from django.db import connection
 
 from tests.secapp.models import Post
 from ultimate_jobs import backfill
-from ultimate_jobs.signals import CancelSignal
+from ultimate_jobs.core.signals import CancelSignal
 
 QUEUE = "e2e-pg"
 BATCH = 1_000

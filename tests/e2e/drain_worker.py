@@ -30,8 +30,8 @@ def main() -> int:
     django.setup()
 
     from ultimate_jobs import JobRun, job
+    from ultimate_jobs.core.installed import set_job_driver
     from ultimate_jobs.drivers.memory import MemoryDriver
-    from ultimate_jobs.installed import set_job_driver
     from ultimate_jobs.worker import job_worker
 
     driver = MemoryDriver()

@@ -51,7 +51,7 @@ def main() -> int:
     django.setup()
     from django.db import connection
 
-    from ultimate_jobs.installed import job_driver
+    from ultimate_jobs.core.installed import job_driver
     from ultimate_jobs.outbox import relay_from_settings
 
     driver = Stalling(job_driver(), args.stall) if args.stall else job_driver()

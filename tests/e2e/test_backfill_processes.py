@@ -26,9 +26,10 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used 
 )
 from tests.helpers import eventually
 from tests.secapp.models import Post
-from ultimate_jobs import operator, registry
+from ultimate_jobs import operator
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,7 +7,7 @@ import pytest
 
 from demo_project.shop.models import Order
 from demo_project.shop.scenario_outbox import COMMITTED, DECLINED, ORG, run_outbox_part
-from ultimate_jobs.facade import DirectFacade, jobs_facade
+from ultimate_jobs.core.routing import DirectRouter, jobs_router
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -22,4 +22,4 @@ def test_the_outbox_part_runs_the_committed_checkout_and_nothing_for_the_rolled_
     assert f"confirm_order for order {DECLINED}: no job exists — it never ran (0 runs)" in text
     assert Order.objects.get(org_id=ORG, number=COMMITTED).emailed == 1
     assert not Order.objects.filter(org_id=ORG, number=DECLINED).exists()
-    assert isinstance(jobs_facade(), DirectFacade)  # the part puts the direct fallback back
+    assert isinstance(jobs_router(), DirectRouter)  # the part puts the direct fallback back

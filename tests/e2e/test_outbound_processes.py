@@ -34,9 +34,10 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used 
 from tests.helpers import eventually
 from tests.secapp.models import Post
 from tests.webhook_receiver import Receiver, Reply, running_receiver
-from ultimate_jobs import export_part_key, registry, verify_webhook_signature
+from ultimate_jobs import export_part_key, verify_webhook_signature
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.models import WebhookDelivery
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

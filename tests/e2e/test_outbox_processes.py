@@ -24,11 +24,11 @@ from django.db import connection, transaction
 
 from tests.e2e.test_postgres_processes import POLL_S, REPO, START_S, Child, effects_table, query  # noqa: F401
 from tests.helpers import eventually
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.installed import set_job_driver
-from ultimate_jobs.outbox import OutboxFacade, postgres_outbox_store
+from ultimate_jobs.outbox import OutboxRouter, postgres_outbox_store
 
 pytestmark = [
     pytest.mark.e2e,
@@ -72,9 +72,9 @@ def children() -> Iterator[Start]:
 
 @dataclass
 class Staging:
-    """This process's outbox: the facade installed over the test database, and the e2e job handles."""
+    """This process's outbox: the router installed over the test database, and the e2e job handles."""
 
-    facade: OutboxFacade
+    router: OutboxRouter
     jobs: ModuleType
 
     def commit(self, *keys: str) -> list[str]:
@@ -89,12 +89,12 @@ def staging() -> Iterator[Staging]:
 
     driver = PostgresDriver()
     set_job_driver(driver)
-    facade = OutboxFacade(store=postgres_outbox_store(), driver=driver, mode="required")
-    set_jobs_facade(facade)
+    router = OutboxRouter(store=postgres_outbox_store(), driver=driver, mode="required")
+    set_jobs_router(router)
     try:
-        yield Staging(facade, pg_jobs)
+        yield Staging(router, pg_jobs)
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
         set_job_driver(None)
         for name in ("record_effect", "hold_retry", "hold_once"):
             registry.unregister(name)  # declared for the children; this process only stages
@@ -226,7 +226,7 @@ def test_two_relays_over_a_thousand_staged_rows_publish_every_job_exactly_once(
                 staging.jobs.record_effect.build_request({"key": f"bulk-{i:04d}"})
                 for i in range(start, start + BULK_TX)
             ]
-            staged += [a.id for a in staging.facade.enqueue_many(requests)]
+            staged += [a.id for a in staging.router.enqueue_many(requests)]
     relays = start_relays(children, "R1", "R2", batch_size=10)
 
     try:

@@ -29,9 +29,9 @@ import pytest
 from django.db import connection
 
 from tests.helpers import eventually
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

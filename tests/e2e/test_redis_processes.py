@@ -26,11 +26,11 @@ import redis
 
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S, EXIT_S, POLL_S, START_S, Child
 from tests.helpers import eventually
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.base import JobFilter, JobRecord
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

@@ -24,10 +24,11 @@ from django.db import connection
 
 from tests.e2e.test_postgres_processes import EXIT_S, POLL_S, START_S, Child
 from tests.helpers import eventually
-from ultimate_jobs import postgres_event_bus, registry
+from ultimate_jobs import postgres_event_bus
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import django_executor, from_jsonb
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -23,7 +23,7 @@ from tests.admin_scenario import Scenario, build_scenario
 from tests.conftest import AnyJobsEnv
 from tests.helpers import BareDriver
 from ultimate_jobs import JobRun, job, operator
-from ultimate_jobs.installed import set_job_driver
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

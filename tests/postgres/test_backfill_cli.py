@@ -14,9 +14,9 @@ from tests.conftest import AnyJobsEnv
 from tests.helpers import Result, command, manage_py
 from tests.secapp.models import Bucket, Item, Post
 from ultimate_jobs import operator
-from ultimate_jobs.backfills import backfill
-from ultimate_jobs.context import current_tenant
-from ultimate_jobs.signals import CancelSignal
+from ultimate_jobs.core.scope import current_tenant
+from ultimate_jobs.core.signals import CancelSignal
+from ultimate_jobs.features.backfills import backfill
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("own_backfills")]

@@ -14,10 +14,10 @@ from tests.conftest import AnyJobsEnv
 from tests.helpers import command
 from tests.secapp.models import Post
 from ultimate_jobs import operator
-from ultimate_jobs.backfills import backfill
-from ultimate_jobs.definition import job
+from ultimate_jobs.core.definition import job
+from ultimate_jobs.core.signals import CancelSignal
 from ultimate_jobs.drivers.base import BackfillBegin
-from ultimate_jobs.signals import CancelSignal
+from ultimate_jobs.features.backfills import backfill
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("own_backfills")]

@@ -19,20 +19,20 @@ import pytest
 from tests.conftest import AnyJobsEnv, installed
 from tests.secapp.models import Bucket, Item, Post
 from ultimate_jobs import operator
-from ultimate_jobs.backfills import (
+from ultimate_jobs.core.definition import job
+from ultimate_jobs.core.execute import AttemptEnv, execute_job
+from ultimate_jobs.core.scope import current_tenant
+from ultimate_jobs.core.signals import CancelSignal
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.features.backfills import (
     backfill,
     definition_checksum,
     is_backfill,
     pending_backfills,
     registered_backfills,
 )
-from ultimate_jobs.context import current_tenant
-from ultimate_jobs.definition import job
-from ultimate_jobs.drivers.memory import MemoryDriver
-from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.execute import AttemptEnv, execute_job
-from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("own_backfills")]
@@ -295,7 +295,7 @@ def test_the_ledger_progress_is_written_on_the_first_page_then_per_interval_and_
         return real(row_id, **kw)
 
     monkeypatch.setattr(store, "progress", spy)
-    monkeypatch.setattr("ultimate_jobs.backfills.PROGRESS_EVERY_S", every_s)
+    monkeypatch.setattr("ultimate_jobs.features.backfills.PROGRESS_EVERY_S", every_s)
     posts(1_000)
     paged = backfill(name="paged", tenant="none", batch=100, rate=FAST,
                      source=lambda ctx: Post.objects.values_list("pk", flat=True),
@@ -429,7 +429,7 @@ def test_a_moved_checksum_warns(sweep: AnyJobsEnv, caplog: pytest.LogCaptureFixt
     first = backfill(name="moving", tenant="none", rate=FAST, source=lambda ctx: Post.objects.all(), handle=slugify)
     first.enqueue()
     run_jobs(sweep.driver, clock=sweep.clock)
-    from ultimate_jobs import registry
+    from ultimate_jobs.core import registry
 
     registry.unregister("moving")  # a redeploy: the same name, an edited handle
 
@@ -525,10 +525,10 @@ def test_tenant_is_required_as_on_job(sweep: AnyJobsEnv) -> None:
 
 
 def test_every_backfill_statement_runs_against_the_migrated_schema() -> None:
+    from ultimate_jobs.core.ids import new_id
     from ultimate_jobs.drivers.base import BackfillBegin
     from ultimate_jobs.drivers.postgres.executor import django_executor
     from ultimate_jobs.drivers.postgres.queries import backfills as sql_backfills
-    from ultimate_jobs.ids import new_id
 
     ran: set[str] = set()
     inner = django_executor("default")

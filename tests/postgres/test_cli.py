@@ -21,12 +21,12 @@ import pytest
 from tests.conftest import Env, installed
 from tests.helpers import Result, command, manage_py
 from ultimate_jobs import JobRun, job, task
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.base import MAX_BULK_ROWS, Fire, JobFilter, QueueStats, WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
-from ultimate_jobs.redaction import MASK
-from ultimate_jobs.sealing import is_envelope
+from ultimate_jobs.guards.redaction import MASK
+from ultimate_jobs.guards.sealing import is_envelope
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.testing.conformance import request
 

@@ -18,12 +18,12 @@ from django.db import connection, transaction
 from demo_project.shop.models import Order
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.admission import MAX_JSON_DEPTH
+from ultimate_jobs.core.routing import jobs_router, set_jobs_router
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.facade import jobs_facade, set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
+from ultimate_jobs.guards.admission import MAX_JSON_DEPTH
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
 from ultimate_jobs.testing import FrozenClock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -91,12 +91,12 @@ def test_a_request_no_database_can_store_is_refused_at_the_call(driver: Any, why
     assert driver.stats() == []  # nothing was written
 
 
-def test_a_hand_built_batch_is_checked_by_the_facade_before_any_row(driver: Any) -> None:
+def test_a_hand_built_batch_is_checked_by_the_router_before_any_row(driver: Any) -> None:
     handle = declare()
     good = handle.build_request({"key": "a"})
     bad = handle.build_request({"key": "b"}).__class__(**{**_fields(good), "idempotency_key": f"b{NUL}"})
     with pytest.raises(UltimateError) as caught:
-        jobs_facade().enqueue_many([good, bad])
+        jobs_router().enqueue_many([good, bad])
     assert caught.value.code == "X_JOB_REQUEST_INVALID"
     assert driver.stats() == []  # all or nothing: the good one was not written either
 
@@ -123,14 +123,14 @@ def test_the_outbox_refuses_an_unpublishable_row_at_staging(run_at: int) -> None
     store = postgres_outbox_store(clock=clock)
     with installed(clock, driver):
         handle = declare()
-        set_jobs_facade(OutboxFacade(store=store, driver=driver))
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
         try:
             with transaction.atomic():
                 with pytest.raises(UltimateError) as caught:
                     handle.enqueue({"key": "late"}, run_at=run_at)
                 handle.enqueue({"key": "after"})
         finally:
-            set_jobs_facade(None)
+            set_jobs_router(None)
         assert caught.value.code == "X_JOB_REQUEST_INVALID"
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM x_outbox")

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import installed
-from ultimate_jobs import JobRun, job, registry
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs import JobRun, job
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError

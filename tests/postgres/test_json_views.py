@@ -19,8 +19,8 @@ from tests.admin_scenario import CARD_TOKEN, Scenario, build_scenario, postgres_
 from tests.conftest import Env
 from tests.helpers import BareDriver
 from ultimate_jobs import operator
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

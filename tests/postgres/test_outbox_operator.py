@@ -20,10 +20,10 @@ from django.urls import reverse
 
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job, operator
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store, set_outbox_store
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store, set_outbox_store
 from ultimate_jobs.testing import FrozenClock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -49,7 +49,7 @@ def staged() -> Iterator[Staged]:
         def bill(run: JobRun[Any]) -> None:
             return None
 
-        set_jobs_facade(OutboxFacade(store=store, driver=driver))
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
         set_outbox_store(store)
         try:
             with transaction.atomic():
@@ -64,7 +64,7 @@ def staged() -> Iterator[Staged]:
             assert relay.run_once() == 1  # "a" set aside, "b" published; "c" waits for the next pass
             yield Staged(bad, good, waiting)
         finally:
-            set_jobs_facade(None)
+            set_jobs_router(None)
             set_outbox_store(None)
 
 

@@ -22,6 +22,7 @@ from demo_project.shop.models import Order
 from tests.conftest import installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -29,11 +30,10 @@ from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, conninfo_for
 from ultimate_jobs.errors import InvariantError, OutboxNoTxError
-from ultimate_jobs.facade import set_jobs_facade
 from ultimate_jobs.outbox import (
     OUTBOX_WAKE_CHANNEL,
-    OutboxFacade,
     OutboxRelay,
+    OutboxRouter,
     PostgresOutboxStore,
     outbox_relay,
     postgres_outbox_store,
@@ -49,12 +49,12 @@ WAIT = 5.0  # the bound on every cross-thread wait; a passing test never spends 
 
 @dataclass
 class Pg:
-    """A frozen clock, the Postgres driver and outbox store over it, the facade installed, the jobs."""
+    """A frozen clock, the Postgres driver and outbox store over it, the router installed, the jobs."""
 
     clock: FrozenClock
     driver: PostgresDriver
     store: PostgresOutboxStore
-    facade: OutboxFacade
+    router: OutboxRouter
     ran: list[str]
     create_invoice: Any
     charge_card: Any
@@ -74,7 +74,7 @@ def pg(transactional_db: None) -> Iterator[Pg]:
     clock = FrozenClock()
     driver = PostgresDriver(clock=clock)
     store = postgres_outbox_store(clock=clock, claim_lease_ms=LEASE_MS)
-    facade = OutboxFacade(store=store, driver=driver)
+    router = OutboxRouter(store=store, driver=driver)
     ran: list[str] = []
     with installed(clock, driver):
 
@@ -86,11 +86,11 @@ def pg(transactional_db: None) -> Iterator[Pg]:
         def charge_card(run: JobRun[Any]) -> None:
             ran.append(f"charge_card:{run.input['order']}")
 
-        set_jobs_facade(facade)
+        set_jobs_router(router)
         try:
-            yield Pg(clock, driver, store, facade, ran, create_invoice, charge_card)
+            yield Pg(clock, driver, store, router, ran, create_invoice, charge_card)
         finally:
-            set_jobs_facade(None)
+            set_jobs_router(None)
 
 
 def query(sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -173,7 +173,7 @@ def test_optional_publishes_directly_outside_a_transaction_and_required_refuses(
     direct = pg.create_invoice.enqueue({"order": "o-1"})
     assert job_ids() == [direct.id] and outbox_rows() == []
 
-    set_jobs_facade(OutboxFacade(store=pg.store, driver=pg.driver, mode="required"))
+    set_jobs_router(OutboxRouter(store=pg.store, driver=pg.driver, mode="required"))
     with pytest.raises(OutboxNoTxError) as caught:
         pg.create_invoice.enqueue({"order": "o-2"})
     assert caught.value.code == "X_OUTBOX_NO_TX"
@@ -210,7 +210,7 @@ def test_a_duplicate_staged_id_is_refused_and_rolls_back_with_the_transaction(pg
 def publish_request_for(request: EnqueueRequest) -> EnqueueRequest:
     from dataclasses import replace
 
-    from ultimate_jobs.ids import new_id
+    from ultimate_jobs.core.ids import new_id
 
     return replace(request, id=new_id(), run_id=new_id())
 
@@ -511,7 +511,7 @@ def test_relay_threads_publish_concurrently_exactly_once(pg: Pg) -> None:
     staged: list[Enqueued] = []
     for start in range(0, 200, 50):
         with transaction.atomic():
-            staged += pg.facade.enqueue_many(
+            staged += pg.router.enqueue_many(
                 [pg.create_invoice.build_request({"order": f"o-{i:03d}"}) for i in range(start, start + 50)]
             )
     relays = [pg.relay(relay_id=f"relay-{n}", batch_size=7) for n in range(3)]

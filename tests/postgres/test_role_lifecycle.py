@@ -1,4 +1,4 @@
-"""The one lifecycle every role shares (``ultimate_jobs.lifecycle.RoleLifecycle``), run once over the three
+"""The one lifecycle every role shares (``ultimate_jobs.runtime.lifecycle.RoleLifecycle``), run once over the three
 roles — the worker, the outbox relay, the scheduler — on the memory driver and on Postgres.
 
 Each role is given one piece of work that holds until the test opens a gate (a job body, a publish, a
@@ -24,14 +24,14 @@ from django.db import transaction
 from tests.conftest import installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job, job_scheduler, job_worker, task
-from ultimate_jobs.dbconn import close_thread_connections
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.lifecycle import RoleLifecycle
-from ultimate_jobs.outbox import OutboxFacade, memory_outbox_store, outbox_relay, postgres_outbox_store
+from ultimate_jobs.outbox import OutboxRouter, memory_outbox_store, outbox_relay, postgres_outbox_store
+from ultimate_jobs.runtime.dbconn import close_thread_connections
+from ultimate_jobs.runtime.lifecycle import RoleLifecycle
 from ultimate_jobs.testing import FrozenClock
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -94,12 +94,12 @@ def relay_role(driver: Any, clock: FrozenClock) -> Held:
     def relayed_job(run: JobRun[Any]) -> None:
         return None
 
-    set_jobs_facade(OutboxFacade(store=store, driver=driver))
+    set_jobs_router(OutboxRouter(store=store, driver=driver))
     try:
         with transaction.atomic():
             relayed_job.enqueue({})
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
     gated = GatedDriver(driver)
     relay = outbox_relay(store=store, driver=gated, clock=clock, interval="10ms", drain_deadline="10s")
     held = Held(relay, "jobs.outbox.relay")

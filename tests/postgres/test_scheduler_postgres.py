@@ -16,7 +16,7 @@ from django.db import connection
 
 from tests.conftest import Env, installed
 from ultimate_jobs import JobRun, TaskHandle, job, job_scheduler, task
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.base import COUNTER_TIERS, Fire, JobDriver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver

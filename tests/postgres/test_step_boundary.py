@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import AnyJobsEnv
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.admission import MAX_JSON_DEPTH
+from ultimate_jobs.guards.admission import MAX_JSON_DEPTH
 from ultimate_jobs.testing import run_jobs
 
 NUL = "\u0000"

@@ -15,9 +15,9 @@ from demo_project.shop.models import Order
 from tests.conftest import JobsEnv
 from tests.unit.test_tenancy import OrgIn, only, org_job
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.context import cross_tenant
+from ultimate_jobs.core.execute import Settled
+from ultimate_jobs.core.scope import cross_tenant
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.execute import Settled
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = pytest.mark.postgres

@@ -10,10 +10,11 @@ import pytest
 from django.db import connections
 from django.test import TestCase
 
-from ultimate_jobs import JobRun, job, registry
+from ultimate_jobs import JobRun, job
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import job_clock, job_driver, set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import job_clock, job_driver, set_job_driver
 from ultimate_jobs.testing import FrozenClock, JobsQueue, JobsTestCase, run_jobs
 from ultimate_jobs.testing.django import jobs_queue  # noqa: F401 — the fixture, as a user's conftest imports it
 

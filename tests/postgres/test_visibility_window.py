@@ -9,9 +9,9 @@ from typing import Any
 
 from tests.conftest import AnyJobsEnv
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.worker import job_worker
 
 WAIT = 5.0  # the bound on every cross-thread wait; a passing test never spends it

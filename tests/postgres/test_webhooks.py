@@ -23,11 +23,11 @@ from django.test import Client
 from tests.conftest import JobsEnv, installed
 from tests.webhook_receiver import Received, Receiver, Reply, running_receiver
 from ultimate_jobs import memory_webhook_ledger, verify_webhook_signature, webhook
+from ultimate_jobs.core.execute import AttemptEnv, execute_job
+from ultimate_jobs.core.signals import CancelSignal
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import JobDrainedError, LeaseLostError, UltimateError
-from ultimate_jobs.execute import AttemptEnv, execute_job
 from ultimate_jobs.models import WebhookDelivery, WebhookEndpointState
-from ultimate_jobs.signals import CancelSignal
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.webhooks import (
     WEBHOOK_ID_HEADER,

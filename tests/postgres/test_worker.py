@@ -18,14 +18,15 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from tests.helpers import eventually
-from ultimate_jobs import Concurrency, JobRun, job, registry
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs import Concurrency, JobRun, job
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.definition import JobHandle
+from ultimate_jobs.core.execute import Settled, job_lease_key
+from ultimate_jobs.core.installed import set_job_clock
 from ultimate_jobs.drivers.base import Heartbeat, JobDriver, JobRecord, Progress
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.execute import Settled, job_lease_key
-from ultimate_jobs.installed import set_job_clock
-from ultimate_jobs.limits import LimitConfig, Limiter
+from ultimate_jobs.guards.limits import LimitConfig, Limiter
 from ultimate_jobs.worker import JobWorker, job_worker
 
 QUEUE = "wq"

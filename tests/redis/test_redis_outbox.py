@@ -11,9 +11,9 @@ from django.db import transaction
 
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.redis import RedisDriver
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -40,7 +40,7 @@ def test_the_relay_publishes_committed_rows_onto_redis_with_their_ids(
         def create_invoice(run: JobRun[Any]) -> None:
             ran.append(run.input["order"])
 
-        set_jobs_facade(OutboxFacade(store=store, driver=driver))
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
         try:
             with pytest.raises(RuntimeError), transaction.atomic():
                 lost = create_invoice.enqueue({"order": "rolled-back"})
@@ -57,4 +57,4 @@ def test_the_relay_publishes_committed_rows_onto_redis_with_their_ids(
             run_jobs(driver, clock=clock)
             assert ran == ["committed"]
         finally:
-            set_jobs_facade(None)
+            set_jobs_router(None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from ultimate_jobs.tenancy import TenantScopedModel
+from ultimate_jobs.guards.tenancy import TenantScopedModel
 
 
 class Bucket(TenantScopedModel):

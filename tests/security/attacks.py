@@ -9,7 +9,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model
 
 from tests.secapp.models import Bucket, Item, Note
-from ultimate_jobs.context import Actor, acting_as
+from ultimate_jobs.core.scope import Actor, acting_as
 from ultimate_jobs.errors import UltimateError
 
 A, B = "org-A", "org-B"

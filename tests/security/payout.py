@@ -18,7 +18,7 @@ import pydantic
 from pydantic import SecretStr
 
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
 
 SECRETS = {
     "api_key": "sk_live_top-5150-secret",

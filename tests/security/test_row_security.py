@@ -26,9 +26,9 @@ from tests.conftest import JobsEnv
 from tests.secapp.models import Bucket, Item, Note
 from tests.security.attacks import A, B, denied, stored, two_orgs
 from ultimate_jobs import JobRun, job, job_worker
-from ultimate_jobs.context import Actor, acting_as, cross_tenant
+from ultimate_jobs.core.scope import Actor, acting_as, cross_tenant
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
-from ultimate_jobs.row_security import EnableTenantRowSecurity, check_row_security
+from ultimate_jobs.guards.row_security import EnableTenantRowSecurity, check_row_security
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

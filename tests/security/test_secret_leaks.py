@@ -10,7 +10,7 @@ steps on its second attempt. Then both are unregistered, and every rendering of 
 repr/JSON escaped, URL-encoded, a fragment) is searched for in: every CLI command's output (human and
 JSON), every admin page, every JSON view, the log records of the whole scenario, and every column of
 every row of ``x_jobs``, ``x_job_steps`` and ``x_outbox``. Zero hits: the rows hold the secrets sealed
-(:mod:`ultimate_jobs.sealing`), the surfaces show them masked, the worker scrubbed the free text.
+(:mod:`ultimate_jobs.guards.sealing`), the surfaces show them masked, the worker scrubbed the free text.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from django.urls import reverse
 from tests.admin_scenario import CARD_TOKEN, Scenario, build_scenario, postgres_env
 from tests.conftest import Env
 from tests.security.payout import ALL_RENDERINGS, SECRETS, declare_payout, payout_input, renderings
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, outbox_relay, postgres_outbox_store
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
 from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -70,12 +70,12 @@ def shop(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> I
 
 def fail_a_payout_through_the_outbox(env: Env[PostgresDriver]) -> str:
     store = postgres_outbox_store(clock=env.clock)
-    set_jobs_facade(OutboxFacade(store=store, driver=env.driver))
+    set_jobs_router(OutboxRouter(store=store, driver=env.driver))
     try:
         with transaction.atomic():
             queued = declare_payout([], fail=True).enqueue(payout_input())
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
     assert outbox_relay(store=store, driver=env.driver, clock=env.clock).run_once() == 1
     report = run_jobs(env.driver, clock=env.clock, queues=["payouts"])
     assert report.outcomes["retried"] == 1 and report.outcomes["dead-lettered"] == 1

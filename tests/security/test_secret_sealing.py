@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from tests.conftest import AnyJobsEnv
 from tests.security.payout import ALL_RENDERINGS, SECRETS, declare_payout, payout_input
 from ultimate_jobs import operator
-from ultimate_jobs.sealing import is_envelope
+from ultimate_jobs.guards.sealing import is_envelope
 from ultimate_jobs.testing import run_jobs
 
 CLEAR = [SECRETS["api_key"], SECRETS["card"], SECRETS["backup"], SECRETS["header"]]

@@ -25,7 +25,7 @@ from django.db.models import Sum
 
 from tests.secapp.models import Bucket, Item, Note
 from tests.security.attacks import A, B, denied, refused, stored, two_orgs
-from ultimate_jobs.context import Actor, acting_as, cross_tenant
+from ultimate_jobs.core.scope import Actor, acting_as, cross_tenant
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import installed
 from tests.postgres.test_enqueue_boundary import (
-    test_a_hand_built_batch_is_checked_by_the_facade_before_any_row,
+    test_a_hand_built_batch_is_checked_by_the_router_before_any_row,
     test_a_request_no_database_can_store_is_refused_at_the_call,
 )
 from tests.postgres.test_enqueue_fuzz import test_an_enqueue_writes_its_row_or_raises_a_coded_error
@@ -23,7 +23,7 @@ from ultimate_jobs.testing import FrozenClock
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 __all__ = [
-    "test_a_hand_built_batch_is_checked_by_the_facade_before_any_row",
+    "test_a_hand_built_batch_is_checked_by_the_router_before_any_row",
     "test_a_request_no_database_can_store_is_refused_at_the_call",
     "test_an_enqueue_writes_its_row_or_raises_a_coded_error",
 ]

@@ -18,13 +18,13 @@ from django.test import override_settings
 from demo_project.shop.models import Order
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.base import Enqueued
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.outbox import SqliteOutboxStore, sqlite_outbox_store
 from ultimate_jobs.drivers.sqlite.rows import dashed
 from ultimate_jobs.errors import InvariantError
-from ultimate_jobs.facade import set_jobs_facade
-from ultimate_jobs.outbox import OutboxFacade, OutboxRelay, outbox_relay
+from ultimate_jobs.outbox import OutboxRelay, OutboxRouter, outbox_relay
 from ultimate_jobs.outbox.boot import build_outbox_store
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
@@ -63,11 +63,11 @@ def lite(transactional_db: None) -> Iterator[Lite]:
         def create_invoice(run: JobRun[Any]) -> None:
             ran.append(f"create_invoice:{run.input['order']}")
 
-        set_jobs_facade(OutboxFacade(store=store, driver=driver))
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
         try:
             yield Lite(clock, driver, store, ran, create_invoice)
         finally:
-            set_jobs_facade(None)
+            set_jobs_router(None)
 
 
 def rows() -> list[tuple[str, str | None, bool]]:

@@ -23,10 +23,10 @@ from django.db import connection
 
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S, POLL_S, START_S, Child
 from tests.helpers import eventually
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.rows import hex_id, ms
-from ultimate_jobs.installed import set_job_driver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

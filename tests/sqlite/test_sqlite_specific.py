@@ -19,7 +19,7 @@ from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.events import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import event_bus, reset_event_bus
-from ultimate_jobs.row_security import check_row_security
+from ultimate_jobs.guards.row_security import check_row_security
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import claim, enqueue_finished, request
 

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from ultimate_jobs import JobRun, job, registry
+from ultimate_jobs import JobRun, job
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.rows import ts
 from ultimate_jobs.drivers.sqlite.watch import DataVersionWatch
-from ultimate_jobs.installed import set_job_driver
-from ultimate_jobs.polling import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
+from ultimate_jobs.runtime.polling import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
 from ultimate_jobs.worker import JobWorker, job_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

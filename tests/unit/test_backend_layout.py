@@ -96,28 +96,3 @@ def test_every_script_the_redis_backend_runs_is_in_its_catalogue() -> None:
                 run.add(node.args[0].value)
     assert run, "found no driver.run(...) call: the scan no longer sees the driver's scripts"
     assert run <= SCRIPTS.keys(), f"run but not catalogued: {sorted(run - SCRIPTS.keys())}"
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, in any scope, as a dotted name relative to ``ultimate_jobs``."""
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        if node.level:
-            module = ".".join([*parts[: len(parts) - node.level], *filter(None, [node.module])])
-        elif (node.module or "").startswith("ultimate_jobs"):
-            module = (node.module or "").removeprefix("ultimate_jobs").lstrip(".")
-        else:
-            continue
-        if module:
-            found.add(module)
-        found.update(f"{module}.{alias.name}".lstrip(".") for alias in node.names)  # ``from . import operator``
-    return found
-
-
-def test_the_backfill_feature_does_not_import_the_operator_layer() -> None:
-    """The operator reads the feature (``registered_backfills``); the feature must not reach back."""
-    imports = imported_modules(PACKAGE / "backfills.py")
-    assert not {m for m in imports if m == "operator" or m.startswith("operator.")}

@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import JobsEnv
 from tests.helpers import command
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.console import ConsoleFormatter, JsonFormatter, install_console, worker_start_line
-from ultimate_jobs.facade import jobs_facade
+from ultimate_jobs.core.routing import jobs_router
+from ultimate_jobs.integration.console import ConsoleFormatter, JsonFormatter, install_console, worker_start_line
 from ultimate_jobs.testing import run_jobs
 from ultimate_jobs.worker import job_worker
 
@@ -72,7 +72,7 @@ def test_a_row_whose_job_the_worker_does_not_know_is_a_loud_line(jobs: JobsEnv, 
         return None
 
     enqueued = renamed_since.enqueue({})
-    from ultimate_jobs import registry
+    from ultimate_jobs.core import registry
 
     registry.unregister("renamed_since")
     run_jobs(jobs.driver, clock=jobs.clock, advance=False)
@@ -113,15 +113,15 @@ def test_show_retry_and_cancel_take_a_unique_id_prefix(jobs: JobsEnv) -> None:
     def prefixed(run: JobRun[Any]) -> None:
         return None
 
-    facade = jobs_facade()
-    first = facade.enqueue(prefixed.build_request({"k": "a"}, id="0badcafe-0000-7000-8000-00000000000a"))
-    second = facade.enqueue(prefixed.build_request({"k": "b"}, id="0badcafe-0000-7000-8000-00000000000b"))
+    router = jobs_router()
+    first = router.enqueue(prefixed.build_request({"k": "a"}, id="0badcafe-0000-7000-8000-00000000000a"))
+    second = router.enqueue(prefixed.build_request({"k": "b"}, id="0badcafe-0000-7000-8000-00000000000b"))
     for prefix in ("0badcafe-0000-7000-8000-00000000000a", "0BADCAFE-0000-7000-8000-00000000000A"):
         assert command("jobs", "show", prefix, "--json").json["id"] == first.id
     ambiguous = command("jobs", "show", "0badcafe-0000-7000-8000-00000000000", "--json")  # the start of both
     assert ambiguous.code == 1 and ambiguous.json["error"]["code"] == "X_JOB_ID_AMBIGUOUS"
     assert ambiguous.json["error"]["meta"]["matches"] == [second.id, first.id]  # newest first
-    facade.enqueue(prefixed.build_request({"k": "c"}, id="1ce0cafe-0000-7000-8000-00000000000c"))
+    router.enqueue(prefixed.build_request({"k": "c"}, id="1ce0cafe-0000-7000-8000-00000000000c"))
     cancelled = command("jobs", "cancel", "1ce0", "--json")
     assert cancelled.code == 0 and cancelled.json["job"]["id"].startswith("1ce0cafe")
     assert cancelled.json["job"]["state"] == "cancelled"

@@ -15,11 +15,12 @@ from django.apps import apps
 from django.test import override_settings
 
 from tests.conftest import JobsEnv
-from ultimate_jobs import Actor, Concurrency, JobRun, job, registry
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs import Actor, Concurrency, JobRun, job
+from ultimate_jobs.core import registry
+from ultimate_jobs.core.definition import JobHandle
+from ultimate_jobs.core.ids import new_id
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.errors import JobDuplicateError, JobNameTakenError, UltimateError
-from ultimate_jobs.ids import new_id
-from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.testing import run_jobs
 
 

@@ -11,6 +11,7 @@ import pytest
 from django.test import override_settings
 
 from ultimate_jobs.conf import Retention, build_driver, jobs_settings
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.defaults import (
     DEFAULT_DRAIN_DEADLINE_MS,
     DEFAULT_REDIS_URL,
@@ -19,7 +20,6 @@ from ultimate_jobs.defaults import (
 )
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import InvariantError
-from ultimate_jobs.installed import set_job_driver
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.worker import job_worker
 from ultimate_jobs.worker.boot import worker_from_settings

@@ -8,9 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from ultimate_jobs.durations import format_duration, parse_duration
-from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.retry import (
+from ultimate_jobs.core.durations import format_duration, parse_duration
+from ultimate_jobs.core.retry import (
     RetryPolicy,
     backoff_ms,
     base_delay_ms,
@@ -20,6 +19,7 @@ from ultimate_jobs.retry import (
     retry_policy,
     retry_schedule,
 )
+from ultimate_jobs.errors import UltimateError
 
 # -- parse_duration ----------------------------------------------------------------------------
 

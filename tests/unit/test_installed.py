@@ -4,11 +4,12 @@ build each from ``settings.ULTIMATE_JOBS``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from ultimate_jobs import installed
 from ultimate_jobs.conf import build_driver, build_event_bus
+from ultimate_jobs.core import installed
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.events import MemoryEventBus
 from ultimate_jobs.errors import DriverUnavailableError
@@ -20,6 +21,7 @@ def unregistered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process whose settings module never registered its builders (Django not set up)."""
     monkeypatch.setattr(installed, "_build_driver", None)
     monkeypatch.setattr(installed, "_build_event_bus", None)
+    monkeypatch.setattr(installed, "_read_database", None)
     installed.set_job_driver(None)
     reset_event_bus()
     try:
@@ -40,9 +42,18 @@ def test_with_no_settings_registered_the_driver_is_a_coded_error_that_says_what_
     assert "INSTALLED_APPS" in str(info.value) and "set_job_driver" in str(info.value)
 
 
-def test_with_no_settings_registered_the_event_bus_is_the_same_coded_error(unregistered: None) -> None:
+def test_with_no_settings_registered_the_event_bus_and_the_database_are_the_same_coded_error(
+    unregistered: None,
+) -> None:
     with pytest.raises(DriverUnavailableError):
         event_bus()
+    with pytest.raises(DriverUnavailableError):
+        installed.jobs_database()
+
+
+def test_the_jobs_database_is_read_from_settings(settings: Any) -> None:
+    settings.ULTIMATE_JOBS = {"DRIVER": "memory", "DATABASE": "default"}
+    assert installed.jobs_database() == "default"
 
 
 def test_an_installed_driver_needs_no_settings(unregistered: None) -> None:

@@ -1,5 +1,5 @@
 """The outbox on the memory store and driver, driven by a frozen clock: the store's claim, lease and
-fences; the facade's modes and ids; the relay's order, failure handling, re-publish, lease loss, stop
+fences; the router's modes and ids; the relay's order, failure handling, re-publish, lease loss, stop
 and wake. The Postgres store runs the same semantics in tests/postgres/test_outbox_postgres.py."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.routing import DirectRouter, jobs_router, set_jobs_router
 from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
 from ultimate_jobs.errors import (
     DriverUnavailableError,
@@ -22,12 +23,11 @@ from ultimate_jobs.errors import (
     UltimateError,
     ValidationError,
 )
-from ultimate_jobs.facade import DirectFacade, jobs_facade, set_jobs_facade
 from ultimate_jobs.outbox import (
     DEFAULT_CLAIM_LEASE_MS,
     MemoryOutboxStore,
-    OutboxFacade,
     OutboxRelay,
+    OutboxRouter,
     install_outbox,
     memory_outbox_store,
     outbox_relay,
@@ -55,13 +55,13 @@ class Tx:
 
 
 class Outbox:
-    """A memory store, its "transaction" switch, a facade over the test's memory driver, and its jobs."""
+    """A memory store, its "transaction" switch, a router over the test's memory driver, and its jobs."""
 
     def __init__(self, env: JobsEnv, *, mode: Any = "optional") -> None:
         self.env = env
         self.tx = Tx()
         self.store = memory_outbox_store(clock=env.clock, current_tx=self.tx)
-        self.facade = OutboxFacade(store=self.store, driver=env.driver, mode=mode)
+        self.router = OutboxRouter(store=self.store, driver=env.driver, mode=mode)
         self.ran: list[str] = []
 
         @job(idempotency_key=lambda i: f"invoice:{i['order']}", tenant="none", queue="outbox")
@@ -85,7 +85,7 @@ class Outbox:
     def staged(self, *orders: str) -> list[Enqueued]:
         self.tx.open = True
         try:
-            return [self.facade.enqueue(self.request(o)) for o in orders]
+            return [self.router.enqueue(self.request(o)) for o in orders]
         finally:
             self.tx.open = False
 
@@ -99,7 +99,7 @@ def outbox(jobs: JobsEnv) -> Iterator[Outbox]:
     try:
         yield box
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
 
 
 class FlakyDriver:
@@ -206,11 +206,11 @@ def test_a_request_round_trips_through_json() -> None:
     assert request_from_json({**request_to_json(request), "from_a_newer_version": 1}) == request
 
 
-# -- the facade ------------------------------------------------------------------------------------
+# -- the router ------------------------------------------------------------------------------------
 
 
 def test_optional_stages_inside_a_transaction_and_publishes_directly_outside(outbox: Outbox) -> None:
-    set_jobs_facade(outbox.facade)
+    set_jobs_router(outbox.router)
     direct = outbox.create_invoice.enqueue({"order": "o-direct"})
     assert direct.id in outbox.env.driver.rows and outbox.store.retained() == []
 
@@ -230,7 +230,7 @@ def test_optional_stages_inside_a_transaction_and_publishes_directly_outside(out
 
 def test_required_refuses_an_enqueue_outside_a_transaction(jobs: JobsEnv) -> None:
     box = Outbox(jobs, mode="required")
-    set_jobs_facade(box.facade)
+    set_jobs_router(box.router)
     try:
         with pytest.raises(OutboxNoTxError) as caught:
             box.create_invoice.enqueue({"order": "o-1"})
@@ -239,36 +239,36 @@ def test_required_refuses_an_enqueue_outside_a_transaction(jobs: JobsEnv) -> Non
         box.tx.open = True
         assert box.charge_card.enqueue({"order": "o-1"}).id == box.store.retained()[0].id
     finally:
-        set_jobs_facade(None)
+        set_jobs_router(None)
 
 
 def test_off_always_publishes_directly(jobs: JobsEnv) -> None:
     box = Outbox(jobs, mode="off")
     box.tx.open = True
-    answer = box.facade.enqueue(box.request())
+    answer = box.router.enqueue(box.request())
     assert answer.id in jobs.driver.rows and box.store.retained() == []
 
 
 def test_a_bad_mode_and_a_staged_on_conflict_error_are_refused(outbox: Outbox) -> None:
     with pytest.raises(InvariantError) as caught:
-        OutboxFacade(store=outbox.store, mode="sometimes")  # type: ignore[arg-type]
+        OutboxRouter(store=outbox.store, mode="sometimes")  # type: ignore[arg-type]
     assert caught.value.code == "X_INVARIANT"
     outbox.tx.open = True
     with pytest.raises(InvariantError, match="on_conflict='error' cannot be answered inside a transaction"):
-        outbox.facade.enqueue(outbox.request(on_conflict="error"))
+        outbox.router.enqueue(outbox.request(on_conflict="error"))
     assert outbox.store.retained() == []
 
 
 def test_enqueue_many_stages_in_one_call_and_keeps_the_order(outbox: Outbox) -> None:
     outbox.tx.open = True
-    answers = outbox.facade.enqueue_many([outbox.request(f"o-{i}") for i in range(5)])
-    assert outbox.facade.enqueue_many([]) == []
+    answers = outbox.router.enqueue_many([outbox.request(f"o-{i}") for i in range(5)])
+    assert outbox.router.enqueue_many([]) == []
     assert [r.id for r in outbox.store.retained()] == [a.id for a in answers]
     assert len({a.id for a in answers}) == 5
 
 
 def test_a_staged_enqueue_that_a_live_job_holds_the_key_of_is_deduped_by_the_publish(outbox: Outbox) -> None:
-    live = outbox.facade.enqueue(outbox.request("o-1"))  # outside the transaction: published at once
+    live = outbox.router.enqueue(outbox.request("o-1"))  # outside the transaction: published at once
     (staged,) = outbox.staged("o-1")
     assert staged.deduped is False  # only the publish can tell
     outbox.relay().run_once()
@@ -276,10 +276,10 @@ def test_a_staged_enqueue_that_a_live_job_holds_the_key_of_is_deduped_by_the_pub
     assert outbox.store.retained() == []
 
 
-def test_enqueue_as_goes_through_the_facade(outbox: Outbox) -> None:
+def test_enqueue_as_goes_through_the_router(outbox: Outbox) -> None:
     from ultimate_jobs import Actor
 
-    set_jobs_facade(outbox.facade)
+    set_jobs_router(outbox.router)
     outbox.tx.open = True
     answer = outbox.create_invoice.enqueue_as(Actor(id="user-1", org_id=None), {"order": "o-1"})
     assert outbox.store.retained()[0].request.enqueued_by == "user-1"
@@ -290,20 +290,20 @@ def test_enqueue_as_goes_through_the_facade(outbox: Outbox) -> None:
 
 
 def test_install_outbox_follows_the_mode_and_uninstalls(outbox: Outbox, settings: Any) -> None:
-    assert isinstance(jobs_facade(), DirectFacade)
+    assert isinstance(jobs_router(), DirectRouter)
     assert install_outbox(store=outbox.store) is None  # OUTBOX unset is "off"
     settings.ULTIMATE_JOBS = {"DRIVER": "memory", "OUTBOX": "optional"}
-    facade = install_outbox(store=outbox.store, driver=outbox.env.driver)
-    assert facade is not None and jobs_facade() is facade and facade.mode == "optional"
+    router = install_outbox(store=outbox.store, driver=outbox.env.driver)
+    assert router is not None and jobs_router() is router and router.mode == "optional"
     settings.ULTIMATE_JOBS = {"DRIVER": "memory", "OUTBOX": "required"}
     required = install_outbox(store=outbox.store)
     assert required is not None and required.mode == "required"
     settings.ULTIMATE_JOBS = {"DRIVER": "memory", "OUTBOX": "off"}
     assert install_outbox(store=outbox.store) is None
-    assert isinstance(jobs_facade(), DirectFacade)
+    assert isinstance(jobs_router(), DirectRouter)
     install_outbox(mode="required", store=outbox.store)
     uninstall_outbox()
-    assert isinstance(jobs_facade(), DirectFacade)
+    assert isinstance(jobs_router(), DirectRouter)
     with pytest.raises(InvariantError):
         install_outbox(mode="maybe", store=outbox.store)  # type: ignore[arg-type]
 
@@ -364,8 +364,8 @@ def test_outbox_relay_refuses_bad_options(outbox: Outbox) -> None:
 def test_the_relay_publishes_in_stage_order_then_retires_the_rows(outbox: Outbox) -> None:
     driver = FlakyDriver(outbox.env.driver)
     outbox.tx.open = True
-    invoice = outbox.facade.enqueue(outbox.create_invoice.build_request({"order": "o-1"}))
-    charge = outbox.facade.enqueue(outbox.charge_card.build_request({"order": "o-1"}))
+    invoice = outbox.router.enqueue(outbox.create_invoice.build_request({"order": "o-1"}))
+    charge = outbox.router.enqueue(outbox.charge_card.build_request({"order": "o-1"}))
     outbox.tx.open = False
     relay = outbox.relay(driver=driver)
     assert relay.run_once() == 2
@@ -664,7 +664,7 @@ def test_accept_stops_polling_and_close_waits_out_the_pass(outbox: Outbox) -> No
 
 
 def test_the_relay_drains_with_the_other_roles_of_one_process(outbox: Outbox) -> None:
-    from ultimate_jobs.lifecycle import Roles
+    from ultimate_jobs.runtime.lifecycle import Roles
 
     (staged,) = outbox.staged("o-1")
     relay = outbox.relay()

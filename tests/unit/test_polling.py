@@ -1,4 +1,4 @@
-"""The one polling loop the worker, the relay and the scheduler share (``ultimate_jobs.polling``), on the
+"""The one polling loop the worker, the relay and the scheduler share (``ultimate_jobs.runtime.polling``), on the
 frozen clock: the floor while passes find work, the doubling wait to the ceiling while idle, the wake,
 the back-off after a failed pass, the full batch that goes again at once, and the pass guard."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ultimate_jobs.polling import IDLE, IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, Pass, PollingRole
+from ultimate_jobs.runtime.polling import IDLE, IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, Pass, PollingRole
 from ultimate_jobs.testing import FrozenClock
 
 WORKED = Pass(done=1, worked=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ultimate_jobs import registry
+from ultimate_jobs.core import registry
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, JobScheduler, TaskHandle, job, job_scheduler, task
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.base import Fire, FireResult, SchedulerStore
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import InvariantError, UltimateError

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import Secret, SecretBytes, SecretStr
 from pytest_django.fixtures import Settings
 
-from ultimate_jobs.redaction import secret_values
-from ultimate_jobs.sealing import ENVELOPE_KEY, KEY_PURPOSE, is_envelope, seal, seal_object, unseal
+from ultimate_jobs.guards.redaction import secret_values
+from ultimate_jobs.guards.sealing import ENVELOPE_KEY, KEY_PURPOSE, is_envelope, seal, seal_object, unseal
 from ultimate_jobs.testing.conformance import raises_code
 
 SECRET = "sk_live_0123456789"

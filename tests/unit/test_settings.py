@@ -19,11 +19,11 @@ from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
 from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, driver_resolution, jobs_settings
+from ultimate_jobs.core.routing import DirectRouter, jobs_router
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import OutboxNoTxError
-from ultimate_jobs.facade import DirectFacade, jobs_facade
-from ultimate_jobs.limits import LimitConfig
-from ultimate_jobs.outbox import OutboxFacade, set_outbox_store, uninstall_outbox
+from ultimate_jobs.guards.limits import LimitConfig
+from ultimate_jobs.outbox import OutboxRouter, set_outbox_store, uninstall_outbox
 from ultimate_jobs.outbox.boot import install_outbox_from_settings
 
 MEMORY = {"DRIVER": "memory"}
@@ -343,7 +343,7 @@ def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -
 
 
 def test_no_job_declaring_concurrency_needs_no_lease_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ultimate_jobs.registry.registered", lambda kind=None: [])  # the demo shop declares one
+    monkeypatch.setattr("ultimate_jobs.core.registry.registered", lambda kind=None: [])  # the demo shop declares one
     assert errors_for({"DRIVER": "tests.unit.test_settings.leaseless_driver"}) == []
 
 
@@ -362,11 +362,11 @@ def outbox_reset() -> Iterator[None]:
 
 @pytest.mark.usefixtures("outbox_reset")
 @pytest.mark.parametrize("mode", ["optional", "required"])
-def test_outbox_optional_or_required_installs_the_facade_when_the_app_starts(jobs: JobsEnv, mode: str) -> None:
+def test_outbox_optional_or_required_installs_the_router_when_the_app_starts(jobs: JobsEnv, mode: str) -> None:
     with override_settings(ULTIMATE_JOBS={**MEMORY, "OUTBOX": mode}):
         apps.get_app_config("ultimate_jobs").ready()
-    facade = jobs_facade()
-    assert isinstance(facade, OutboxFacade) and facade.mode == mode
+    router = jobs_router()
+    assert isinstance(router, OutboxRouter) and router.mode == mode
 
 
 @pytest.mark.usefixtures("outbox_reset")
@@ -387,7 +387,7 @@ def test_outbox_required_alone_refuses_an_enqueue_outside_a_transaction(jobs: Jo
 def test_outbox_off_or_unset_installs_nothing(config: dict[str, str]) -> None:
     with override_settings(ULTIMATE_JOBS=config):
         assert install_outbox_from_settings() is None
-    assert isinstance(jobs_facade(), DirectFacade)
+    assert isinstance(jobs_router(), DirectRouter)
 
 
 @pytest.mark.usefixtures("outbox_reset")
@@ -395,5 +395,5 @@ def test_an_outbox_the_database_cannot_hold_installs_nothing_and_fails_the_check
     config = {**MEMORY, "OUTBOX": "required", "DATABASE": "replica"}
     with override_settings(ULTIMATE_JOBS=config):
         assert install_outbox_from_settings() is None
-    assert isinstance(jobs_facade(), DirectFacade)
+    assert isinstance(jobs_router(), DirectRouter)
     assert ids_for(config) == ["ultimate_jobs.X_SETTINGS_DATABASE_UNKNOWN"]

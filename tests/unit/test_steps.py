@@ -14,10 +14,10 @@ from pydantic import SecretBytes, SecretStr
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, current_signal, job, publish_event, reset_event_bus
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import event_bus
-from ultimate_jobs.sealing import is_envelope
+from ultimate_jobs.guards.sealing import is_envelope
 from ultimate_jobs.testing import run_jobs
 
 NO_JITTER = {"attempts": 3, "delay": 1000, "jitter": False}

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, TaskHandle, job, next_task_run, task
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.errors import JobDuplicateError, JobNameTakenError, UltimateError, ValidationError
 from ultimate_jobs.scheduler.catchup import latest_due, plan_fires
 from ultimate_jobs.scheduler.cron import CronSchedule, from_ms, to_ms

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.context import Actor, acting_as, check_org, cross_tenant, current_actor, current_tenant
+from ultimate_jobs.core.scope import Actor, acting_as, check_org, cross_tenant, current_actor, current_tenant
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import run_jobs
 

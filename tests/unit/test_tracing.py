@@ -18,11 +18,11 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import Actor, JobRun, job, job_worker
-from ultimate_jobs.definition import JobHandle
+from ultimate_jobs.core.definition import JobHandle
+from ultimate_jobs.core.tracing import current_traceparent
 from ultimate_jobs.drivers.base import JobRecord
 from ultimate_jobs.outbox.store import request_from_json, request_to_json
 from ultimate_jobs.testing import run_jobs
-from ultimate_jobs.tracing import current_traceparent
 
 otel_trace = pytest.importorskip("opentelemetry.trace")
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
@@ -244,7 +244,8 @@ import sys
 sys.modules["opentelemetry"] = None  # as if the package were not installed
 import django
 django.setup()
-from ultimate_jobs import job, set_job_clock, set_job_driver, tracing
+from ultimate_jobs import job, set_job_clock, set_job_driver
+from ultimate_jobs.core import tracing
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.testing import FrozenClock, run_jobs
 

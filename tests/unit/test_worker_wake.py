@@ -14,7 +14,7 @@ from tests.conftest import JobsEnv
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.wake import QueueWake, conninfo_for
 from ultimate_jobs.errors import InvariantError
-from ultimate_jobs.polling import idle_ceiling_for
+from ultimate_jobs.runtime.polling import idle_ceiling_for
 from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, JobWorker, job_worker
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from ..installed import job_clock
+from ..core.installed import job_clock
 
 STATES = ("ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled")
 STEP_STATUSES = ("done", "failed", "sleeping", "waiting", "running")

@@ -13,9 +13,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 from .. import operator
-from ..backfills import pending_backfills
 from ..drivers.base import BACKFILL_STATUSES
 from ..errors import JobArgumentInvalidError, UltimateError
+from ..features.backfills import pending_backfills
 from ..models import Backfill
 from ..operator.arguments import check_job_id
 from ._support import bad_query, refusal

@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 from django.http import QueryDict
 from django.utils import timezone
 
-from .. import registry
-from ..definition import JobHandle
+from ..core import registry
+from ..core.definition import JobHandle
 from ..drivers.base import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
 from ..errors import JobPageInvalidError
 from ..operator.arguments import check_instant, check_state

@@ -21,11 +21,12 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.recorder import MigrationRecorder
 
-from .. import operator, registry
-from ..backfills import BackfillState, BackfillStateRow, _declarations, is_backfill, pending_backfills
+from .. import operator
 from ..conf import context_factory, jobs_settings
-from ..context import cross_tenant
-from ..definition import JobHandle
+from ..core import registry
+from ..core.definition import JobHandle
+from ..core.installed import job_driver
+from ..core.scope import cross_tenant
 from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE
 from ..errors import (
     BackfillAppliedError,
@@ -38,7 +39,7 @@ from ..errors import (
     UltimateError,
     code_of,
 )
-from ..installed import job_driver
+from ..features.backfills import BackfillState, BackfillStateRow, _declarations, is_backfill, pending_backfills
 from ..operator.arguments import shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT
 from . import render

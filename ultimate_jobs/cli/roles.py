@@ -17,9 +17,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ..console import LOG_FORMATS, install_console
-from ..durations import format_duration, parse_duration
+from ..core.durations import format_duration, parse_duration
 from ..errors import UltimateError
+from ..integration.console import LOG_FORMATS, install_console
 from ..operator.arguments import check_name, shown
 from .parsing import EXIT_ERROR, UsageParser
 from .render import error_text

@@ -147,7 +147,7 @@ class ExhaustedJob:
 class Claim:
     """What one ``claim()`` took: ``jobs``, now running under the claimant's lease (priority, due
     instant, id order), and ``buried``: lapsed final attempts it settled dead (or failed) on the way,
-    whose ``on_settled`` the caller tells (:func:`ultimate_jobs.settled.announce_exhausted`)."""
+    whose ``on_settled`` the caller tells (:func:`ultimate_jobs.core.settled.announce_exhausted`)."""
 
     jobs: Sequence[ClaimedJob] = ()
     buried: Sequence[ExhaustedJob] = ()

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..durations import Duration
+from ..core.durations import Duration
 
 DEFAULT_EVENT_TTL = "7d"
 

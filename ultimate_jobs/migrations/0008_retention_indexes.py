@@ -6,7 +6,7 @@
 
 from django.db import migrations, models
 
-from ultimate_jobs.migration_ops import AddIndexConcurrentlyOnPostgres as AddIndexConcurrently
+from ultimate_jobs.integration.migration_ops import AddIndexConcurrentlyOnPostgres as AddIndexConcurrently
 
 
 class Migration(migrations.Migration):

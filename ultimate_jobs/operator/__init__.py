@@ -12,9 +12,9 @@ there, and :func:`inspect_queues`, which reads the driver's own ``stats()``.
 >>> operator.requeue_many(state="dead", queue="payments", until_done=True)
 
 Secrets never leave in clear: a job's input fields typed ``SecretStr``/``SecretBytes``/``Secret[T]``
-are stored sealed (:mod:`ultimate_jobs.sealing`), and every record here carries them as
+are stored sealed (:mod:`ultimate_jobs.guards.sealing`), and every record here carries them as
 ``"**********"`` — and scrubs their values out of errors, step outputs and progress notes
-(:mod:`ultimate_jobs.redaction`).
+(:mod:`ultimate_jobs.guards.redaction`).
 """
 
 from .backfills import BackfillRow, inspect_backfills

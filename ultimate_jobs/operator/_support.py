@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..core.installed import job_driver
 from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
-from ..installed import job_driver
-from ..redaction import redact, scrub, secret_values
+from ..guards.redaction import redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow
 
 
@@ -39,7 +39,7 @@ def not_found(job_id: str) -> JobNotFoundError:
 class Redactor:
     """Redacts rows of any job, whether this process declares it or not: a sealed secret shows as the
     mask wherever it stands, and the clear values of the input's secrets are scrubbed out of the free
-    text (:mod:`ultimate_jobs.redaction`) — the row says where its secrets are, not the registry."""
+    text (:mod:`ultimate_jobs.guards.redaction`) — the row says where its secrets are, not the registry."""
 
     def secrets(self, record: JobRecord) -> set[str]:
         """The clear values of ``record``'s secret input fields."""

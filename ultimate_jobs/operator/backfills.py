@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..backfills import registered_backfills
 from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus, BackfillStore, JobDriver
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
+from ..features.backfills import registered_backfills
 from ._support import resolve
 from .arguments import check_name, shown
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..backfills import registered_backfills
 from ..drivers.base import (
     DEFAULT_JOB_PAGE,
     LIVE_STATES,
@@ -19,6 +18,7 @@ from ..drivers.base import (
     job_cursor,
 )
 from ..errors import CancelUnsupportedError, JobNotCancellableError
+from ..features.backfills import registered_backfills
 from ._support import Redactor, error_detail, introspection, not_found, resolve, step_row
 from .arguments import check_job_id, check_name, check_reason
 from .backfills import BackfillRow

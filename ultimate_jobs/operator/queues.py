@@ -3,13 +3,13 @@ backfill passes in flight beside the depth."""
 
 from __future__ import annotations
 
-from .. import registry
 from ..conf import jobs_settings
-from ..definition import JobHandle
+from ..core import registry
+from ..core.definition import JobHandle
+from ..core.durations import Duration, format_duration, parse_duration
+from ..core.installed import job_clock
 from ..drivers.base import MAX_JOB_PAGE, MIN_INSTANT_MS, JobDriver
-from ..durations import Duration, format_duration, parse_duration
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
-from ..installed import job_clock
 from ._support import introspection, resolve
 from .arguments import check_name
 from .backfills import BackfillRow, inspect_backfills

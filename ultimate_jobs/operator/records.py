@@ -2,7 +2,7 @@
 shape the CLI prints, the admin renders and the JSON views serve.
 
 Times are epoch milliseconds (``*_ms``); a job's ``input`` is always the redacted one
-(:mod:`ultimate_jobs.redaction`). A key is never dropped from a shape: an absent value is ``None``.
+(:mod:`ultimate_jobs.guards.redaction`). A key is never dropped from a shape: an absent value is ``None``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..definition import JobDescriptor
+from ..core.definition import JobDescriptor
 from ..drivers.base import JobState, Progress
 from ..scheduler.task import TaskDescriptor
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import registry
-from ..definition import JobHandle
+from ..core import registry
+from ..core.definition import JobHandle
+from ..core.installed import job_clock
 from ..drivers.base import JobDriver
 from ..errors import JobArgumentInvalidError
-from ..installed import job_clock
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import introspection, resolve
 from .arguments import check_name, shown

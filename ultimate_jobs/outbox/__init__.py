@@ -1,6 +1,6 @@
 """The transactional outbox: ``handle.enqueue()`` inside ``transaction.atomic()`` writes its row in the
 caller's transaction, and a relay publishes it after commit — so a rollback leaves no job and a commit
-can never lose one. Not on until installed: :func:`install_outbox` (the facade) and a running
+can never lose one. Not on until installed: :func:`install_outbox` (the router) and a running
 :func:`outbox_relay` (``manage.py jobs_relay``). See docs/outbox.md.
 """
 
@@ -14,18 +14,18 @@ from .boot import (
     set_outbox_store,
     uninstall_outbox,
 )
-from .facade import OutboxFacade
 from .relay import OutboxRelay, RelayStats, outbox_relay
+from .routing import OutboxRouter
 from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_WAKE_CHANNEL, OutboxMode, OutboxRecord, OutboxStore
 
 __all__ = [
     "DEFAULT_CLAIM_LEASE_MS",
     "OUTBOX_WAKE_CHANNEL",
     "MemoryOutboxStore",
-    "OutboxFacade",
     "OutboxMode",
     "OutboxRecord",
     "OutboxRelay",
+    "OutboxRouter",
     "OutboxStore",
     "PostgresOutboxStore",
     "RelayStats",

@@ -1,4 +1,4 @@
-"""Build the outbox from ``settings.ULTIMATE_JOBS``: the process's store, the facade (installed at start-up
+"""Build the outbox from ``settings.ULTIMATE_JOBS``: the process's store, the router (installed at start-up
 when ``OUTBOX`` is ``"optional"`` or ``"required"`` — :func:`install_outbox_from_settings` — or by hand with
 :func:`install_outbox`) and the relay role (what ``jobs_relay`` and ``jobs_dev`` run).
 
@@ -15,14 +15,14 @@ from typing import cast
 from django.db import connections
 
 from ..conf import jobs_settings
+from ..core.durations import Duration, parse_duration
+from ..core.installed import job_driver
+from ..core.routing import set_jobs_router
 from ..drivers.base import JobDriver
 from ..drivers.postgres.outbox import postgres_outbox_store
-from ..durations import Duration, parse_duration
 from ..errors import DriverUnavailableError, InvariantError, UltimateError
-from ..facade import set_jobs_facade
-from ..installed import job_driver
-from .facade import OutboxFacade
 from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
+from .routing import OutboxRouter
 from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore
 
 _lock = threading.Lock()
@@ -61,7 +61,7 @@ def outbox_supported() -> bool:
 
 
 def outbox_store() -> OutboxStore:
-    """The process's outbox store, built from settings on first use (the facade and an in-process relay
+    """The process's outbox store, built from settings on first use (the router and an in-process relay
     share it)."""
     global _store
     with _lock:
@@ -79,10 +79,10 @@ def set_outbox_store(store: OutboxStore | None) -> None:
 
 def install_outbox(
     *, mode: OutboxMode | None = None, store: OutboxStore | None = None, driver: JobDriver | None = None
-) -> OutboxFacade | None:
-    """Install the outbox facade process-wide: from now on ``handle.enqueue()`` inside
+) -> OutboxRouter | None:
+    """Install the outbox router process-wide: from now on ``handle.enqueue()`` inside
     ``transaction.atomic()`` on the jobs database stages its row in that transaction. ``mode`` defaults to
-    ``ULTIMATE_JOBS['OUTBOX']``; ``"off"`` installs nothing (and uninstalls a facade installed before),
+    ``ULTIMATE_JOBS['OUTBOX']``; ``"off"`` installs nothing (and uninstalls a router installed before),
     answering ``None``. ``ultimate_jobs`` calls it at start-up when ``OUTBOX`` asks for the outbox
     (:func:`install_outbox_from_settings`); call it yourself to wire a store or a mode by hand, and run a
     relay (``manage.py jobs_relay``, or ``jobs_dev``) to publish what commits.
@@ -93,16 +93,16 @@ def install_outbox(
     if chosen not in OUTBOX_MODES:
         raise InvariantError(f"install_outbox(mode={chosen!r}); use one of {OUTBOX_MODES}", {"mode": chosen})
     if chosen == "off":
-        set_jobs_facade(None)
+        set_jobs_router(None)
         return None
-    facade = OutboxFacade(store=store or outbox_store(), driver=driver, mode=chosen)
-    set_jobs_facade(facade)
-    return facade
+    router = OutboxRouter(store=store or outbox_store(), driver=driver, mode=chosen)
+    set_jobs_router(router)
+    return router
 
 
-def install_outbox_from_settings() -> OutboxFacade | None:
+def install_outbox_from_settings() -> OutboxRouter | None:
     """What ``ultimate_jobs``'s ``AppConfig.ready()`` runs in every process: ``OUTBOX = "optional"`` or
-    ``"required"`` installs the facade over the jobs database; ``"off"`` (the default) touches nothing.
+    ``"required"`` installs the router over the jobs database; ``"off"`` (the default) touches nothing.
     A setting that cannot be read, or a jobs database that cannot hold ``x_outbox``, installs nothing —
     the system check reports it (``manage.py check``, and every command that runs the checks, fails)."""
     try:
@@ -114,7 +114,7 @@ def install_outbox_from_settings() -> OutboxFacade | None:
 
 def uninstall_outbox() -> None:
     """Put the direct fallback back: every enqueue publishes straight to the driver again."""
-    set_jobs_facade(None)
+    set_jobs_router(None)
 
 
 def relay_from_settings(

@@ -10,14 +10,14 @@ can fix: the database refuses the request's data, or the request is invalid (:fu
 sets that one row aside (``failed``, with its error; ``jobs.outbox.row-set-aside``) and the rows
 behind it publish: one bad row never wedges the outbox. An operator lists, retries or removes set-aside
 rows (``manage.py jobs outbox``, the admin's outbox page). The loop is every role's
-(:class:`ultimate_jobs.polling.PollingRole`): a pass that throws is logged
+(:class:`ultimate_jobs.runtime.polling.PollingRole`): a pass that throws is logged
 ``jobs.outbox.relay.pass-failed`` and the loop carries on; while there is work it claims every
 ``interval`` (200 ms) — at once after a pass that published a full batch, so a backlog drains at the
 statements' pace — and while idle the wait doubles to the ceiling; the store's wake cuts it short.
 
 The relay knows only ``enqueue_many``: it publishes onto whatever driver it is handed.
 
-The lifecycle is every role's (:class:`ultimate_jobs.lifecycle.RoleLifecycle`): ``start``, ``accept`` /
+The lifecycle is every role's (:class:`ultimate_jobs.runtime.lifecycle.RoleLifecycle`): ``start``, ``accept`` /
 ``close`` (the two drain phases; close joins the pass in flight — a pass is a publish followed by a
 mark, and returning between the two would close the database under the row about to be marked),
 ``drain``, ``stop``, ``run`` (a command's blocking run with SIGTERM/SIGINT drain); :meth:`OutboxRelay.run_once`
@@ -37,14 +37,14 @@ from typing import Any
 import psycopg
 from django import db
 
-from ..clock import Clock
+from ..core.clock import Clock
+from ..core.durations import Duration, parse_duration
+from ..core.installed import job_clock
+from ..core.logs import log_event
 from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
-from ..durations import Duration, parse_duration
 from ..errors import InvariantError, UltimateError, retry_class
-from ..installed import job_clock
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
-from ..logs import log_event
-from ..polling import Pass, PollingRole
+from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
+from ..runtime.polling import Pass, PollingRole
 from .store import OutboxRecord, OutboxStore, publish_request
 
 RELAY_INTERVAL_MS = 200
@@ -97,7 +97,7 @@ class OutboxRelay(PollingRole):
     def __repr__(self) -> str:
         return f"<OutboxRelay {self.relay_id} {self.store.name}→{self.driver.name} {self.state}>"
 
-    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
+    # -- the lifecycle's hooks (ultimate_jobs.runtime.lifecycle.RoleLifecycle) ---------------------------
 
     def _ident(self) -> dict[str, Any]:
         return {"relay_id": self.relay_id}

@@ -82,12 +82,12 @@ class OutboxStore(Protocol):
         """Whether the cross-process wake is proven right now. Called only when ``supports_listen``."""
 
     def in_transaction(self) -> bool:
-        """Whether a :meth:`stage` now would join a transaction the caller holds (the facade's
+        """Whether a :meth:`stage` now would join a transaction the caller holds (the router's
         ``current_tx``): for Postgres, an open ``atomic()`` block on the jobs database."""
 
     def stage(self, requests: Sequence[EnqueueRequest]) -> list[OutboxRecord]:
         """Write one row per request, in order, in the caller's transaction. Every request must carry
-        its ``id`` and ``run_id`` (the facade allocates them); ``X_INVARIANT`` otherwise."""
+        its ``id`` and ``run_id`` (the router allocates them); ``X_INVARIANT`` otherwise."""
 
     def claim(self, *, claimant: str, limit: int) -> list[OutboxRecord]:
         """Take up to ``limit`` unpublished rows nobody holds (or whose claim lease lapsed), oldest first,
@@ -148,7 +148,7 @@ def check_staged(requests: Sequence[EnqueueRequest]) -> None:
         if not request.id or not request.run_id:
             raise InvariantError(
                 f"{request.name}: a staged request must carry id and run_id (allocated at stage time); "
-                "stage through the outbox facade, which allocates them",
+                "stage through the outbox router, which allocates them",
                 {"job": request.name},
             )
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..conf import jobs_settings
-from ..durations import Duration
-from ..installed import job_clock, job_driver
+from ..core.durations import Duration
+from ..core.installed import job_clock, job_driver
 from .leader import DEFAULT_LEASE_TTL_MS, lease_leader
 from .runtime import TICK_INTERVAL_MS, JobScheduler, job_scheduler
 

@@ -17,11 +17,11 @@ import socket
 import uuid
 from typing import Protocol
 
-from ..clock import Clock
+from ..core.clock import Clock
+from ..core.durations import Duration, parse_duration
+from ..core.installed import job_clock
 from ..drivers.base import JobDriver, LeaderStore
-from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
-from ..installed import job_clock
 
 DEFAULT_LEASE_TTL_MS = 30_000
 LEADER_LEASE_NAME = "scheduler"

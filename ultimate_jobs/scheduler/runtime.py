@@ -1,7 +1,7 @@
 """``job_scheduler()``: fire every registered task's occurrences — one dispatch round at a time, on
 the leader only, with each task's catch-up policy — and drain in two phases on SIGTERM/SIGINT.
 
-One lifecycle and one loop, as the worker's (:class:`ultimate_jobs.polling.PollingRole`, with the idle
+One lifecycle and one loop, as the worker's (:class:`ultimate_jobs.runtime.polling.PollingRole`, with the idle
 ceiling at the tick: a round every ``tick_interval``, busy or idle): :meth:`JobScheduler.start`,
 :meth:`JobScheduler.stop`, :meth:`JobScheduler.drain` (accept → close) and :meth:`JobScheduler.run_once`
 — one round — which tests drive directly on a frozen clock.
@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import registry
-from ..clock import Clock
+from ..core import registry
+from ..core.clock import Clock
+from ..core.durations import Duration, parse_duration
+from ..core.installed import job_clock
+from ..core.logs import log_event
 from ..drivers.base import Fire, JobDriver, SchedulerStore
-from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
-from ..installed import job_clock
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
-from ..logs import log_event
-from ..polling import Pass, PollingRole
+from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
+from ..runtime.polling import Pass, PollingRole
 from .catchup import plan_fires
 from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, lease_leader
 from .task import TaskHandle
@@ -135,7 +135,7 @@ class JobScheduler(PollingRole):
                 {"leader_durable": self.leader.durable, "state_durable": self.store.durable},
             )
 
-    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
+    # -- the lifecycle's hooks (ultimate_jobs.runtime.lifecycle.RoleLifecycle) ---------------------------
 
     def _ident(self) -> dict[str, Any]:
         return {"holder": self.leader.holder}

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 
-from .. import registry
-from ..definition import JobHandle
+from ..core import registry
+from ..core.definition import JobHandle
 from ..drivers.base import Enqueued, EnqueueRequest
 from ..errors import JobDeclarationInvalidError
 from .cron import CronSchedule, cron_problem, load_zone
@@ -132,11 +132,11 @@ class TaskHandle:
         idempotency key (over an input built for this instant), so a manual fire and the scheduler's
         fire of an occurrence are distinct rows. Routed like any enqueue (the outbox joins the caller's
         transaction when installed)."""
-        from ..facade import jobs_facade
+        from ..core.routing import jobs_router
 
         now = _now_ms()
         requests = self.requests(now, now_ms=now)
-        return jobs_facade().enqueue_many(requests) if requests else []
+        return jobs_router().enqueue_many(requests) if requests else []
 
     def next_run(self, after_ms: int | None = None) -> int:
         """The first occurrence strictly after ``after_ms`` (now when none is given), in epoch ms."""
@@ -171,7 +171,7 @@ def next_task_run(task: TaskHandle, from_ms: int | None = None) -> int:
 
 
 def _now_ms() -> int:
-    from ..installed import job_clock
+    from ..core.installed import job_clock
 
     return job_clock().now_ms()
 

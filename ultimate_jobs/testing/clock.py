@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..clock import Timer, TimerHeap
+from ..core.clock import Timer, TimerHeap
 
 DEFAULT_EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 class FrozenClock:
-    """Implements :class:`~ultimate_jobs.clock.Clock`; ``advance()`` fires every timer it passes, in order.
+    """Implements :class:`~ultimate_jobs.core.clock.Clock`; ``advance()`` fires every timer it passes, in order.
 
     >>> clock = FrozenClock()
     >>> clock.call_at(clock.now_ms() + 1000, lambda: print("fired"))

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
+from ..core import registry
+from ..core.installed import set_job_clock, set_job_driver
 from ..drivers.memory import MemoryDriver
 from ..drivers.memory.events import MemoryEventBus
 from ..events import reset_event_bus, set_event_bus
-from ..installed import set_job_clock, set_job_driver
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs
 

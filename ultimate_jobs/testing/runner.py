@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..core.installed import job_clock, job_driver
 from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
-from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
-from ..installed import job_clock, job_driver
 from .clock import FrozenClock
 
 WAITING_STATES: tuple[JobState, ...] = ("ready", "delayed", "suspended")

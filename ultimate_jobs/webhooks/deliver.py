@@ -37,9 +37,13 @@ from urllib.parse import urlsplit
 
 import pydantic
 
-from ..clock import Clock, Timer
-from ..definition import JobHandle, job
-from ..durations import Duration
+from ..core.clock import Clock, Timer
+from ..core.definition import JobHandle, job
+from ..core.durations import Duration
+from ..core.installed import job_clock
+from ..core.logs import log_event
+from ..core.retry import RetryPolicy, parse_optional_duration
+from ..core.run import JobRun
 from ..errors import (
     CodedError,
     JobDeclarationInvalidError,
@@ -55,10 +59,6 @@ from ..errors import (
     WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
-from ..installed import job_clock
-from ..logs import log_event
-from ..retry import RetryPolicy, parse_optional_duration
-from ..run import JobRun
 from .ledger import WebhookAttempt, WebhookLedger
 from .signature import (
     WEBHOOK_ID_HEADER,

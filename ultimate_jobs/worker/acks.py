@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..dbconn import close_thread_connections, release_stale_connections
+from ..core.logs import log_event
 from ..drivers.base import Ack, ClaimRef, JobDriver
-from ..logs import log_event
+from ..runtime.dbconn import close_thread_connections, release_stale_connections
 
 MAX_ACK_BATCH = 500
 CLOSE_TIMEOUT_S = 10.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..conf import context_factory, jobs_settings
-from ..durations import Duration
+from ..core.durations import Duration
+from ..core.installed import job_driver
 from ..errors import InvariantError
-from ..installed import job_driver
 from .build import job_worker
 from .runtime import JobWorker
 

@@ -10,15 +10,15 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import registry
-from ..clock import Clock
-from ..definition import JobHandle
+from ..core import registry
+from ..core.clock import Clock
+from ..core.definition import JobHandle
+from ..core.durations import Duration, parse_duration
+from ..core.installed import job_clock
 from ..drivers.base import JobDriver
-from ..durations import Duration, parse_duration
 from ..errors import ClaimQueuesEmptyError, InvariantError
-from ..installed import job_clock
-from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS
-from ..limits import LimitConfig
+from ..guards.limits import LimitConfig
+from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from .runtime import JobWorker
 
 JOBS_CONCURRENCY_DEFAULT = 8

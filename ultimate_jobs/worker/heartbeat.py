@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..clock import Clock
-from ..dbconn import close_thread_connections, release_stale_connections
+from ..core.clock import Clock
+from ..core.logs import log_event
 from ..drivers.base import JobDriver, WorkerInfo
-from ..logs import log_event
+from ..runtime.dbconn import close_thread_connections, release_stale_connections
 from .inflight import InFlight, lease_lost, renew_round
 
 if TYPE_CHECKING:

@@ -6,11 +6,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..counters import JOB_LEASES_LOST
+from ..core.logs import log_event
+from ..core.signals import CancelSignal
 from ..drivers.base import ClaimedJob, Heartbeat
 from ..errors import JobSlotLostError, LeaseLostError
-from ..logs import log_event
-from ..signals import CancelSignal
+from ..runtime.counters import JOB_LEASES_LOST
 
 if TYPE_CHECKING:
     from .runtime import JobWorker

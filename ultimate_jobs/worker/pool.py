@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from ..dbconn import close_thread_connections
-from ..logs import log_event
+from ..core.logs import log_event
+from ..runtime.dbconn import close_thread_connections
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.logs import log_event
 from ..errors import InvariantError
-from ..logs import log_event
 from .runtime import JobWorker, WorkerStats
 
 EXIT_RECYCLED = 75

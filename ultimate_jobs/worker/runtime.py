@@ -1,7 +1,7 @@
 """The worker: claim work for its queues, run each job in a slot, keep every lease alive, stop bodies on
 deadlines, and drain in two phases on SIGTERM/SIGINT.
 
-Its lifecycle and its loop are every role's (:class:`ultimate_jobs.polling.PollingRole`); its heartbeat and
+Its lifecycle and its loop are every role's (:class:`ultimate_jobs.runtime.polling.PollingRole`); its heartbeat and
 registry row live in :mod:`.heartbeat`, its options and defaults in :mod:`.build` (``job_worker()``),
 and this module keeps the claim pass, dispatch into slots, the claim-ahead buffer and accounting.
 :meth:`JobWorker.run_once` — one pass — is what tests drive directly.
@@ -18,19 +18,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from .. import registry
-from ..attempt import completion_settled
-from ..clock import Clock, SystemClock, Timer
-from ..counters import count_outcome, prime_counters
-from ..dbconn import release_stale_connections
-from ..definition import JobHandle
+from ..core import registry
+from ..core.attempt import completion_settled
+from ..core.clock import Clock, SystemClock, Timer
+from ..core.definition import JobHandle
+from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..core.logs import log_event
+from ..core.signals import CancelSignal
 from ..drivers.base import ClaimedJob, JobDriver, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError
-from ..execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
-from ..limits import LimitConfig, Limiter
-from ..logs import log_event
-from ..polling import Pass, PollingRole
-from ..signals import CancelSignal
+from ..guards.limits import LimitConfig, Limiter
+from ..runtime.counters import count_outcome, prime_counters
+from ..runtime.dbconn import release_stale_connections
+from ..runtime.polling import Pass, PollingRole
 from .acks import SettleBuffer
 from .heartbeat import Heartbeat
 from .inflight import InFlight, hooks_for
@@ -138,7 +138,7 @@ class JobWorker(Heartbeat, PollingRole):
         self._hand_back_on_close = False
         self._recorded_ms = 0  # when this worker's registry row was last written
 
-    # -- the lifecycle's hooks (ultimate_jobs.lifecycle.RoleLifecycle) ---------------------------
+    # -- the lifecycle's hooks (ultimate_jobs.runtime.lifecycle.RoleLifecycle) ---------------------------
 
     def _ident(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id}

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import jobs_settings
-from ..durations import parse_duration
-from ..logs import log_event
+from ..core.durations import parse_duration
+from ..core.logs import log_event
 from .recycle import EXIT_RECYCLED, parse_count
 
 STOP_MARGIN_S = 5.0  # past the drain deadline: a child's driver close and interpreter exit

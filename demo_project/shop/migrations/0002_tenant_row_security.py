@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from ultimate_jobs.row_security import EnableTenantRowSecurity
+from ultimate_jobs.guards.row_security import EnableTenantRowSecurity
 
 
 class Migration(migrations.Migration):

@@ -15,9 +15,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from ...clock import Clock, system_clock
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ...logs import log_event
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...clock import Clock
+from ...core.clock import Clock
+from ...core.installed import job_clock
 from ...errors import InvariantError
-from ...installed import job_clock
 from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,
@@ -239,9 +239,9 @@ def memory_outbox_store(
     current_tx: Callable[[], bool] | None = None,
 ) -> MemoryOutboxStore:
     """An in-memory outbox store. ``current_tx()`` answers whether the caller is "in a transaction"
-    (default: never, so an installed facade publishes directly unless a test says otherwise).
+    (default: never, so an installed router publishes directly unless a test says otherwise).
 
     >>> store = memory_outbox_store(clock=clock, current_tx=lambda: True)
-    >>> set_jobs_facade(OutboxFacade(store=store, driver=driver))
+    >>> set_jobs_router(OutboxRouter(store=store, driver=driver))
     """
     return MemoryOutboxStore(clock=clock, claim_lease_ms=claim_lease_ms, current_tx=current_tx)

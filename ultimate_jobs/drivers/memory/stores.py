@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...clock import Clock
-from ...ids import new_id
+from ...core.clock import Clock
+from ...core.ids import new_id
 from ..base import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, TaskFire
 
 if TYPE_CHECKING:

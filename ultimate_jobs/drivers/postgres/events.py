@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...durations import Duration
+from ...core.durations import Duration
 from ...events.base import DEFAULT_EVENT_TTL, EventRecord
 from ..sql.events import checked_publish, purge_in_batches
 from .executor import Executor, from_jsonb, jsonb

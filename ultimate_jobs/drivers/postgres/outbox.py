@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import connections
 
-from ...clock import Clock, system_clock
+from ...core.clock import Clock, system_clock
+from ...core.installed import jobs_database
 from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     OUTBOX_WAKE_CHANNEL,
@@ -153,8 +154,6 @@ def postgres_outbox_store(
     """
     check_claim_lease(claim_lease_ms)
     if alias is None:
-        from ...conf import jobs_settings
-
-        alias = tx_executor.alias if tx_executor is not None else jobs_settings().database
+        alias = tx_executor.alias if tx_executor is not None else jobs_database()
     tx = tx_executor or django_executor(alias)
     return PostgresOutboxStore(executor=executor or tx, tx_executor=tx, clock=clock, claim_lease_ms=claim_lease_ms)

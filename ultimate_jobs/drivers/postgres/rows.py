@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...ids import new_id
+from ...core.ids import new_id
 from ..base import EnqueueRequest
 from ..sql.dialect import Dialect, canonical_id, loads
 

@@ -32,10 +32,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ...clock import Clock, system_clock
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
 from ...errors import InvariantError
-from ...logs import log_event
-from ...polling import idle_ceiling_for
+from ...runtime.polling import idle_ceiling_for
 from .queries.jobs import SQL_WAKE_PROBE, WAKE_CHANNEL
 
 PROBE_PREFIX = "__probe__:"  # a payload no queue name carries; never handed to on_wake

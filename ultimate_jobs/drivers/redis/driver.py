@@ -22,10 +22,10 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from ...clock import Clock, system_clock
+from ...core.clock import Clock, system_clock
+from ...core.ids import new_id
+from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
-from ...ids import new_id
-from ...logs import log_event
 from ..base import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...ids import new_id
+from ...core.ids import new_id
 from ..base import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease
 from .rows import backfill_run, pairs, text
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from ...logs import log_event
+from ...core.logs import log_event
 
 if TYPE_CHECKING:
     from .driver import RedisDriver

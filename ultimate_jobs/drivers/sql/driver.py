@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ...clock import Clock, system_clock
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ...logs import log_event
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...durations import Duration, parse_duration
+from ...core.durations import Duration, parse_duration
 from ...errors import InvariantError
 from ..base import PURGE_BATCH
 from .dialect import dumps

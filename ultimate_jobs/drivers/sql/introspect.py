@@ -9,6 +9,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
+from ...core.logs import log_event
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
@@ -17,7 +18,6 @@ from ...errors import (
     JobNotRequeueableError,
     JobPageInvalidError,
 )
-from ...logs import log_event
 from ..base import (
     LIVE_STATES,
     MAX_TASK_FIRES,

@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import IntegrityError, connections
 
-from ...clock import Clock
+from ...core.clock import Clock
+from ...core.installed import job_clock
 from ...errors import InvariantError
-from ...installed import job_clock
 from ...outbox.store import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,

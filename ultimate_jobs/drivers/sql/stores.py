@@ -9,7 +9,7 @@ import builtins
 from types import ModuleType
 from typing import Any, Literal
 
-from ...ids import new_id
+from ...core.ids import new_id
 from ..base import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease
 from .dialect import dumps
 from .rows import BackfillRow, LeaseRow, backfill_run, leader_lease

@@ -21,9 +21,9 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ...clock import Clock
+from ...core.clock import Clock
+from ...core.ids import new_id
 from ...errors import DriverUnavailableError, InvariantError
-from ...ids import new_id
 from ..base import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,

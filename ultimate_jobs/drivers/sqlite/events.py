@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ...clock import Clock, system_clock
-from ...durations import Duration
+from ...core.clock import Clock, system_clock
+from ...core.durations import Duration
 from ...events.base import DEFAULT_EVENT_TTL, EventRecord, matches
 from ..sql.events import checked_publish, purge_in_batches
 from .executor import SqliteExecutor

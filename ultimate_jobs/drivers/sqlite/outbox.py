@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 from django.db import connections, transaction
 
-from ...clock import Clock
+from ...core.clock import Clock
+from ...core.installed import jobs_database
 from ...outbox.store import DEFAULT_CLAIM_LEASE_MS, OutboxRecord, WakeListener, check_limit, request_to_json
 from ..base import EnqueueRequest
 from ..sql.outbox import SqlOutboxStore
@@ -116,7 +117,5 @@ def sqlite_outbox_store(
     >>> store = sqlite_outbox_store(alias="default", claim_lease_ms=30_000)
     """
     if alias is None:
-        from ...conf import jobs_settings
-
-        alias = jobs_settings().database
+        alias = jobs_database()
     return SqliteOutboxStore(alias=alias, clock=clock, claim_lease_ms=claim_lease_ms)

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 
-from ...logs import log_event
+from ...core.logs import log_event
 from .queries.session import SQL_DATA_VERSION, SQL_WATCH_DUE
 
 WATCH_INTERVAL_MS = 100

@@ -10,11 +10,11 @@ from django.utils import autoreload
 
 from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...conf import jobs_settings
-from ...console import worker_start_line
-from ...durations import parse_duration
-from ...lifecycle import Role, Roles
-from ...metrics import serve_counters
+from ...core.durations import parse_duration
+from ...features.metrics import serve_counters
+from ...integration.console import worker_start_line
 from ...outbox.boot import outbox_supported, relay_from_settings
+from ...runtime.lifecycle import Role, Roles
 from ...scheduler.boot import scheduler_from_settings
 from ...worker.boot import parse_concurrency, worker_from_settings
 

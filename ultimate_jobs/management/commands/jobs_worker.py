@@ -10,8 +10,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, add_worker_arguments, port
-from ...console import worker_start_line
-from ...metrics import serve_counters
+from ...features.metrics import serve_counters
+from ...integration.console import worker_start_line
 from ...worker.boot import parse_concurrency, worker_from_settings
 from ...worker.recycle import RecycleLimits, run_supervised
 from ...worker.supervisor import parse_processes, supervisor_from_options

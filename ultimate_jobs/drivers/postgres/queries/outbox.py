@@ -20,7 +20,7 @@ OUTBOX_COLUMNS = """
 
 # SQL_OUTBOX_STAGE — write a batch of staged enqueues in ONE statement, in the caller's transaction:
 # the rows exist exactly when the business rows commit. Each row carries the whole EnqueueRequest
-# (jsonb) and the ids the facade allocated (the row id IS the job id, run_id the job's run id), all
+# (jsonb) and the ids the router allocated (the row id IS the job id, run_id the job's run id), all
 # with staged_at = %(now)s. Announces pg_notify('x_outbox_wake', '') — delivered on COMMIT, never for a
 # rollback — unless a committed row is already waiting unclaimed (the throttle, over
 # x_outbox_pending_idx; a set-aside row waits for nobody, so it never silences the wake): a relay that

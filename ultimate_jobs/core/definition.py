@@ -1,0 +1,468 @@
+"""``@job``: the declaration, its validation, the :class:`JobHandle`, and the descriptor.
+
+Every declaration rule is checked here, when the module is imported, so a bad job fails
+``manage.py check`` rather than its fourth attempt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
+
+import pydantic
+
+from ..drivers.base import Enqueued, EnqueueRequest
+from ..errors import (
+    IdempotencyRequiredError,
+    InvariantError,
+    JobConcurrencyInvalidError,
+    JobConcurrencyKeyInvalidError,
+    JobDeclarationInvalidError,
+    JobTenantMismatchError,
+    JobTenantRequiredError,
+    ValidationError,
+)
+from ..guards import admission
+from ..guards.sealing import clear_model, refuse_reserved, seal_model, unseal
+from . import registry
+from .durations import Duration
+from .retry import RetryPolicy, parse_optional_duration, retry_policy
+from .run import JobRun
+from .scope import Actor
+from .tracing import current_traceparent
+
+InputT = TypeVar("InputT")
+ResultT = TypeVar("ResultT")
+
+MAX_CONCURRENCY_KEY_LENGTH = 200
+MAX_IDEMPOTENCY_KEY_LENGTH = 512
+DEFAULT_QUEUE = "default"
+DEFAULT_EVENT_POLL_MS = 30_000
+
+WhenBusy = Literal["wait", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """A fleet-wide cap: ``limit`` runs at once, per ``key(input)`` when a key is given.
+
+    >>> Concurrency(key=lambda i: i.account_id, limit=1, when_busy="fail")
+    """
+
+    limit: int = 1
+    key: Callable[[Any], str] | None = None
+    when_busy: WhenBusy = "wait"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The descriptor shape (the key is code, so only whether there is one)."""
+        return {"limit": self.limit, "keyed": self.key is not None, "when_busy": self.when_busy}
+
+
+class JobOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`job`. ``idempotency_key`` and ``tenant`` are required."""
+
+    idempotency_key: Required[Callable[[Any], str]]
+    tenant: Required[Literal["none"] | Callable[[Any], str | None]]
+    input: type[pydantic.BaseModel] | None
+    retry: RetryPolicy | Mapping[str, Any] | None
+    timeout: Duration | None
+    step_timeout: Duration | None
+    event_poll: Duration | None
+    concurrency: int | Concurrency | None
+    queue: str
+    priority: int
+    on_settled: Callable[[Any], None] | None
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobDescriptor:
+    """The manifest row for one job: what the CLI, admin and JSON views show."""
+
+    kind: Literal["job"]
+    name: str
+    queue: str
+    priority: int
+    tenant: Literal["none", "input"]
+    retry: Mapping[str, Any]
+    timeout_ms: int | None
+    step_timeout_ms: int | None
+    event_poll_ms: int
+    concurrency: Mapping[str, Any] | None
+    input_schema: Mapping[str, Any] | None
+    on_settled: bool
+    origin: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "queue": self.queue,
+            "priority": self.priority,
+            "tenant": self.tenant,
+            "retry": dict(self.retry),
+            "timeout_ms": self.timeout_ms,
+            "step_timeout_ms": self.step_timeout_ms,
+            "event_poll_ms": self.event_poll_ms,
+            "concurrency": dict(self.concurrency) if self.concurrency else None,
+            "input_schema": self.input_schema,
+            "on_settled": self.on_settled,
+            "origin": self.origin,
+        }
+
+
+class JobHandle(Generic[InputT, ResultT]):
+    """A declared job: enqueue it, describe it, or call its body by hand in a test.
+
+    >>> charge.enqueue({"order_id": "o-1", "org_id": "org-1"})
+    Enqueued(id='…', run_id='…', deduped=False)
+    """
+
+    kind = "job"
+
+    def __init__(
+        self,
+        fn: Callable[[JobRun[InputT]], ResultT],
+        *,
+        name: str,
+        explicit_name: bool,
+        idempotency_key: Callable[[InputT], str],
+        tenant: Literal["none"] | Callable[[InputT], str | None],
+        input_model: type[pydantic.BaseModel] | None,
+        retry: RetryPolicy,
+        timeout_ms: int | None,
+        step_timeout_ms: int | None,
+        event_poll_ms: int,
+        concurrency: Concurrency | None,
+        queue: str,
+        priority: int,
+        on_settled: Callable[[Any], None] | None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.explicit_name = explicit_name
+        self.idempotency_key = idempotency_key
+        self.tenant = tenant
+        self.input_model = input_model
+        self.retry = retry
+        self.timeout_ms = timeout_ms
+        self.step_timeout_ms = step_timeout_ms
+        self.event_poll_ms = event_poll_ms
+        self.concurrency = concurrency
+        self.queue = queue
+        self.priority = priority
+        self.on_settled = on_settled
+        self.origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.name} queue={self.queue}>"
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def parse_input(self, value: Any) -> InputT:
+        """Validate ``value`` against the declared model (``X_VALIDATION`` on failure)."""
+        if self.input_model is None:
+            if value is None:
+                return {}  # type: ignore[return-value]
+            if not isinstance(value, Mapping):
+                raise ValidationError(
+                    f"{self.name}: input must be a dict, got {type(value).__name__}", {"job": self.name}
+                )
+            return dict(value)  # type: ignore[return-value]
+        if isinstance(value, self.input_model):
+            value = clear_model(value)
+        try:
+            return self.input_model.model_validate(value if value is not None else {})  # type: ignore[return-value]
+        except pydantic.ValidationError as exc:
+            raise ValidationError(
+                f"{self.name}: input does not match {self.input_model.__name__}: {exc.errors(include_url=False)}",
+                {"job": self.name, "errors": json.loads(exc.json(include_url=False))},
+            ) from exc
+
+    def parse_stored(self, payload: Any) -> InputT:
+        """The input of a stored row: its sealed secrets opened (``X_JOB_SECRET_UNREADABLE`` when none
+        of this site's keys opens one), then validated as :meth:`parse_input` does."""
+        return self.parse_input(unseal(payload, what=f"{self.name}: the input"))
+
+    def dump_input(self, parsed: InputT) -> dict[str, Any]:
+        """The JSON payload stored on the row. NaN and Infinity are refused: they are not JSON, and a
+        Postgres ``jsonb`` column rejects what the memory driver would have kept. Secret fields
+        (``SecretStr``…) are stored sealed — an envelope only the site's keys open, never in clear
+        (:mod:`ultimate_jobs.guards.sealing`) — and read as a mask on every operator surface."""
+        if isinstance(parsed, pydantic.BaseModel):
+            return self._json_payload(seal_model(parsed, what=f"{self.name}: the input"))
+        payload = dict(parsed)  # type: ignore[call-overload]
+        refuse_reserved(payload, f"{self.name}: the input")
+        return self._json_payload(payload)
+
+    def _json_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"{self.name}: input is not JSON-serialisable: {exc}", {"job": self.name}) from exc
+        return payload
+
+    def derive_tenant(self, parsed: InputT) -> str | None:
+        """The org the declaration names for this input (``None`` for ``tenant="none"``)."""
+        if self.tenant == "none":
+            return None
+        org = self.tenant(parsed)
+        if not isinstance(org, str) or not org:
+            raise JobTenantMismatchError(
+                f"{self.name}: tenant(input) answered {org!r}; it must name the org as a non-empty string",
+                {"job": self.name},
+            )
+        return org
+
+    def derive_concurrency_key(self, parsed: InputT) -> str | None:
+        """``concurrency.key(input)``, validated: a non-empty string of at most 200 characters."""
+        if self.concurrency is None or self.concurrency.key is None:
+            return None
+        key = self.concurrency.key(parsed)
+        if not isinstance(key, str) or not key or len(key) > MAX_CONCURRENCY_KEY_LENGTH:
+            raise JobConcurrencyKeyInvalidError(
+                f"{self.name}: concurrency.key(input) answered {str(key)[:40]!r}; it must be a non-empty string of "
+                f"at most {MAX_CONCURRENCY_KEY_LENGTH} characters — an id, never a payload",
+                {"job": self.name},
+            )
+        return key
+
+    # -- the surface ---------------------------------------------------------------------------
+
+    def build_request(
+        self,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        queue: str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | int | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        actor: Actor | None = None,
+        id: str | None = None,
+        now_ms: int | None = None,
+    ) -> EnqueueRequest:
+        """The row an enqueue would write, with every per-call rule checked; nothing is written."""
+        admission.check_input(input, job=self.name)  # before parsing: a 10,000-deep dict is refused, not recursed
+        parsed = self.parse_input(input)
+        payload = self.dump_input(parsed)
+        key = self.idempotency_key(parsed)
+        if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+            raise JobDeclarationInvalidError(
+                f"{self.name}: idempotency_key(input) answered {str(key)[:40]!r}; it must be a non-empty string "
+                f"of at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+                {"job": self.name},
+            )
+        tenant_id = self.derive_tenant(parsed)
+        if actor is not None and actor.org_id is not None:
+            if tenant_id is not None and tenant_id != actor.org_id:
+                raise JobTenantMismatchError(
+                    f"{self.name}: the input names org {tenant_id}, the actor acts under {actor.org_id}",
+                    {"job": self.name, "input_org": tenant_id, "actor_org": actor.org_id},
+                )
+            tenant_id = actor.org_id
+        if on_conflict not in ("dedupe", "error"):
+            raise InvariantError(f"on_conflict must be 'dedupe' or 'error', got {on_conflict!r}", {})
+        run_at_ms = admission.scheduled_ms(
+            delay, run_at, now=(lambda: now_ms) if now_ms is not None else _now_ms, job=self.name
+        )
+        return EnqueueRequest(
+            name=self.name,
+            queue=self.queue if queue is None else queue,
+            input=payload,
+            idempotency_key=key,
+            tenant_id=tenant_id,
+            max_attempts=self.retry.attempts,
+            priority=self.priority,
+            run_at_ms=run_at_ms,
+            id=id,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            enqueued_by=actor.id if actor is not None else None,
+            traceparent=current_traceparent(),
+            concurrency_key=self.derive_concurrency_key(parsed),
+        )
+
+    def enqueue(
+        self,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        queue: str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | int | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+    ) -> Enqueued:
+        """Queue one run. Joins the caller's transaction when the outbox is installed; answers the job's
+        own ids on every path, and ``deduped=True`` when a live job already holds the idempotency key."""
+        from .routing import jobs_router
+
+        request = self.build_request(
+            input, run_id=run_id, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
+        )
+        return jobs_router().enqueue(request)
+
+    def enqueue_as(self, actor: Actor, input: Any = None, **options: Any) -> Enqueued:
+        """Enqueue on behalf of ``actor``: the row's tenant comes from ``actor.org_id`` (so per-tenant
+        limits apply) and ``enqueued_by`` records ``actor.id`` — attribution, never authority."""
+        from .routing import jobs_router
+
+        return jobs_router().enqueue(self.build_request(input, actor=actor, **options))
+
+    def run(self, job_run: JobRun[InputT]) -> ResultT:
+        """Call the body by hand (a test); the worker never does this outside :func:`execute_job`."""
+        return self.fn(job_run)
+
+    def describe(self) -> JobDescriptor:
+        """The manifest row for this job."""
+        return JobDescriptor(
+            kind="job",
+            name=self.name,
+            queue=self.queue,
+            priority=self.priority,
+            tenant="none" if self.tenant == "none" else "input",
+            retry=self.retry.as_dict(),
+            timeout_ms=self.timeout_ms,
+            step_timeout_ms=self.step_timeout_ms,
+            event_poll_ms=self.event_poll_ms,
+            concurrency=self.concurrency.as_dict() if self.concurrency else None,
+            input_schema=self.input_model.model_json_schema() if self.input_model else None,
+            on_settled=self.on_settled is not None,
+            origin=self.origin,
+        )
+
+
+def _now_ms() -> int:
+    from .installed import job_clock
+
+    return job_clock().now_ms()
+
+
+def _validate_concurrency(value: object, job: str) -> Concurrency | None:
+    if value is None:
+        return None
+
+    def bad(why: str) -> JobConcurrencyInvalidError:
+        return JobConcurrencyInvalidError(f"{job}: concurrency {why}", {"job": job, "field": "concurrency"})
+
+    def check_limit(limit: object) -> int:
+        if isinstance(limit, bool) or not isinstance(limit, int | float):
+            raise bad(f"limit must be a whole number >= 1, got {limit!r}")
+        if not math.isfinite(limit) or limit != int(limit) or limit < 1:
+            raise bad(f"limit must be a whole number >= 1, got {limit!r}")
+        return int(limit)
+
+    if isinstance(value, Concurrency):
+        if value.key is not None and not callable(value.key):
+            raise bad("key must be a function of the input")
+        if value.when_busy not in ("wait", "fail"):
+            raise bad(f"when_busy must be 'wait' or 'fail', got {value.when_busy!r}")
+        return Concurrency(limit=check_limit(value.limit), key=value.key, when_busy=value.when_busy)
+    return Concurrency(limit=check_limit(value))
+
+
+_anonymous = 0
+
+
+def job(**options: Unpack[JobOptions]) -> Callable[[Callable[[JobRun[Any]], ResultT]], JobHandle[Any, ResultT]]:
+    """Declare a job over ``def body(run: JobRun)``. ``idempotency_key`` and ``tenant`` are required.
+
+    >>> class Onboard(pydantic.BaseModel):
+    ...     org_id: str
+    >>> @job(input=Onboard, idempotency_key=lambda i: f"onboard:{i.org_id}", tenant=lambda i: i.org_id,
+    ...      retry={"attempts": 5, "backoff": "exponential"})
+    ... def onboard_org(run: JobRun[Onboard]) -> None:
+    ...     org = run.step.run("provision", lambda: provision(run.input.org_id))
+    ...     run.step.sleep("3d")
+    ...     run.step.run("nudge", lambda: nudge(org))
+
+    The job's name is the function's ``__name__`` unless ``name=`` is given; it is the durable queue
+    key, so renaming the function with ``name=`` kept never moves where rows are delivered.
+    """
+    known = set(JobOptions.__annotations__)
+    unknown = set(options) - known
+    if unknown:
+        raise JobDeclarationInvalidError(
+            f"job(): unknown options {sorted(unknown)}; known: {sorted(known)}", {"field": sorted(unknown)[0]}
+        )
+
+    def declare(fn: Callable[[JobRun[Any]], ResultT]) -> JobHandle[Any, ResultT]:
+        global _anonymous
+        if not callable(fn):
+            raise JobDeclarationInvalidError("job(): decorate a function that takes one JobRun argument", {})
+        explicit = options.get("name")
+        if explicit is not None and (not isinstance(explicit, str) or not explicit.strip()):
+            raise JobDeclarationInvalidError(
+                f"job(): name must be a non-empty string, got {explicit!r}", {"field": "name"}
+            )
+        derived = getattr(fn, "__name__", None)
+        if derived == "<lambda>" or not derived:
+            _anonymous += 1
+            derived = f"anonymous-job-{_anonymous}"
+        name = explicit or derived
+        handle = _build(fn, name, explicit is not None, options)
+        registry.register(handle)
+        return handle
+
+    return declare
+
+
+def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options: JobOptions) -> JobHandle[Any, Any]:
+    def bad(field: str, why: str) -> JobDeclarationInvalidError:
+        return JobDeclarationInvalidError(f"{name}: {field} {why}", {"job": name, "field": field})
+
+    if "idempotency_key" not in options or options.get("idempotency_key") is None:
+        raise IdempotencyRequiredError(
+            f"{name}: idempotency_key is required — queues deliver at least once, so every job must say how "
+            "to recognise a repeat: idempotency_key=lambda i: f'charge:{i.order_id}'",
+            {"job": name},
+        )
+    if not callable(options["idempotency_key"]):
+        raise bad("idempotency_key", "must be a function of the input")
+    if "tenant" not in options or options.get("tenant") is None:
+        raise JobTenantRequiredError(
+            f"{name}: tenant is required — tenant=lambda i: i.org_id for work under one org, or tenant='none'",
+            {"job": name},
+        )
+    tenant = options["tenant"]
+    if tenant != "none" and not callable(tenant):
+        raise bad("tenant", f"must be 'none' or a function of the input, got {tenant!r}")
+    input_model = options.get("input")
+    if input_model is not None and not (isinstance(input_model, type) and issubclass(input_model, pydantic.BaseModel)):
+        raise bad("input", "must be a pydantic BaseModel subclass")
+    queue = options.get("queue", DEFAULT_QUEUE)
+    if not isinstance(queue, str) or not queue.strip():
+        raise bad("queue", f"must be a non-empty string, got {queue!r}")
+    priority = options.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise bad("priority", f"must be an int, got {priority!r}")
+    on_settled = options.get("on_settled")
+    if on_settled is not None and not callable(on_settled):
+        raise bad("on_settled", "must be a function of the Settled record")
+    if len(inspect.signature(fn).parameters) != 1:
+        raise bad("body", "must take exactly one argument, the JobRun")
+    event_poll = parse_optional_duration(options.get("event_poll"), field="event_poll", job=name)
+    return JobHandle(
+        fn,
+        name=name,
+        explicit_name=explicit,
+        idempotency_key=options["idempotency_key"],
+        tenant=tenant,
+        input_model=input_model,
+        retry=retry_policy(options.get("retry"), job=name),
+        timeout_ms=parse_optional_duration(options.get("timeout"), field="timeout", job=name),
+        step_timeout_ms=parse_optional_duration(options.get("step_timeout"), field="step_timeout", job=name),
+        event_poll_ms=event_poll if event_poll is not None else DEFAULT_EVENT_POLL_MS,
+        concurrency=_validate_concurrency(options.get("concurrency"), name),
+        queue=queue,
+        priority=priority,
+        on_settled=on_settled,
+    )

@@ -1,0 +1,278 @@
+"""One attempt of one claimed job → one :class:`JobExecution`.
+
+The outcome table (spec "The deadline cancels"):
+
+=================================================  ==============  ========  ==========
+the attempt ended by                               outcome         counted   jobs_total
+=================================================  ==============  ========  ==========
+the body returning                                 completed       —         ok
+step.sleep / step.wait_for_event                   suspended       no        —
+the body throwing, attempts left                   retried         yes       failed
+the body throwing, none left or terminal           dead-lettered   yes       dead
+the same, with retry dead_letter=False             dropped         yes       failed
+the worker's drain (X_DRAINING on the signal)      interrupted     no        —
+when_busy="fail" over a busy concurrency key       refused         no        failed
+=================================================  ==============  ========  ==========
+
+A cancelled attempt's verdict is read off its signal, never off whatever the body raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ..drivers.base import ClaimedJob, JobDriver, NackOptions
+from ..errors import (
+    ConcurrencyUnenforceableError,
+    JobKeyBusyError,
+    JobTenantMismatchError,
+    JobTimeoutError,
+    UltimateError,
+)
+from . import registry
+from .attempt import Attempt
+from .clock import Clock
+from .definition import JobHandle
+from .installed import event_bus, job_clock
+from .logs import log_event
+from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key
+from .run import JobRun
+from .scope import Actor, acting_as
+from .settled import announce_exhausted, drop_exhausted_names
+from .signals import CancelSignal, signal_scope
+from .steps import Step, StepSuspension
+from .tracing import job_span
+
+__all__ = [
+    "Acker",
+    "AttemptEnv",
+    "ExecutionHooks",
+    "JobExecution",
+    "Settled",
+    "announce_exhausted",
+    "drop_exhausted_names",
+    "execute_job",
+    "job_lease_key",
+]
+
+KEY_BUSY_RECHECK_MS = 250
+UNREGISTERED_RECHECK_MS = 60_000
+
+
+def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refuse"]:
+    handle, claimed = attempt.handle, attempt.claimed
+    concurrency = handle.concurrency
+    if concurrency is None:
+        return "run"
+    leases = attempt.driver.leases
+    if leases is None:
+        raise ConcurrencyUnenforceableError(
+            f"{handle.name} declares concurrency and the {attempt.driver.name} driver has no lease store",
+            {"job": handle.name, "driver": attempt.driver.name},
+        )
+    key = job_lease_key(handle.name, handle.derive_concurrency_key(attempt.parsed))
+    attempt.lease_key = key
+    holder = f"{claimed.id}:{claimed.claim}"
+    if leases.acquire(key, holder, limit=concurrency.limit, ttl_ms=ttl_ms):
+        attempt.execution.slot_key = key
+        if attempt.hooks is not None:
+            attempt.hooks.slot_taken(key, holder)
+        return "run"
+    if concurrency.when_busy == "wait":
+        return "wait"
+    holders = leases.holders(key)
+    others = [h for h in holders if not h.startswith(f"{claimed.id}:")]
+    if len(others) < concurrency.limit:
+        return "wait"  # its own leftovers, or a key freed a moment after the acquire: wait one poll
+    return "refuse"
+
+
+def execute_job(
+    claimed: ClaimedJob,
+    env: AttemptEnv,
+    *,
+    signal: CancelSignal | None = None,
+    hooks: ExecutionHooks | None = None,
+    handle: JobHandle[Any, Any] | None = None,
+) -> JobExecution:
+    """Run one attempt of ``claimed`` in ``env`` and settle it through ``env.driver``: one
+    :class:`JobExecution`.
+
+    ``signal`` is the runner's abort line into the run (drain, cancel, lease loss); the job's own
+    ``timeout`` is armed here on the env's clock: it aborts the run's signal and fails the attempt at
+    once, and a body that returns after that is logged ``jobs.timeout.abandoned``. ``hooks`` tell the
+    worker when the run takes a fleet slot (so its heartbeat renews it) and when the settle begins (so a
+    renewal already on the wire that comes back unowned is not reported as a lost lease). ``handle`` is
+    the job's declaration when the caller holds it (else it is looked up by the row's name).
+
+    Under ``env.leave_completions`` a completion nobody inside the attempt waits on comes back unsettled,
+    its ack in ``execution.completion``: the runner settles it (the worker, in batches) and records the
+    answer with :func:`ultimate_jobs.core.attempt.completion_settled`.
+
+    >>> execution = execute_job(claimed, AttemptEnv(driver=driver, clock=clock))
+    >>> execution.outcome, execution.landed
+    ('completed', True)
+    """
+    found = handle or registry.lookup(claimed.name) or registry.resolve_elsewhere(claimed.name)
+    if not isinstance(found, JobHandle):
+        return _hand_back_unknown(claimed, env.driver, env.clock or job_clock())
+    attempt = Attempt(claimed, found, env, hooks)
+    run_signal = signal.child() if signal is not None else CancelSignal()
+    leases = env.driver.leases
+    with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
+        try:
+            _run(attempt, run_signal, env.visibility_timeout_ms)
+        finally:
+            if attempt.execution.slot_key is not None and leases is not None:
+                leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
+        attempt.tell()
+    return attempt.execution
+
+
+def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> None:
+    claimed, handle, clock = attempt.claimed, attempt.handle, attempt.clock
+    try:
+        attempt.parsed = handle.parse_stored(claimed.input)
+        attempt.tenant_id = _run_tenant(handle, attempt.parsed, claimed)
+        verdict = _acquire_slot(attempt, visibility_timeout_ms)
+    except UltimateError as exc:
+        if isinstance(exc, ConcurrencyUnenforceableError):
+            raise
+        attempt.settle(attempt.fail, exc)
+        return
+    except Exception as exc:  # concurrency.key(input) or tenant(input) threw: the ordinary retry path
+        attempt.settle(attempt.fail, exc)
+        return
+    if verdict == "wait":
+        attempt.settle(attempt.hand_back, clock.now_ms() + KEY_BUSY_RECHECK_MS)
+        log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
+        return
+    if verdict == "refuse":
+        error = JobKeyBusyError(
+            f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "
+            f"run(s); the body never ran. Fix: python manage.py jobs list --name {handle.name} --state running --json",
+            {"job": handle.name, "key": attempt.lease_key},
+        )
+        attempt.settle(attempt.refuse, error)
+        return
+    if run_signal.reason is not None:
+        # cancelled between the claim and the start (a drain's accept phase): never start the body —
+        # settle by the signal's verdict, so a drained run goes back uncounted
+        _after_abort_or(attempt, run_signal, attempt.fail, run_signal.reason)
+        return
+
+    timer = None
+    if handle.timeout_ms is not None:
+        deadline = attempt.started + handle.timeout_ms
+        timeout_ms = handle.timeout_ms
+
+        def on_deadline() -> None:
+            error = JobTimeoutError(
+                f"{handle.name}: the attempt passed its timeout of {timeout_ms} ms; read run.signal to stop in time",
+                {"job": handle.name, "timeout_ms": timeout_ms},
+            )
+            run_signal.abort(error)
+            attempt.settle(attempt.fail, error)
+
+        timer = clock.call_at(deadline, on_deadline)
+
+    actor = Actor(org_id=attempt.tenant_id)
+    step = Step(
+        job_id=claimed.id,
+        ref=claimed.ref,
+        completed=claimed.steps,
+        save=lambda record: attempt.driver.save_step(claimed.id, claimed.ref, record),
+        signal=run_signal,
+        clock=clock,
+        bus=event_bus,
+        step_timeout_ms=handle.step_timeout_ms,
+        event_poll_ms=handle.event_poll_ms,
+        secrets=attempt.secrets,
+    )
+    job_run: JobRun[Any] = JobRun(
+        input=attempt.parsed,
+        step=step,
+        ctx=attempt.context,
+        attempt=claimed.attempt,
+        final_attempt=attempt.final,
+        job_id=claimed.id,
+        run_id=claimed.run_id,
+        signal=run_signal,
+        name=claimed.name,
+        queue=claimed.queue,
+        actor=actor,
+        _progress=attempt.progress,
+    )
+    try:
+        with acting_as(actor), signal_scope(run_signal):
+            result = handle.fn(job_run)
+    except StepSuspension as suspension:
+        _after_abort_or(attempt, run_signal, attempt.suspend, suspension)
+        return
+    except Exception as exc:
+        _after_abort_or(attempt, run_signal, attempt.fail, exc)
+        return
+    finally:
+        if timer is not None:
+            timer.cancel()
+    reason = run_signal.reason
+    if attempt.settled or (reason is not None and reason.code == "X_JOB_TIMEOUT"):
+        if reason is not None:
+            attempt.settle(attempt.fail, reason)  # the deadline's own settle may not have landed yet
+        attempt.execution.abandoned = True
+        log_event(logging.WARNING, "jobs.timeout.abandoned", **attempt.log_fields())
+        return
+    try:
+        attempt.settle(attempt.complete, result)
+    except Exception as exc:  # an ack that raised (a driver fault): the lease lapses and the queue redelivers
+        log_event(logging.ERROR, "jobs.settle.failed", error=repr(exc), **attempt.log_fields())
+        raise
+
+
+def _after_abort_or(attempt: Attempt, run_signal: CancelSignal, settle: Callable[[Any], None], arg: Any) -> None:
+    """Settle by the signal's verdict when the attempt was cancelled, else by what the body did."""
+    reason = run_signal.reason
+    if reason is None:
+        attempt.settle(settle, arg)
+        return
+    if attempt.settled:
+        return  # the deadline settled it already
+    if reason.code == "X_DRAINING":
+        attempt.settle(attempt.interrupt, reason)
+        return
+    attempt.settle(attempt.fail, reason)
+
+
+def _run_tenant(handle: JobHandle[Any, Any], parsed: Any, claimed: ClaimedJob) -> str | None:
+    derived = handle.derive_tenant(parsed)
+    if derived is not None and claimed.tenant_id is not None and derived != claimed.tenant_id:
+        raise JobTenantMismatchError(
+            f"{handle.name}: the payload names org {derived}, the row is queued under {claimed.tenant_id}",
+            {"job": handle.name, "payload_org": derived, "row_org": claimed.tenant_id},
+        )
+    return derived
+
+
+def _hand_back_unknown(claimed: ClaimedJob, driver: JobDriver, clock: Clock) -> JobExecution:
+    log_event(
+        logging.ERROR,
+        "jobs.job.unregistered",
+        job_id=claimed.id,
+        name=claimed.name,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+        fix="deploy the module that declares this job to the worker, or remove the row",
+    )
+    options = NackOptions(count_attempt=False, run_at_ms=clock.now_ms() + UNREGISTERED_RECHECK_MS)
+    landed = driver.nack(claimed.id, claimed.ref, options)
+    return JobExecution(
+        job_id=claimed.id,
+        name=claimed.name,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+        final_attempt=False,
+        landed=landed,
+        resume_at_ms=options.run_at_ms,
+    )

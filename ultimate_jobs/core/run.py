@@ -1,0 +1,49 @@
+"""``JobRun``: the one argument a job body receives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .scope import Actor
+from .signals import CancelSignal
+
+if TYPE_CHECKING:
+    from .steps import Step
+
+InputT = TypeVar("InputT")
+
+
+@dataclass(slots=True)
+class JobRun(Generic[InputT]):
+    """Everything a body may read: its parsed ``input``, the ``step`` runner, the app's ``ctx``, which
+    ``attempt`` this is and whether it is the ``final_attempt``, the ids, the cancel ``signal``.
+
+    >>> @job(idempotency_key=lambda i: i.order_id, tenant=lambda i: i.org_id, input=ChargeInput)
+    ... def charge(run: JobRun[ChargeInput]) -> dict:
+    ...     return run.step.run("charge", lambda: gateway.charge(run.input.order_id))
+    """
+
+    input: InputT
+    step: Step
+    ctx: Any
+    attempt: int
+    final_attempt: bool
+    job_id: str
+    run_id: str
+    signal: CancelSignal
+    name: str = ""
+    queue: str = "default"
+    actor: Actor = field(default_factory=Actor)
+    _progress: Callable[[float, float | None, str | None], None] | None = None
+
+    @property
+    def tenant_id(self) -> str | None:
+        """The org the run acts under (``None`` for ``tenant="none"``)."""
+        return self.actor.org_id
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the run has got — as often as the loop turns; writes are throttled to one a second."""
+        if self._progress is not None:
+            self._progress(done, total, note)

@@ -1,0 +1,312 @@
+"""Durable steps: ``step.run`` runs once ever, ``step.sleep`` and ``step.wait_for_event`` suspend.
+
+Step names are the replay key, so they must be deterministic and unique in a run (a duplicate is
+``X_STEP_DUPLICATE``). A completed step's output is persisted before the next step starts, and an
+attempt that replays reads it back without calling the function. Suspension is control flow
+(:class:`StepSuspension`), never a failure: it burns no attempt.
+
+An output that holds a secret is stored sealed (:mod:`ultimate_jobs.guards.sealing`) and opened on replay: a
+``SecretStr``, ``SecretBytes`` or ``Secret`` object where it stands (it comes back as that object), and
+any string or number that quotes a secret of the job's input, in any rendering
+(:func:`~ultimate_jobs.guards.redaction.renderings`) — the whole output when its JSON still quotes one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from ..drivers.base import ClaimRef, StepRecord
+from ..errors import InvariantError, JobAbortedError, JobTimeoutError, LeaseLostError, StepDuplicateError, UltimateError
+from ..events.base import EventBus
+from ..guards.admission import check_json, check_text
+from ..guards.redaction import renderings
+from ..guards.sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
+from .clock import Clock
+from .durations import Duration, format_duration, parse_duration
+from .signals import CancelSignal, signal_scope
+
+logger = logging.getLogger("ultimate_jobs")
+
+T = TypeVar("T")
+
+
+class StepSuspension(BaseException):
+    """Raised by a sleep or a wait to hand the run back until ``resume_at_ms``.
+
+    It derives from ``BaseException`` so a body's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, step: str, resume_at_ms: int, reason: str) -> None:
+        super().__init__(f"{reason} {step!r} until {resume_at_ms}")
+        self.step = step
+        self.resume_at_ms = resume_at_ms
+        self.reason = reason
+
+
+SaveStep = Callable[[StepRecord], bool]
+
+
+class Step:
+    """The step runner a body reaches as ``run.step``."""
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        ref: ClaimRef,
+        completed: tuple[StepRecord, ...],
+        save: SaveStep,
+        signal: CancelSignal,
+        clock: Clock,
+        bus: Callable[[], EventBus],
+        step_timeout_ms: int | None = None,
+        event_poll_ms: int = 30_000,
+        secrets: frozenset[str] = frozenset(),
+    ) -> None:
+        self._job_id = job_id
+        self._ref = ref
+        self._records: dict[str, StepRecord] = {r.name: r for r in completed}
+        self._next_seq = max((r.seq for r in completed), default=0) + 1
+        self._save = save
+        self._signal = signal
+        self._clock = clock
+        self._bus = bus
+        self._step_timeout_ms = step_timeout_ms
+        self._event_poll_ms = event_poll_ms
+        self._seen: set[str] = set()
+        self._quotes = sorted({form for secret in secrets for form in renderings(secret)}, key=len, reverse=True)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _enter(self, name: str) -> StepRecord | None:
+        if not isinstance(name, str) or not name:
+            raise InvariantError("a step name must be a non-empty string", {"job_id": self._job_id})
+        check_text(name, field="a step name", refuse=_invariant(name.replace("\x00", "\\x00")))
+        if name in self._seen:
+            raise StepDuplicateError(
+                f"step {name!r} ran twice in one run; step names are the replay key — make each one unique "
+                f"(e.g. f'enqueue:{{row.id}}')",
+                {"step": name, "job_id": self._job_id},
+            )
+        self._seen.add(name)
+        self._refuse_if_aborted(name)
+        return self._records.get(name)
+
+    def _refuse_if_aborted(self, name: str) -> None:
+        reason = self._signal.reason
+        if reason is not None:
+            raise JobAbortedError(
+                f"step {name!r} refused: the attempt was cancelled ({reason.code}); every step write after the "
+                "cancel is refused — return from the body",
+                {"step": name, "reason": reason.code, "job_id": self._job_id},
+            )
+
+    def _persist(self, record: StepRecord) -> None:
+        self._refuse_if_aborted(record.name)
+        if not self._save(record):
+            raise LeaseLostError(
+                f"step {record.name!r} was not saved: this worker no longer holds the job's claim",
+                {"step": record.name, "job_id": self._job_id},
+            )
+        self._records[record.name] = record
+
+    def _record(self, name: str, status: Any, *, started_at_ms: int | None = None, **fields: Any) -> StepRecord:
+        existing = self._records.get(name)
+        seq = existing.seq if existing else self._next_seq
+        if existing is None:
+            self._next_seq += 1
+        if existing is not None:
+            started = existing.started_at_ms
+        else:
+            started = started_at_ms if started_at_ms is not None else self._clock.now_ms()
+        return StepRecord(name=name, seq=seq, status=status, started_at_ms=started, **fields)
+
+    @property
+    def completed(self) -> dict[str, StepRecord]:
+        """The steps known to this attempt, by name (replayed and new)."""
+        return dict(self._records)
+
+    # -- step.run ------------------------------------------------------------------------------
+
+    def run(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` once ever under ``name``; a replay answers the stored output without calling it.
+
+        ``fn`` reads its cancel signal with :func:`~ultimate_jobs.current_signal` — the step's own
+        signal, which the job's ``step_timeout`` aborts. The output must be JSON-serialisable, and
+        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
+        except that a secret object comes back as itself. An output that holds a secret is stored sealed.
+        """
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return self._replayed(name, record.output)  # type: ignore[no-any-return]
+        started = self._clock.now_ms()
+        step_signal = self._signal.child()
+        timer = None
+        if self._step_timeout_ms is not None:
+            ceiling = self._step_timeout_ms
+
+            def on_ceiling() -> None:
+                step_signal.abort(
+                    JobTimeoutError(f"step {name!r} passed its step_timeout of {ceiling} ms", {"step": name})
+                )
+
+            timer = self._clock.call_at(started + ceiling, on_ceiling)
+        try:
+            with signal_scope(step_signal):
+                output = fn()
+        except Exception as exc:
+            if step_signal.reason is not None and not self._signal.aborted and step_signal.reason is not exc:
+                raise step_signal.reason from exc
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if step_signal.reason is not None and not self._signal.aborted:
+            raise step_signal.reason
+        stored = self._sealed(name, output)
+        # started: when fn began, so the step's duration (finished - started) is the time fn took
+        self._persist(
+            self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
+        )
+        return self._replayed(name, stored)  # type: ignore[no-any-return]
+
+    def _sealed(self, name: str, output: Any) -> Any:
+        """``output`` as it is stored: its JSON, with every secret object and every value that quotes a
+        secret of the job's input sealed — the whole output when its JSON still quotes one."""
+        # what no database can store is refused on this attempt, terminally: a retry would store it no better
+        check_json(output, field=f"step {name!r}: the output", refuse=_invariant(name))
+        refuse_reserved(output, f"step {name!r}: the output", error=InvariantError, meta={"step": name})
+        stored = _json_roundtrip(name, output)
+        if not self._quotes:
+            return stored
+        stored = _seal_quoting(stored, self._quotes)
+        return seal(stored) if _quotes_any(stored, self._quotes) else stored
+
+    def _replayed(self, name: str, stored: Any) -> Any:
+        """A stored output as the body reads it: every sealed value opened, a secret object rebuilt."""
+        return unseal(stored, restore=True, what=f"step {name!r}: the output")
+
+    # -- step.sleep ----------------------------------------------------------------------------
+
+    def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
+        """Suspend the run for ``duration`` without holding a process: ``step.sleep("3d")`` or
+        ``step.sleep("cool-off", "3d")`` (the one-argument form names the step ``sleep:3d``)."""
+        if duration is None:
+            ms = parse_duration(name_or_duration, field="step.sleep")
+            name = f"sleep:{format_duration(ms)}"
+        else:
+            if not isinstance(name_or_duration, str):
+                raise InvariantError("step.sleep(name, duration): the name must be a string", {})
+            name = name_or_duration
+            ms = parse_duration(duration, field="step.sleep")
+        if ms < 0:
+            raise InvariantError(f"step.sleep {name!r}: a negative duration", {"step": name})
+        record = self._enter(name)
+        now = self._clock.now_ms()
+        if record is None:
+            wake = now + ms
+            self._persist(self._record(name, "sleeping", wake_at_ms=wake))
+        else:
+            wake = record.wake_at_ms or now
+        if now < wake:
+            raise StepSuspension(name, wake, "sleep")
+
+    # -- step.wait_for_event -------------------------------------------------------------------
+
+    def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        timeout: Duration,
+        match: Mapping[str, Any] | None = None,
+        required: bool = False,
+    ) -> Any:
+        """Suspend until :func:`publish_event` publishes ``event`` whose data contains ``match``.
+
+        Answers the event's data, or ``None`` when ``timeout`` passes first — ``X_JOB_TIMEOUT``
+        instead when ``required=True``. Between polls the run parks for the job's ``event_poll``.
+        The wait is stamped and judged on the bus's clock (``bus.now()``), never this process's, and
+        the bus is asked once more after that clock shows the deadline passed before the wait times
+        out — a worker running ahead of the database neither misses an answer nor gives up early.
+        """
+        timeout_ms = parse_duration(timeout, field="wait_for_event.timeout")
+        if timeout_ms <= 0:
+            raise InvariantError(f"wait_for_event {name!r}: timeout must be positive", {"step": name})
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return self._replayed(name, record.output)
+        bus = self._bus()
+        # Read the bus clock BEFORE asking: an event the ask misses was published after this instant,
+        # so a deadline this instant has passed is a timeout only once the bus was asked after it.
+        bus_now = bus.now()
+        if record is None:
+            since = bus_now
+            meta = {"event": event, "match": dict(match or {}), "since_ms": since, "deadline_ms": since + timeout_ms}
+            _json_roundtrip(name, meta)
+            record = self._record(name, "waiting", meta=meta)
+            self._persist(record)
+        since, deadline = int(record.meta["since_ms"]), int(record.meta["deadline_ms"])
+        found = bus.find(event, match, since_ms=since)
+        if found is not None:
+            data = self._sealed(name, dict(found.data))
+            done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            self._persist(done)
+            return self._replayed(name, data)
+        if bus_now >= deadline:
+            if required:
+                raise JobTimeoutError(
+                    f"wait_for_event {name!r}: no {event!r} event matched within {timeout_ms} ms",
+                    {"step": name, "event": event},
+                )
+            timed_out = self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            self._persist(timed_out)
+            return None
+        park = min(self._event_poll_ms, deadline - bus_now)
+        raise StepSuspension(name, self._clock.now_ms() + park, "wait")
+
+
+def _json_roundtrip(name: str, value: Any) -> Any:
+    check_json(value, field=f"step {name!r}: the output", refuse=_invariant(name))
+    try:
+        # NaN/Infinity are not JSON (jsonb refuses them); a secret object is sealed where it stands
+        return json.loads(json.dumps(value, allow_nan=False, default=seal_object))
+    except (TypeError, ValueError) as exc:
+        raise InvariantError(
+            f"step {name!r} returned a value that is not JSON-serialisable ({exc}); return plain dicts, lists, "
+            "strings, numbers, booleans or None — a step's output is persisted and replayed",
+            {"step": name},
+        ) from exc
+
+
+def _seal_quoting(value: Any, quotes: list[str]) -> Any:
+    """``value`` (JSON) with every string or number that quotes one of ``quotes`` sealed."""
+    if is_envelope(value):
+        return value
+    if isinstance(value, dict):
+        return {key: _seal_quoting(item, quotes) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_seal_quoting(item, quotes) for item in value]
+    if value is None or isinstance(value, bool) or not _quotes_any(value, quotes):
+        return value
+    return seal(value)
+
+
+def _quotes_any(value: Any, quotes: list[str]) -> bool:
+    """Whether ``value`` (JSON) quotes one of ``quotes`` as text or in its JSON, ASCII-escaped or not."""
+    texts = (value if isinstance(value, str) else "", json.dumps(value), json.dumps(value, ensure_ascii=False))
+    return any(quote in text for text in texts for quote in quotes)
+
+
+def _invariant(step: str) -> Callable[[str, dict[str, Any]], UltimateError]:
+    """Refusals of what a step would store, as ``X_INVARIANT`` (terminal: no retry stores it better)."""
+
+    def refuse(message: str, meta: dict[str, Any]) -> UltimateError:
+        return InvariantError(
+            f"{message} — a step's name and output are persisted and replayed", {"step": step, **meta}
+        )
+
+    return refuse
