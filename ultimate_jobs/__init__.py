@@ -19,10 +19,10 @@ from .core.signals import CancelSignal, current_signal
 from .core.steps import Step, StepSuspension
 from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
-from .events import events_purge_target, postgres_event_bus, publish_event, reset_event_bus, set_event_bus
+from .events import postgres_event_bus, publish_event, reset_event_bus, set_event_bus
 from .features.backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills
 from .features.exports import export_part_key, export_rows
-from .features.purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
+from .features.purge import DEFAULT_PURGE_CRON, PurgeTarget, events_purge_target, purge
 from .guards.limits import LimitConfig
 from .outbox import install_outbox, outbox_relay
 from .scheduler import JobScheduler, TaskHandle, job_scheduler, lease_leader, next_task_run, task

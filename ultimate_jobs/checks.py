@@ -163,7 +163,8 @@ def _concurrency(driver: str) -> list[checks.CheckMessage]:
             CHECK_CONCURRENCY_UNENFORCEABLE,
             f"jobs {declaring} declare concurrency and the driver {driver!r} has no lease store, so no worker "
             "would start",
-            "use the postgres or memory driver, or drop the concurrency declaration",
+            "give the driver a lease store, use one of the built-in drivers (postgres, sqlite, redis, memory), "
+            "or drop the concurrency declaration",
         )
     ]
 

@@ -1,4 +1,4 @@
-"""Every error ultimate_jobs raises, with the spec's code, and the retry classification table.
+"""Every error ultimate_jobs raises, each with its stable code, and the retry classification table.
 
 Across a process or job boundary the class is gone and the code is what survives, so match on
 ``err.code``. The executor reads :func:`retry_class` to decide what a thrown error does to a job.
@@ -40,7 +40,7 @@ class CodedError(UltimateError):
         super().__init__(self.default_code, message, meta)
 
 
-# The spec's "Error classes" table, one class per row, same code strings. Classes that share a code
+# One class per error, each with its stable code string. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
 class BackfillAppliedError(CodedError):
     """``jobs_backfill NAME --write`` named a backfill whose pass already completed, without ``--force``."""

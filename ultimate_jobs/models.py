@@ -1,5 +1,5 @@
-"""The tables, one model each, ``db_table`` set to the spec's names. Migrations are the one schema
-truth; the SQL drivers read and write them through their ``SQL_*`` constants
+"""The tables, one model each, ``db_table`` set to the durable table names (``x_jobs``, ``x_outbox``, …).
+Migrations are the one schema truth; the SQL drivers read and write them through their ``SQL_*`` constants
 (``ultimate_jobs.drivers.postgres.queries``, ``ultimate_jobs.drivers.sqlite.queries``); the admin reads and acts
 through ``ultimate_jobs.operator``, the models giving its pages their place and permissions. Nothing
 else may write these tables behind the driver's back."""

@@ -19,7 +19,8 @@ from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.events import PostgresEventBus
 from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.events import EVENTS_PURGE_TARGET, EventRecord, event_bus, reset_event_bus, set_event_bus
+from ultimate_jobs.events import EventRecord, event_bus, reset_event_bus, set_event_bus
+from ultimate_jobs.features.purge import EVENTS_PURGE_TARGET
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

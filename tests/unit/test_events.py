@@ -7,7 +7,8 @@ from typing import Any
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, events_purge_target, job, set_event_bus
-from ultimate_jobs.events import EVENTS_PURGE_TARGET, MemoryEventBus
+from ultimate_jobs.events import MemoryEventBus
+from ultimate_jobs.features.purge import EVENTS_PURGE_TARGET
 from ultimate_jobs.testing import run_jobs
 
 

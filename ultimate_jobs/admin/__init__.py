@@ -1,4 +1,4 @@
-"""The Django admin over ultimate_jobs (spec "/_x dashboard"): jobs, dead letters, queues, workers,
+"""The Django admin over ultimate_jobs (the operator's dashboard): jobs, dead letters, queues, workers,
 tasks, the outbox, the backfill ledger and the webhook ledger.
 Read-only by default — no row is added, changed or deleted
 through a form; what an operator may do is an action, allowed by the model's change permission, carried out through

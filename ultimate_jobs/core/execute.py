@@ -1,6 +1,6 @@
 """One attempt of one claimed job → one :class:`JobExecution`.
 
-The outcome table (spec "The deadline cancels"):
+How an attempt ends, and what each ending counts:
 
 =================================================  ==============  ========  ==========
 the attempt ended by                               outcome         counted   jobs_total

@@ -1,4 +1,4 @@
-"""Structured logging: the spec's event name IS the log message; job facts ride in ``extra``."""
+"""Structured logging: the event name (``jobs.job.completed``, …) IS the log message; job facts ride in ``extra``."""
 
 from __future__ import annotations
 

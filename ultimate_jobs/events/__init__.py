@@ -10,17 +10,13 @@ from ..core.installed import event_bus, reset_event_bus, set_event_bus
 from ..drivers.memory.events import MemoryEventBus
 from ..drivers.postgres.events import PostgresEventBus, postgres_event_bus
 from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
-from .purge import EVENTS_PURGE_TARGET, EventsPurgeTarget, events_purge_target
 
 __all__ = [
-    "EVENTS_PURGE_TARGET",
     "EventBus",
     "EventRecord",
-    "EventsPurgeTarget",
     "MemoryEventBus",
     "PostgresEventBus",
     "event_bus",
-    "events_purge_target",
     "postgres_event_bus",
     "publish_event",
     "reset_event_bus",

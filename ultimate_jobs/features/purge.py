@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from ..core.definition import JobHandle, job
 from ..core.run import JobRun
 from ..errors import InvariantError, JobDeclarationInvalidError
+from ..events.base import EventBus
 
 DEFAULT_PURGE_CRON = "0 * * * *"
 """Hourly, on the hour: the cron a retention sweep's task fires on
@@ -89,6 +90,33 @@ def _pass(job: str, target: PurgeTargetLike, now_ms: int) -> Callable[[], int]:
         return answer
 
     return run
+
+
+# -- the event bus as a target ----------------------------------------------------------------
+
+EVENTS_PURGE_TARGET = "x_job_events"
+
+
+@dataclass(frozen=True, slots=True)
+class EventsPurgeTarget:
+    """``{name, purge_expired}`` over a bus: the shape every purge target has (structural)."""
+
+    bus: EventBus
+    name: str = EVENTS_PURGE_TARGET
+
+    def purge_expired(self, now_ms: int | None = None) -> int:
+        """Delete the bus's expired events; answers the rows removed. ``now_ms`` is ignored: the bus
+        judges expiry on its own clock (the database's, on Postgres)."""
+        return self.bus.purge_expired()
+
+
+def events_purge_target(bus: EventBus) -> EventsPurgeTarget:
+    """The bus as a purge target: ``targets=lambda: [events_purge_target(event_bus())]``.
+
+    >>> events_purge_target(event_bus()).purge_expired()
+    0
+    """
+    return EventsPurgeTarget(bus)
 
 
 def purge(

@@ -23,10 +23,10 @@ from ..conf import jobs_settings
 from ..core.installed import job_driver
 from ..core.routing import jobs_router
 from ..drivers.base import JobState
-from ..events import event_bus, events_purge_target
+from ..events import event_bus
 from ..outbox.store import OutboxStore
 from ..scheduler import task
-from .purge import DEFAULT_PURGE_CRON, PurgeTarget, PurgeTargetLike, purge
+from .purge import DEFAULT_PURGE_CRON, PurgeTarget, PurgeTargetLike, events_purge_target, purge
 
 RETENTION_JOB = "x.purge"
 RETENTION_TASK = "x.purge.hourly"

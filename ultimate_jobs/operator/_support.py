@@ -23,7 +23,8 @@ def introspection(driver: JobDriver, capability: str) -> JobIntrospection:
     if surface is None:
         raise NotImplementedOnDriverError(
             f"{capability} needs the operator surface, and the {driver.name!r} "
-            "driver has no introspect. Fix: run it against the Postgres or memory driver",
+            "driver has no introspect. Fix: give the driver an introspect store, or run it against one of the "
+            "built-in drivers (postgres, sqlite, redis, memory)",
             {"driver": driver.name, "capability": capability},
         )
     return surface

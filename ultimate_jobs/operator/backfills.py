@@ -47,7 +47,8 @@ def inspect_backfills(
     if store is None:
         raise NotImplementedOnDriverError(
             f"the backfill ledger needs driver.backfills, and the {active.name!r} driver has none. "
-            "Fix: run it against the Postgres or memory driver",
+            "Fix: give the driver a backfills store, or run it against one of the built-in drivers "
+            "(postgres, sqlite, redis, memory)",
             {"driver": active.name, "capability": "backfills"},
         )
     checked_name = check_name(name, what="backfill") if name is not None else None

@@ -153,7 +153,8 @@ def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | 
 
 
 def retry_from_step(job_id: str, step: str, *, driver: JobDriver | None = None) -> JobActionResult:
-    """``retry_job(job_id, from_step=step)`` — the spec's ``retryFromStep``."""
+    """``retry_job(job_id, from_step=step)`` — the steps before ``step`` replay from storage;
+    ``step`` and the ones after it run again."""
     return retry_job(job_id, from_step=step, driver=driver)
 
 

@@ -5,7 +5,7 @@ A role is a :class:`PollingRole`: it gives only "do one pass" (:meth:`PollingRol
 the rest — one pass at a time, the wait between passes, the wake, the failure log and the thread's
 database connection.
 
-The spec's "Idle cost and pickup latency": while passes find work the loop waits the floor
+Idle cost against pickup latency: while passes find work the loop waits the floor
 (``poll_interval_ms``) between them; an idle pass — or one that failed — doubles the wait up to a
 ceiling; a pass that says ``again`` (a full batch: a backlog is waiting) runs the next one at once; a
 wake (:meth:`RoleLifecycle.kick`, a LISTEN notification) cuts the wait short and puts it back at the

@@ -3,7 +3,7 @@
 A cron expression names WALL times in its zone. Each wall time is mapped to every instant that shows
 it: none on a spring-forward day (the hour the clocks skip does not exist), two on a fall-back day
 (the repeated hour happens twice). So ``0 3 * * *`` in a zone whose clocks move at 03:00 runs zero
-times on one switch day and twice on the other — the spec's warning, made exact — while an hourly
+times on one switch day and twice on the other — the daylight-saving trap, made exact — while an hourly
 cron keeps firing once per real hour across both switches.
 
 croniter walks the naive wall times; this module never hands it an aware datetime, so none of its own

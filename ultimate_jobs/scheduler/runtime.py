@@ -362,7 +362,7 @@ def job_scheduler(
     if store is None:
         raise NotImplementedOnDriverError(
             f"driver {driver.name!r} declares scheduler_state=None (it stores no watermarks); run the scheduler "
-            "on the Postgres or memory driver",
+            "on one of the built-in drivers (postgres, sqlite, redis, memory), or pass state= a SchedulerStore",
             {"driver": driver.name},
         )
     return JobScheduler(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .runtime import JobWorker
 
 
-class Heartbeat:
+class LeaseRenewal:
     """The heartbeat half of :class:`~ultimate_jobs.worker.runtime.JobWorker` (a mixin: the worker owns
     the attributes it reads)."""
 

@@ -32,7 +32,7 @@ from ..runtime.counters import count_outcome, prime_counters
 from ..runtime.dbconn import release_stale_connections
 from ..runtime.polling import Pass, PollingRole
 from .acks import SettleBuffer
-from .heartbeat import Heartbeat
+from .heartbeat import LeaseRenewal
 from .inflight import InFlight, hooks_for
 from .pool import SlotPool
 
@@ -72,7 +72,7 @@ _STAT_BY_OUTCOME = {
 }
 
 
-class JobWorker(Heartbeat, PollingRole):
+class JobWorker(LeaseRenewal, PollingRole):
     """A worker over ``driver``. Build it with :func:`job_worker`."""
 
     event_prefix = "jobs.worker"
@@ -151,7 +151,8 @@ class JobWorker(Heartbeat, PollingRole):
             if declaring:
                 raise ConcurrencyUnenforceableError(
                     f"jobs {declaring} declare concurrency and the {self.driver.name} driver has no lease store; "
-                    "use the postgres or memory driver, or drop the declaration",
+                    "give the driver a lease store, use one of the built-in drivers (postgres, sqlite, redis, "
+                    "memory), or drop the declaration",
                     {"jobs": declaring, "driver": self.driver.name},
                 )
         served = {h.queue for h in handles}
