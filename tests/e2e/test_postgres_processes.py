@@ -346,6 +346,11 @@ IGNORING_SIGINT = (
 )
 
 
+# Every ``jobs_dev --reload`` watches tests/e2e/pg_jobs.py, which one of them touches: under pytest-xdist
+# they run on one worker, one after another, so the touch restarts only its own test's roles.
+ONE_RELOADER_AT_A_TIME = pytest.mark.xdist_group("jobs_dev_reload")
+
+
 def start_dev_reload(spawn: Spawn) -> tuple[Child, int]:
     """``jobs_dev --reload`` with the 5 s drain deadline, started with SIGINT ignored; answers the reloader
     and the pid of its roles' process once the roles serve."""
@@ -377,6 +382,7 @@ def assert_drained_and_gone(dev: Child, roles: int, held: str, sent: float, *, w
     assert (row["state"], row["attempts"]) == ("ready", 0), (row, dev.describe())
 
 
+@ONE_RELOADER_AT_A_TIME
 def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: Spawn, pg: PgJobs) -> None:
     dev, first = start_dev_reload(spawn)
     job_id = pg.jobs.record_effect.enqueue({"key": "before-reload"}).id
@@ -397,6 +403,7 @@ def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: 
     assert dev.popen.returncode == 0, dev.describe()
 
 
+@ONE_RELOADER_AT_A_TIME
 @pytest.mark.parametrize("stop", ["SIGINT to the reloader", "the reloader SIGKILLed"])
 def test_jobs_dev_reload_drains_its_roles_when_the_reloader_is_stopped_or_killed(
     spawn: Spawn, pg: PgJobs, stop: str

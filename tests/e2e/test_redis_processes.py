@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
-from tests.helpers import POLL_S, START_S, Child, eventually
+from tests.helpers import POLL_S, START_S, Child, eventually, redis_test_db
 from ultimate_jobs import registry
 from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.drivers.base import JobFilter, JobRecord
@@ -35,8 +35,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "e2e-redis"
-QUEUE_URL = "redis://127.0.0.1:6379/7"
-EFFECTS_URL = "redis://127.0.0.1:6379/8"
+QUEUE_DB = redis_test_db()
+QUEUE_URL = f"redis://127.0.0.1:6379/{QUEUE_DB}"
+EFFECTS_URL = QUEUE_URL  # the bodies' list ``effects``, beside the driver's ``{…}``-tagged keys
 BULK_JOBS = 5_000
 BULK_BATCH = 500
 SHORT_VT = "4s"  # a killed worker's lease lapses soon, yet a loaded machine's heartbeats still land in time
@@ -336,7 +337,7 @@ def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, job
         for command in monitor.listen():
             if time.monotonic() >= ends:
                 break
-            if command.get("db") == 7 and command.get("client_type") != "lua":
+            if command.get("db") == QUEUE_DB and command.get("client_type") != "lua":
                 sent.append(command["command"].split()[0].upper())
     monitor_client.close()
     per_minute = len(sent) * 60 / IDLE_WINDOW_S
