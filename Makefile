@@ -7,6 +7,11 @@ DJANGO_LTS := Django>=5.2,<5.3
 DJANGO_6 := Django>=6.1,<6.2
 PYTEST_ARGS ?=
 SQLITE_PYTEST_ARGS ?=
+# Each leg runs on this many pytest-xdist workers, each on a database of its own (test_<name>_gw0…, a
+# Redis database per worker, an SQLite file per worker). The process tests mostly wait on their children,
+# so more workers than the 2 cores pays. PYTEST_WORKERS=0 runs a leg in one process.
+PYTEST_WORKERS ?= 3
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
@@ -52,11 +57,12 @@ lint: venv
 
 # The whole suite on PostgreSQL twice — Django 5.2 LTS on Python 3.11, then Django 6.1 on Python 3.12+ (lint
 # runs once) — then the SQLite half (tests/sqlite) under its own settings: the driver conformance suite, the
-# worker tests and the worker processes on one SQLite file.
+# worker tests and the worker processes on one SQLite file. No test can hang a leg: pytest-timeout fails
+# one past 300 s (setup.cfg), and its teardown kills the process groups it started.
 test: venv venv6 services browser lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
-	$(VENV6)/bin/pytest $(PYTEST_ARGS)
-	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(SQLITE_PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+	$(VENV6)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(XDIST) $(SQLITE_PYTEST_ARGS)
 
 # The demo runs on the embedded default, an SQLite file under the project (.demo/shop.sqlite3, created on
 # first run) — no server. make demo DATABASE_URL=postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo runs

@@ -3,7 +3,7 @@ event bus and registry per test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -14,6 +14,7 @@ import pytest
 from django.db import connection, connections
 from django.test import TransactionTestCase
 
+from tests.helpers import forget_children, started_children
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_clock, set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
@@ -160,3 +161,21 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
         return settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3"
     return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    forget_children()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows the output of every process it started (``tests.helpers.Child``):
+    its exit, its last stdout lines and its stderr tail, each in a section of its own."""
+    report = yield
+    if report.failed:
+        for child in started_children():
+            report.sections.append((f"child {child.name} ({call.when})", child.output()))
+    return report

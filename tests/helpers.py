@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from django.core.management import CommandError, call_command
 from django.db import connection
@@ -101,6 +105,21 @@ def command(name: str, *args: str, err: io.StringIO | None = None) -> Result:
 
 
 REPO = Path(__file__).resolve().parents[1]
+REDIS_DATABASES = 16  # a Redis server's default number of databases
+
+
+def redis_test_db() -> int:
+    """The Redis database number this test process owns, flushed by the tests that use it:
+    ``ULTIMATE_JOBS_TEST_REDIS_DB`` (default 5) plus the pytest-xdist worker's index (``gw0`` +0, ``gw1``
+    +1, …), so parallel workers never flush each other's keys."""
+    base = int(os.environ.get("ULTIMATE_JOBS_TEST_REDIS_DB", "5"))
+    number = base + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    if number >= REDIS_DATABASES:
+        raise RuntimeError(
+            f"Redis database {number} does not exist (a server has {REDIS_DATABASES}): lower "
+            "ULTIMATE_JOBS_TEST_REDIS_DB or the number of pytest-xdist workers (-n)"
+        )
+    return number
 
 
 def manage_py(settings: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -109,3 +128,141 @@ def manage_py(settings: str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"]}
     argv_ = [sys.executable, "manage.py", *argv]
     return subprocess.run(argv_, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+START_S = 30.0
+"""How long a child's Django set-up may take, up to its first line."""
+EXIT_S = 10.0
+"""How long a child may take to exit after a signal."""
+POLL_S = 0.05
+
+_STARTED: list[Child] = []  # every child the running test started (its output goes into a failure's report)
+
+
+class Child:
+    """One child process of a test, in a process group of its own (``start_new_session``), so that
+    :meth:`close` — every spawning fixture calls it at teardown — SIGKILLs whatever it started too (the
+    roles' process of ``jobs_dev --reload``, a supervisor's workers), and a signal sent to the test's
+    process group never reaches it. Daemon threads read its stdout (every line kept) and stderr (the
+    tail); when the test fails, both are appended to its report (``tests/conftest.py``)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], *, cwd: Path | None = None) -> None:
+        self.name = name
+        self.popen = subprocess.Popen(
+            args,
+            cwd=cwd or REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        _STARTED.append(self)
+        self.worker_id = ""
+        self._lines: list[str] = []
+        self._errors: deque[str] = deque(maxlen=300)
+        self._lock = threading.Lock()
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.popen.stdout, self._lines.append), daemon=True),
+            threading.Thread(target=self._pump, args=(self.popen.stderr, self._errors.append), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _pump(self, stream: IO[str], keep: Callable[[str], None]) -> None:
+        for line in stream:
+            with self._lock:
+                keep(line.rstrip("\n"))
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    @property
+    def stderr(self) -> str:
+        with self._lock:
+            return "\n".join(self._errors)
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} (pid {self.pid}, exit {self.popen.poll()}): stdout={self.lines[-20:]} "
+            f"stderr=...{self.stderr[-3000:]}"
+        )
+
+    def output(self) -> str:
+        """What a failed test's report shows of this child: its exit, its last stdout lines, its stderr tail."""
+        stdout = "\n".join(self.lines[-100:])
+        head = f"pid {self.pid}, exit {self.popen.poll()}"
+        return f"{head}\n--- stdout (the last 100 lines)\n{stdout}\n--- stderr (the tail)\n{self.stderr}"
+
+    def line(self, index: int, timeout: float = START_S) -> str:
+        """Stdout line ``index`` (0-based), once it is written; fails at once if the child exits first."""
+
+        def written() -> str:
+            exited = self.popen.poll() is not None
+            if exited:
+                for reader in self._readers:
+                    reader.join(EXIT_S)  # every line the child wrote before it exited is read
+            lines = self.lines
+            if len(lines) > index:
+                return lines[index]
+            if exited:
+                raise RuntimeError(f"the child exited before writing line {index}: {self.describe()}")
+            raise AssertionError(f"{self.name} has written {len(lines)} lines")
+
+        try:
+            return eventually(written, timeout=timeout, interval=POLL_S)
+        except AssertionError as exc:
+            raise AssertionError(f"no line {index} within {timeout}s: {self.describe()}") from exc
+
+    def send(self, text: str) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text + "\n")
+        self.popen.stdin.flush()
+
+    def signal(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to the child itself (``kill PID``), not to what it started."""
+        self.popen.send_signal(signum)
+
+    def signal_group(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to the child's whole process group, as Ctrl-C in its terminal would."""
+        os.killpg(self.pid, signum)
+
+    def wait(self, timeout: float = EXIT_S) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def finished_lines(self, timeout: float = EXIT_S) -> list[str]:
+        """Every stdout line, once the child has exited (waited for up to ``timeout``) and its output is read."""
+        self.popen.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout)
+        return self.lines
+
+    def close(self) -> None:
+        """SIGKILL the child's process group (whatever of it still runs), reap the child, close its pipes."""
+        with contextlib.suppress(ProcessLookupError):  # every process of the group has exited
+            os.killpg(self.pid, signal.SIGKILL)
+        self.popen.wait(timeout=EXIT_S)
+        for reader in self._readers:
+            reader.join(EXIT_S)
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def started_children() -> list[Child]:
+    """The children the running test started."""
+    return list(_STARTED)
+
+
+def forget_children() -> None:
+    """Start a new test's list of children."""
+    _STARTED.clear()

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import pytest
 
 from tests.chaos.cluster import Cluster, find_bin_dir
-from tests.e2e.test_postgres_processes import REPO, Child
+from tests.e2e.test_postgres_processes import REPO
+from tests.helpers import Child
 
 DATABASE = "chaos"
 MIGRATE_S = 300

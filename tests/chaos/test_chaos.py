@@ -37,8 +37,7 @@ import pytest
 
 from tests.chaos.cluster import Cluster
 from tests.chaos.conftest import DATABASE, FIGURES, Size, Start
-from tests.e2e.test_postgres_processes import Child
-from tests.helpers import eventually
+from tests.helpers import Child, eventually
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow]
 

@@ -1,6 +1,7 @@
 """The jobs the Redis process tests run in real worker processes. Every run appends
-``{"key", "pid", "attempt"}`` to the list ``effects`` on ``UJ_EFFECTS_URL`` — a Redis database apart
-from the queue's, so a test that restarts the queue's server keeps the record of what ran.
+``{"key", "pid", "attempt"}`` to the list ``effects`` on ``UJ_EFFECTS_URL`` — the suite's Redis database,
+which holds the queue too unless a test runs the queue on a server of its own (one it restarts: the
+record of what ran outlives the restart).
 
 - ``record_effect``: one effect under the input's key, then return.
 - ``hold_retry`` (3 attempts) / ``hold_once`` (1 attempt): the first run writes ``running:<job id>``

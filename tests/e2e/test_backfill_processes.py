@@ -14,9 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used by name
-    POLL_S,
-    START_S,
-    Child,
     Spawn,
     effects_table,
     query,
@@ -24,7 +21,7 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used 
     spawn,
     start_workers,
 )
-from tests.helpers import eventually
+from tests.helpers import POLL_S, START_S, Child, eventually
 from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.core import registry

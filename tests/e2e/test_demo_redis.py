@@ -12,10 +12,11 @@ from django.db import connections
 from django.test import override_settings
 
 from tests.e2e.test_demo import shop_orders, table_rows
+from tests.helpers import redis_test_db
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = f"redis://127.0.0.1:6379/{redis_test_db()}"
 
 
 def run_demo(django_db_blocker: Any, **jobs: str) -> tuple[str, list[Any]]:

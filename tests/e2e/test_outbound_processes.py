@@ -22,16 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used by name
-    POLL_S,
-    START_S,
-    Child,
     Spawn,
     effects_table,
     row_in,
     spawn,
     start_workers,
 )
-from tests.helpers import eventually
+from tests.helpers import POLL_S, START_S, Child, eventually
 from tests.secapp.models import Post
 from tests.webhook_receiver import Receiver, Reply, running_receiver
 from ultimate_jobs import export_part_key, verify_webhook_signature

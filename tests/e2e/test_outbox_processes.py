@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from tests.e2e.test_postgres_processes import POLL_S, REPO, START_S, Child, effects_table, query  # noqa: F401
-from tests.helpers import eventually
+from tests.e2e.test_postgres_processes import REPO, effects_table, query  # noqa: F401
+from tests.helpers import POLL_S, START_S, Child, eventually
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.core.routing import set_jobs_router

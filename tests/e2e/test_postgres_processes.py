@@ -14,21 +14,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from django.db import connection
 
-from tests.helpers import eventually
+from tests.helpers import POLL_S, START_S, Child, eventually
+from ultimate_jobs.cli.reload import WATCH_POLL_S
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -37,108 +35,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(trans
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "e2e-pg"
-START_S = 30.0  # a child's Django set-up up to its first line
-EXIT_S = 10.0  # a child's exit after a signal
 DRAIN_DEADLINE_S = 5.0
-POLL_S = 0.05
 RACE_LOCK = 0x75E2E5  # the advisory lock both racing enqueuers queue behind
 RACE_ROUNDS = 20
 BULK_JOBS = 5_000
 BULK_BATCH = 500
-
-
-class Child:
-    """One child process. Daemon threads read its stdout (every line kept) and stderr (the tail)."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        self.name = name
-        self.popen = subprocess.Popen(
-            args,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
-        self.worker_id = ""
-        self._lines: list[str] = []
-        self._errors: deque[str] = deque(maxlen=300)
-        self._lock = threading.Lock()
-        assert self.popen.stdout is not None and self.popen.stderr is not None
-        self._readers = [
-            threading.Thread(target=self._pump, args=(self.popen.stdout, self._lines.append), daemon=True),
-            threading.Thread(target=self._pump, args=(self.popen.stderr, self._errors.append), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def _pump(self, stream: IO[str], keep: Callable[[str], None]) -> None:
-        for line in stream:
-            with self._lock:
-                keep(line.rstrip("\n"))
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def lines(self) -> list[str]:
-        with self._lock:
-            return list(self._lines)
-
-    @property
-    def stderr(self) -> str:
-        with self._lock:
-            return "\n".join(self._errors)
-
-    def describe(self) -> str:
-        return (
-            f"{self.name} (pid {self.pid}, exit {self.popen.poll()}): stdout={self.lines[-20:]} "
-            f"stderr=...{self.stderr[-3000:]}"
-        )
-
-    def line(self, index: int, timeout: float = START_S) -> str:
-        """Stdout line ``index`` (0-based), once it is written; fails at once if the child exits first."""
-
-        def written() -> str:
-            exited = self.popen.poll() is not None
-            if exited:
-                for reader in self._readers:
-                    reader.join(EXIT_S)  # every line the child wrote before it exited is read
-            lines = self.lines
-            if len(lines) > index:
-                return lines[index]
-            if exited:
-                raise RuntimeError(f"the child exited before writing line {index}: {self.describe()}")
-            raise AssertionError(f"{self.name} has written {len(lines)} lines")
-
-        try:
-            return eventually(written, timeout=timeout, interval=POLL_S)
-        except AssertionError as exc:
-            raise AssertionError(f"no line {index} within {timeout}s: {self.describe()}") from exc
-
-    def send(self, text: str) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(text + "\n")
-        self.popen.stdin.flush()
-
-    def signal(self, signum: signal.Signals) -> None:
-        self.popen.send_signal(signum)
-
-    def wait(self, timeout: float = EXIT_S) -> int:
-        return self.popen.wait(timeout=timeout)
-
-    def close(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(timeout=EXIT_S)
-        for reader in self._readers:
-            reader.join(EXIT_S)
-        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
 
 
 Spawn = Callable[..., Child]
@@ -436,10 +337,54 @@ def test_a_worker_serves_its_job_counters_on_the_metrics_port(spawn: Spawn, pg: 
     assert f'job_leases_lost_total{{queue="{QUEUE}"}} 0.0' in text
 
 
-def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: Spawn, pg: PgJobs) -> None:
-    dev = spawn("dev-reload", "manage.py", "jobs_dev", "--reload", "--queues", QUEUE, "--drain-deadline", "2s")
+# ``python -c IGNORING_SIGINT manage.py …`` starts ``manage.py …`` with SIGINT ignored, as a non-interactive
+# shell starts a background job (a CI script's ``make test &``): Python then leaves SIGINT ignored, so a
+# process that does not install its own handler never hears Ctrl-C.
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+# Every ``jobs_dev --reload`` watches tests/e2e/pg_jobs.py, which one of them touches: under pytest-xdist
+# they run on one worker, one after another, so the touch restarts only its own test's roles.
+ONE_RELOADER_AT_A_TIME = pytest.mark.xdist_group("jobs_dev_reload")
+
+
+def start_dev_reload(spawn: Spawn) -> tuple[Child, int]:
+    """``jobs_dev --reload`` with the 5 s drain deadline, started with SIGINT ignored; answers the reloader
+    and the pid of its roles' process once the roles serve."""
+    dev = spawn(
+        "dev-reload", "-c", IGNORING_SIGINT, "manage.py", "jobs_dev", "--reload", "--queues", QUEUE,
+        "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s", UJ_LOG_LEVEL="INFO",
+    )  # fmt: skip
     assert dev.line(0).startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
-    first = eventually(lambda: _children_of(dev.pid), timeout=START_S, interval=POLL_S)
+    (roles,) = eventually(lambda: _children_of(dev.pid), timeout=START_S, interval=POLL_S)
+    return dev, roles
+
+
+def hold_a_job(pg: PgJobs, pid: int, key: str) -> str:
+    """Enqueue a job that holds its slot until its signal is aborted, and wait until process ``pid`` runs it."""
+    job_id = str(pg.jobs.hold_retry.enqueue({"key": key}).id)
+    eventually(lambda: markers(job_id) == [("running", pid, 1)], timeout=START_S, interval=POLL_S)
+    return job_id
+
+
+def assert_drained_and_gone(dev: Child, roles: int, held: str, sent: float, *, within: float) -> None:
+    """Neither process of ``jobs_dev --reload`` runs ``within`` seconds after ``sent``, and the held job was
+    handed back uncounted (a drain, not a kill)."""
+    left = sent + within - time.monotonic()
+    try:
+        eventually(lambda: dev.popen.poll() is not None and not _running(roles), timeout=left, interval=POLL_S)
+    except AssertionError as exc:
+        raise AssertionError(f"still running {within:g}s after the signal: {dev.describe()}") from exc
+    row = job_row(held)
+    assert (row["state"], row["attempts"]) == ("ready", 0), (row, dev.describe())
+
+
+@ONE_RELOADER_AT_A_TIME
+def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: Spawn, pg: PgJobs) -> None:
+    dev, first = start_dev_reload(spawn)
     job_id = pg.jobs.record_effect.enqueue({"key": "before-reload"}).id
     eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
     watched = REPO / "tests" / "e2e" / "pg_jobs.py"  # a module the roles imported (MODULES)
@@ -448,14 +393,42 @@ def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: 
     changed = dev.line(1)
     assert changed.startswith("jobs_dev: ") and "pg_jobs.py changed; draining, then restarting" in changed
     assert dev.line(2).startswith("jobs_dev: JobScheduler, OutboxRelay, JobWorker;"), dev.describe()
-    second = eventually(lambda: [p for p in _children_of(dev.pid) if p not in first], timeout=START_S, interval=POLL_S)
-    job_id = pg.jobs.record_effect.enqueue({"key": "after-reload"}).id
-    eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)
-    for pid in second:  # the roles' process first (it drains on SIGINT), then the reloader
-        os.kill(pid, signal.SIGINT)
-    dev.signal(signal.SIGINT)
-    dev.wait()
-    eventually(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in second), timeout=EXIT_S, interval=POLL_S)
+    (second,) = eventually(lambda: [p for p in _children_of(dev.pid) if p != first], timeout=START_S, interval=POLL_S)
+    assert not _running(first)
+    held = hold_a_job(pg, second, "held-after-reload")
+
+    sent = time.monotonic()
+    dev.signal_group(signal.SIGINT)  # Ctrl-C in its terminal: both processes hear it (the roles' one twice)
+    assert_drained_and_gone(dev, second, held, sent, within=DRAIN_DEADLINE_S)
+    assert dev.popen.returncode == 0, dev.describe()
+
+
+@ONE_RELOADER_AT_A_TIME
+@pytest.mark.parametrize("stop", ["SIGINT to the reloader", "the reloader SIGKILLed"])
+def test_jobs_dev_reload_drains_its_roles_when_the_reloader_is_stopped_or_killed(
+    spawn: Spawn, pg: PgJobs, stop: str
+) -> None:
+    dev, roles = start_dev_reload(spawn)
+    held = hold_a_job(pg, roles, f"held-{stop}")
+
+    sent = time.monotonic()
+    if stop == "SIGINT to the reloader":  # kill -INT <reloader>: it passes the signal on and waits
+        dev.signal(signal.SIGINT)
+        assert_drained_and_gone(dev, roles, held, sent, within=DRAIN_DEADLINE_S)
+        assert dev.popen.returncode == 0, dev.describe()
+    else:  # the orphan notices its parent changed and drains by itself
+        dev.signal(signal.SIGKILL)
+        assert_drained_and_gone(dev, roles, held, sent, within=DRAIN_DEADLINE_S + WATCH_POLL_S)
+        assert "jobs_dev: the reloader is gone; draining, then exiting" in dev.finished_lines(), dev.describe()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _children_of(pid: int) -> list[int]:

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,8 +23,8 @@ from typing import Any
 import pytest
 import redis
 
-from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S, EXIT_S, POLL_S, START_S, Child
-from tests.helpers import eventually
+from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
+from tests.helpers import POLL_S, START_S, Child, eventually, redis_test_db
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.base import JobFilter, JobRecord
@@ -36,8 +35,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "e2e-redis"
-QUEUE_URL = "redis://127.0.0.1:6379/7"
-EFFECTS_URL = "redis://127.0.0.1:6379/8"
+QUEUE_DB = redis_test_db()
+QUEUE_URL = f"redis://127.0.0.1:6379/{QUEUE_DB}"
+EFFECTS_URL = QUEUE_URL  # the bodies' list ``effects``, beside the driver's ``{…}``-tagged keys
 BULK_JOBS = 5_000
 BULK_BATCH = 500
 SHORT_VT = "4s"  # a killed worker's lease lapses soon, yet a loaded machine's heartbeats still land in time
@@ -259,26 +259,25 @@ class PrivateRedis:
         self.port = free_port()
         self.workdir = workdir
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Child | None = None
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not on PATH: install the Redis server (apt-get install redis-server)")
-        self.proc = subprocess.Popen(
+        self.proc = Child(
+            "redis-server",
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            dict(os.environ),
         )  # fmt: skip
         probe = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         eventually(lambda: probe.ping(), timeout=10.0, interval=0.05)
         probe.close()
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(EXIT_S)
+        if self.proc is not None:
+            self.proc.close()
 
 
 @pytest.fixture
@@ -338,7 +337,7 @@ def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, job
         for command in monitor.listen():
             if time.monotonic() >= ends:
                 break
-            if command.get("db") == 7 and command.get("client_type") != "lua":
+            if command.get("db") == QUEUE_DB and command.get("client_type") != "lua":
                 sent.append(command["command"].split()[0].upper())
     monitor_client.close()
     per_minute = len(sent) * 60 / IDLE_WINDOW_S

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.e2e.test_postgres_processes import EXIT_S, POLL_S, START_S, Child
-from tests.helpers import eventually
+from tests.helpers import EXIT_S, POLL_S, START_S, Child, eventually
 from ultimate_jobs import postgres_event_bus
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver

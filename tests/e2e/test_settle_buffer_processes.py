@@ -20,17 +20,13 @@ import pytest
 from tests.e2e import test_postgres_processes as processes
 from tests.e2e.slow_ack import ACK_DELAY_ENV
 from tests.e2e.test_postgres_processes import (
-    EXIT_S,
-    POLL_S,
     QUEUE,
-    START_S,
-    Child,
     PgJobs,
     Spawn,
     query,
     worker_command,
 )
-from tests.helpers import eventually
+from tests.helpers import EXIT_S, POLL_S, START_S, Child, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

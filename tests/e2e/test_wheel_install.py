@@ -24,6 +24,8 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from tests.helpers import Child
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,14 +125,7 @@ def test_the_built_wheel_runs_a_job_and_a_django_task_in_a_fresh_project(tmp_pat
     run([*manage, "migrate", "--verbosity", "0"], cwd=tmp_path)
     job_id, task_id = run([*manage, "shell", "-c", ENQUEUE], cwd=tmp_path).split()[-2:]
 
-    worker = subprocess.Popen(
-        [*manage, "jobs_worker"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=clean_env(),
-    )
+    worker = Child("jobs_worker", [*manage, "jobs_worker"], clean_env(), cwd=tmp_path)
     try:
         deadline = time.monotonic() + WAIT_S
         answer = ""
@@ -139,11 +134,12 @@ def test_the_built_wheel_runs_a_job_and_a_django_task_in_a_fresh_project(tmp_pat
             if answer.startswith(("SUCCESSFUL", "FAILED")) and answer.endswith(("done", "dead", "failed")):
                 break
             time.sleep(0.5)
+        worker.signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=60)
-    assert answer == "SUCCESSFUL 5 done", f"result {answer!r}; the worker said:\n{output}"
-    assert worker.returncode == 0, output
+        worker.close()
+    assert answer == "SUCCESSFUL 5 done", f"result {answer!r}; the worker said: {worker.describe()}"
+    assert code == 0, worker.describe()
 
 
 def _shell(body: str) -> str:

@@ -6,82 +6,45 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
+from tests.helpers import EXIT_S, POLL_S, REPO, Child, eventually
+
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 STARTUP_S = 30.0
-EXIT_S = 10.0
-
-
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
 
 
 def drain_under_sigterm(*args: str) -> tuple[int, float, dict[str, Any]]:
     """Start ``tests.e2e.drain_worker``, wait (bounded) for its job to run, SIGTERM it, and wait for
     the exit: answers the exit code, the seconds from the signal to the exit, and its JSON report."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    lines: queue.Queue[str | None] = queue.Queue()
-    errors: list[str] = []
-    with subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.drain_worker", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        stderr = proc.stderr
-        readers = [
-            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True),
-            threading.Thread(target=lambda: errors.extend(stderr), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        try:
-            deadline = time.monotonic() + STARTUP_S
-            seen: list[str] = []
-            while "RUNNING" not in seen:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"the job never started; stdout={seen} stderr={''.join(errors)[-2000:]}"
-                try:
-                    line = lines.get(timeout=remaining)
-                except queue.Empty:
-                    continue
-                assert line is not None, f"the worker exited before its job ran; stderr={''.join(errors)[-2000:]}"
-                seen.append(line)
+    child = Child("drain-worker", [sys.executable, "-m", "tests.e2e.drain_worker", *args], env)
+    try:
 
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=EXIT_S)
-            elapsed = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=EXIT_S)
-            for reader in readers:
-                reader.join(EXIT_S)
+        def running() -> bool:
+            if "RUNNING" in child.lines:
+                return True
+            if child.popen.poll() is not None:
+                raise RuntimeError(f"the worker exited before its job ran: {child.describe()}")
+            return False
 
-    rest: list[str] = []
-    while (line := lines.get_nowait()) is not None:
-        rest.append(line)
-    assert code == 0, f"exit {code}; stderr={''.join(errors)[-2000:]}"
-    assert rest, f"no report; stderr={''.join(errors)[-2000:]}"
-    return code, elapsed, json.loads(rest[-1])
+        eventually(running, timeout=STARTUP_S, interval=POLL_S)
+        sent = time.monotonic()
+        child.signal(signal.SIGTERM)
+        code = child.wait(timeout=EXIT_S)
+        elapsed = time.monotonic() - sent
+        lines = child.finished_lines()
+    finally:
+        child.close()
+    assert code == 0, child.describe()
+    assert lines[-1] != "RUNNING", f"no report: {child.describe()}"
+    return code, elapsed, json.loads(lines[-1])
 
 
 def test_sigterm_interrupts_the_running_job_and_exits_inside_the_deadline() -> None:

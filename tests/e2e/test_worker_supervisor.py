@@ -23,10 +23,7 @@ import pytest
 
 from tests.e2e.test_postgres_processes import (  # noqa: F401 - fixtures
     DRAIN_DEADLINE_S,
-    POLL_S,
     QUEUE,
-    START_S,
-    Child,
     PgJobs,
     Spawn,
     effects_table,
@@ -38,7 +35,7 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 - fixtures
     spawn,
     worker_command,
 )
-from tests.helpers import eventually
+from tests.helpers import POLL_S, START_S, Child, eventually
 from ultimate_jobs.worker.supervisor import STOP_MARGIN_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

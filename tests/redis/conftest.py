@@ -1,5 +1,5 @@
 """Redis tests run against the real server on 127.0.0.1:6379, in a database number of their own
-(``ULTIMATE_JOBS_TEST_REDIS_DB``, default 5), flushed before each test."""
+(``ULTIMATE_JOBS_TEST_REDIS_DB``, default 5, plus the pytest-xdist worker's index), flushed before each test."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.helpers import redis_test_db
+
 REDIS_HOST = os.environ.get("ULTIMATE_JOBS_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("ULTIMATE_JOBS_TEST_REDIS_PORT", "6379"))
-REDIS_DB = int(os.environ.get("ULTIMATE_JOBS_TEST_REDIS_DB", "5"))
+REDIS_DB = redis_test_db()
 REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from tests.admin_scenario import postgres_env
 from tests.conftest import Env
+from tests.helpers import Child
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -189,21 +189,19 @@ def test_the_real_manage_py_exits_with_the_status_and_no_traceback(pg: Env[Postg
         "PYTHONPATH": str(REPO),
     }
     started = [
-        subprocess.Popen(
-            [sys.executable, str(REPO / "manage.py"), *argv],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        Child(" ".join(argv), [sys.executable, str(REPO / "manage.py"), *argv], env, cwd=tmp_path)
         for argv, _, _ in PROCESSES
     ]
-    for (argv, status, fragment), process in zip(PROCESSES, started, strict=True):
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == status, (argv, out, err)
-        assert fragment in err, (argv, err)
-        assert "Traceback" not in err and "CommandError" not in err, (argv, err)
+    try:
+        for (argv, status, fragment), process in zip(PROCESSES, started, strict=True):
+            code = process.wait(timeout=120)
+            process.finished_lines()
+            assert code == status, (argv, process.describe())
+            assert fragment in process.stderr, (argv, process.describe())
+            assert "Traceback" not in process.stderr and "CommandError" not in process.stderr, process.describe()
+    finally:
+        for process in started:
+            process.close()
     assert not list(tmp_path.iterdir())
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S, POLL_S, START_S, Child
-from tests.helpers import eventually
+from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
+from tests.helpers import POLL_S, START_S, Child, eventually
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver

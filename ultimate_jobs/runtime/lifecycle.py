@@ -32,7 +32,11 @@ from ..errors import InvariantError
 RoleState = Literal["idle", "running", "draining", "stopped"]
 WAIT_POLL_S = 0.05
 """How often a close waiting on work in flight re-reads its (late-bound) deadline."""
-SIGNAL_POLL_S = 0.5
+SIGNAL_POLL_S = 0.1
+"""How often a command's blocking ``run()`` acts on a signal its handler noted. A handler only notes it:
+one that took a lock (an ``Event.set()``, a log line) could run while the main thread holds that lock —
+a second signal inside the first one's handler does, as Ctrl-C plus a supervisor's SIGTERM send — and
+deadlock the process it was meant to stop."""
 
 
 class RoleLifecycle:
@@ -55,6 +59,7 @@ class RoleLifecycle:
         self._wake = threading.Event()
         self._loop_thread: threading.Thread | None = None
         self._drain_requested = threading.Event()
+        self._signalled: str | None = None  # noted by the signal handler, acted on by run()
         self._stopped = threading.Event()
         self._close_deadline: float | None = None
         self._closing = False
@@ -123,13 +128,15 @@ class RoleLifecycle:
                 os_signal.signal(signum, self._on_signal)
         self.start()
         while not self._stopped.is_set():
+            if self._signalled is not None and not self._drain_requested.is_set():
+                self.accept(reason=self._signalled)
+                self._drain_requested.set()
             if self._drain_requested.wait(timeout=SIGNAL_POLL_S):
                 self.close(self.drain_deadline_ms)
         log_event(logging.INFO, f"{self.event_prefix}.stopped", **self._ident())
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.accept(reason=os_signal.Signals(signum).name)
-        self._drain_requested.set()
+        self._signalled = os_signal.Signals(signum).name
 
     def accept(self, *, reason: str = "stop") -> None:
         """The drain's first phase: take no more work. Returns at once; work in flight carries on (the
@@ -236,6 +243,7 @@ class Roles:
         self.drain_deadline_ms = drain_deadline_ms
         self._drain = threading.Event()
         self._reason = "stop"
+        self._signalled: str | None = None  # noted by the signal handler, acted on by run()
 
     def run(self, *, install_signals: bool = True) -> bool:
         """Start every role, block until SIGTERM/SIGINT (or :meth:`request_drain`), then drain them all.
@@ -245,15 +253,16 @@ class Roles:
                 os_signal.signal(signum, self._on_signal)
         for role in self.roles:
             role.start()
-        while not self._drain.wait(timeout=0.5):
-            pass
+        while not self._drain.wait(timeout=SIGNAL_POLL_S):
+            if self._signalled is not None:
+                self.request_drain(self._signalled)
         return self.drain(self._reason)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.request_drain(os_signal.Signals(signum).name)
+        self._signalled = os_signal.Signals(signum).name
 
     def request_drain(self, reason: str = "stop") -> None:
-        """Ask :meth:`run` to drain (what the signal handler does)."""
+        """Ask :meth:`run` to drain (what a signal does)."""
         self._reason = reason
         self._drain.set()
 

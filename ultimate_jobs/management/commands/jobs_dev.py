@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
+import sys
 from typing import Any
 
 from django.core.management.base import CommandParser
-from django.utils import autoreload
 
+from ...cli.reload import ReloadedRoles, run_reloader, under_reloader
 from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...conf import jobs_settings
 from ...core.durations import parse_duration
@@ -31,22 +31,21 @@ class Command(RoleCommand):
         parser.add_argument(
             "--reload",
             action="store_true",
-            help="restart the roles when a Python file changes (Django's autoreloader, as runserver does)",
+            help="drain and restart the roles when a Python file changes (Django's autoreloader, as runserver does)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options.pop("reload"):
-            autoreload.run_with_reloader(self.serve, reloading=True, **options)
-            return
-        self.serve(reloading=False, **options)
+        if not options.pop("reload"):
+            self.roles(**options).run()
+        elif under_reloader():
+            ReloadedRoles(lambda: self.roles(**options), say=self.stdout.write).run()
+        else:
+            sys.exit(run_reloader(deadline_ms=drain_deadline_ms(options["drain_deadline"])))
 
-    def serve(self, *, reloading: bool, **options: Any) -> None:
-        """Build the roles and run them until a signal drains them — or, under ``--reload``, until a code
-        change: the roles drain (within the drain deadline), then the autoreloader starts a fresh process."""
-        deadline = options["drain_deadline"]
-        deadline_ms = (
-            parse_duration(deadline, field="--drain-deadline") if deadline else jobs_settings().drain_deadline_ms
-        )
+    def roles(self, **options: Any) -> Roles:
+        """Build the scheduler, the relay (on a Postgres jobs database) and a worker, print the banner and
+        serve the counters when asked; answers them as one group to run."""
+        deadline_ms = drain_deadline_ms(options["drain_deadline"])
         worker = worker_from_settings(
             queues=[q for q in options["queues"].split(",") if q] if options["queues"] else None,
             concurrency=parse_concurrency(options["concurrency"]),
@@ -61,19 +60,9 @@ class Command(RoleCommand):
         self.stdout.write(f"jobs_dev: {', '.join(type(r).__name__ for r in roles)}; {worker_start_line(worker)}")
         if options["metrics_port"] is not None:
             serve_counters(options["metrics_port"])
-        group = Roles(roles, drain_deadline_ms=deadline_ms)
-        if not reloading:
-            group.run()
-            return
-        stopped = threading.Event()
+        return Roles(roles, drain_deadline_ms=deadline_ms)
 
-        def drain_on_change(sender: object, file_path: object, **kwargs: Any) -> None:
-            self.stdout.write(f"jobs_dev: {file_path} changed; draining, then restarting")
-            group.request_drain("reload")
-            stopped.wait(deadline_ms / 1000 + 5)
 
-        autoreload.file_changed.connect(drain_on_change, weak=False)
-        try:
-            group.run(install_signals=False)  # the autoreloader's thread: signals belong to its main thread
-        finally:
-            stopped.set()
+def drain_deadline_ms(flag: str | None) -> int:
+    """``--drain-deadline`` in milliseconds, or the setting's when the flag is not given."""
+    return parse_duration(flag, field="--drain-deadline") if flag else jobs_settings().drain_deadline_ms
