@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import AnyJobsEnv
-from ultimate_jobs import DEFAULT_PURGE_CRON, PurgeTarget, next_task_run, task
-from ultimate_jobs.features import purge
+from ultimate_jobs import DEFAULT_PURGE_CRON, PurgeTarget, next_task_run, purge, task
 from ultimate_jobs.testing import run_jobs
 
 NO_JITTER = {"attempts": 3, "delay": 1000, "jitter": False}
