@@ -17,7 +17,8 @@ from .core.run import JobRun
 from .core.scope import Actor, cross_tenant
 from .core.signals import CancelSignal, current_signal
 from .core.steps import Step, StepSuspension
-from .drivers.base import ClaimedJob, ClaimRef, Enqueued, JobDriver, JobOutcome, JobState, NackOptions, nack_state
+from .drivers.protocol import JobDriver
+from .drivers.records import ClaimedJob, ClaimRef, Enqueued, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
 from .events import postgres_event_bus, publish_event, reset_event_bus, set_event_bus
 from .features.backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills

@@ -26,7 +26,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
-from .drivers.base import DECLARED_CAPABILITIES
+from .drivers.protocol import DECLARED_CAPABILITIES
 
 OBJ = "settings.ULTIMATE_JOBS"
 CHECK_DATABASE_UNKNOWN = "X_SETTINGS_DATABASE_UNKNOWN"

@@ -24,7 +24,8 @@ from django.utils.module_loading import import_string
 from .core.durations import parse_duration
 from .core.installed import job_clock, register_builders
 from .defaults import DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_REDIS_URL, DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
-from .drivers.base import JobDriver, JobState
+from .drivers.protocol import JobDriver
+from .drivers.records import JobState
 from .errors import DriverUnavailableError, InvariantError, UltimateError
 from .events.base import EventBus
 from .guards.limits import LimitConfig

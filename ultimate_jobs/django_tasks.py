@@ -41,7 +41,7 @@ from .core import registry
 from .core.definition import JobHandle
 from .core.retry import RetryPolicy, retry_policy
 from .core.run import JobRun
-from .drivers.base import EnqueueRequest, JobRecord, StepRecord
+from .drivers.records import EnqueueRequest, JobRecord, StepRecord
 from .errors import InvariantError
 
 if TYPE_CHECKING:  # mypy reads the typed backport; Django 6's module has the same names and shapes

@@ -13,8 +13,8 @@ from django.db import connection
 
 from ultimate_jobs.conf import jobs_settings
 from ultimate_jobs.core.clock import Clock
-from ultimate_jobs.drivers.base import FINISHED_STATES, JobFilter, job_cursor
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.drivers.records import FINISHED_STATES, JobFilter, job_cursor
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.events.base import EventBus

@@ -19,8 +19,8 @@ from typing import Any
 
 from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
 from ultimate_jobs.core.durations import format_duration
-from ultimate_jobs.drivers.base import CounterTotals, JobFilter, JobRecord, StepRecord
 from ultimate_jobs.drivers.memory.events import MemoryEventBus
+from ultimate_jobs.drivers.records import CounterTotals, JobFilter, JobRecord, StepRecord
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.models import Job, JobCounter, JobLease, JobStep, PausedQueue, PausedTask, TaskFire, Worker
 from ultimate_jobs.testing import FrozenClock, run_jobs

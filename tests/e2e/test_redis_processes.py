@@ -27,7 +27,7 @@ from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
 from tests.helpers import POLL_S, START_S, Child, eventually, redis_test_db
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
-from ultimate_jobs.drivers.base import JobFilter, JobRecord
+from ultimate_jobs.drivers.records import JobFilter, JobRecord
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 

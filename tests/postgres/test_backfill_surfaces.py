@@ -16,7 +16,7 @@ from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.core.definition import job
 from ultimate_jobs.core.signals import CancelSignal
-from ultimate_jobs.drivers.base import BackfillBegin
+from ultimate_jobs.drivers.records import BackfillBegin
 from ultimate_jobs.features.backfills import backfill
 from ultimate_jobs.testing import run_jobs
 

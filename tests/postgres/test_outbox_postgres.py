@@ -23,12 +23,12 @@ from tests.conftest import installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.core.routing import set_jobs_router
-from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, conninfo_for
+from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
 from ultimate_jobs.errors import InvariantError, OutboxNoTxError
 from ultimate_jobs.outbox import (
     OUTBOX_WAKE_CHANNEL,

@@ -14,12 +14,12 @@ import pytest
 from django.db import connection, transaction
 
 from tests.helpers import eventually
-from ultimate_jobs.drivers.base import COUNTER_TIERS, BulkFilter, BulkResult, ClaimRef, JobFilter, Progress
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.introspect import PostgresIntrospection
 from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
+from ultimate_jobs.drivers.records import COUNTER_TIERS, BulkFilter, BulkResult, ClaimRef, JobFilter, Progress
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (

@@ -23,8 +23,9 @@ from ultimate_jobs.core import registry
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import Settled, job_lease_key
 from ultimate_jobs.core.installed import set_job_clock
-from ultimate_jobs.drivers.base import Heartbeat, JobDriver, JobRecord, Progress
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
+from ultimate_jobs.drivers.protocol import JobDriver
+from ultimate_jobs.drivers.records import Heartbeat, JobRecord, Progress
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.guards.limits import LimitConfig, Limiter
 from ultimate_jobs.worker import JobWorker, job_worker

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ultimate_jobs.drivers.base import (
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.records import (
     ClaimedJob,
     EnqueueRequest,
     ExhaustedJob,
@@ -22,7 +23,6 @@ from ultimate_jobs.drivers.base import (
     JobRecord,
     NackOptions,
 )
-from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.errors import UltimateError

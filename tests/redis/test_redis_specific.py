@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from ultimate_jobs.drivers.base import NackOptions, StepRecord
+from ultimate_jobs.drivers.records import NackOptions, StepRecord
 from ultimate_jobs.drivers.redis import DONE_TTL_MS, RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.testing import FrozenClock

@@ -14,7 +14,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from ultimate_jobs.conf import build_driver, jobs_settings
-from ultimate_jobs.drivers.base import EnqueueRequest, NackOptions
+from ultimate_jobs.drivers.records import EnqueueRequest, NackOptions
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.events import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.errors import UltimateError

@@ -27,7 +27,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "ultimate_jobs.core.logs",
         ),
     ),
-    ("contracts", ("ultimate_jobs.drivers.base", "ultimate_jobs.events.base", "ultimate_jobs.outbox.store")),
+    (
+        "contracts",
+        (
+            "ultimate_jobs.drivers.records",
+            "ultimate_jobs.drivers.protocol",
+            "ultimate_jobs.events.base",
+            "ultimate_jobs.outbox.store",
+        ),
+    ),
     ("core", ("ultimate_jobs.core", "ultimate_jobs.guards", "ultimate_jobs.runtime")),
     ("backends", ("ultimate_jobs.drivers", "ultimate_jobs.events", "ultimate_jobs.models")),
     ("configuration", ("ultimate_jobs.conf",)),
@@ -102,7 +110,7 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert all(RANK[layer_of(target)] <= RANK["core"] for _, target in lines)
     assert RANK[layer_of("ultimate_jobs.worker.runtime")] > RANK[layer_of("ultimate_jobs.core.execute")]
     assert layer_of("ultimate_jobs.admin.jobs") == "surfaces"
-    assert layer_of("ultimate_jobs.drivers.base") == "contracts"
+    assert layer_of("ultimate_jobs.drivers.records") == "contracts"
     assert layer_of("ultimate_jobs.drivers.postgres.driver") == "backends"
 
 

@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from ultimate_jobs.drivers.base import (
+from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.rows import MemoryRow
+from ultimate_jobs.drivers.records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,
     ClaimRef,
@@ -14,8 +16,6 @@ from ultimate_jobs.drivers.base import (
     NackOptions,
     WorkerInfo,
 )
-from ultimate_jobs.drivers.memory import MemoryDriver
-from ultimate_jobs.drivers.memory.rows import MemoryRow
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (

@@ -15,7 +15,7 @@ from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.core.routing import DirectRouter, jobs_router, set_jobs_router
-from ultimate_jobs.drivers.base import Enqueued, EnqueueRequest
+from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
 from ultimate_jobs.errors import (
     DriverUnavailableError,
     InvariantError,

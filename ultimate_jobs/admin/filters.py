@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from ..core import registry
 from ..core.definition import JobHandle
-from ..drivers.base import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
+from ..drivers.records import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
 from ..errors import JobPageInvalidError
 from ..operator.arguments import check_instant, check_state
 from ..operator.queues import declared_queues

@@ -20,7 +20,7 @@ from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
 from .. import operator
-from ..drivers.base import MAX_BULK_ROWS, MAX_JOB_PAGE, JobState
+from ..drivers.records import MAX_BULK_ROWS, MAX_JOB_PAGE, JobState
 from ..errors import JobArgumentInvalidError, JobNotFoundError, UltimateError
 from ..models import DeadLetter, Job
 from ..operator import BulkOutcome, JobActionResult, JobDetail, JobRow

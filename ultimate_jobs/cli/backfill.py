@@ -27,7 +27,7 @@ from ..core import registry
 from ..core.definition import JobHandle
 from ..core.installed import job_driver
 from ..core.scope import cross_tenant
-from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE
+from ..drivers.records import BACKFILL_STATUSES, MAX_JOB_PAGE
 from ..errors import (
     BackfillAppliedError,
     BackfillEnvironmentError,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ..drivers.base import JOB_STATES, MAX_JOB_PAGE
+from ..drivers.records import JOB_STATES, MAX_JOB_PAGE
 from ..errors import UltimateError
 from ..operator import MANIFEST_FILE
 from ..operator.arguments import check_instant

@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 
 import pydantic
 
-from ..drivers.base import Enqueued, EnqueueRequest
+from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import (
     IdempotencyRequiredError,
     InvariantError,

@@ -23,7 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..drivers.base import ClaimedJob, JobDriver, NackOptions
+from ..drivers.protocol import JobDriver
+from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import (
     ConcurrencyUnenforceableError,
     JobKeyBusyError,

@@ -22,7 +22,7 @@ from ..errors import DriverUnavailableError
 from .clock import Clock, system_clock
 
 if TYPE_CHECKING:
-    from ..drivers.base import JobDriver
+    from ..drivers.protocol import JobDriver
     from ..events.base import EventBus
 
 _lock = threading.Lock()

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
-from ..drivers.base import DEFAULT_VISIBILITY_TIMEOUT_MS, Ack, ClaimRef, JobDriver, JobOutcome
+from ..drivers.protocol import JobDriver
+from ..drivers.records import DEFAULT_VISIBILITY_TIMEOUT_MS, Ack, ClaimRef, JobOutcome
 from ..errors import UltimateError
 from .clock import Clock
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..drivers.base import Enqueued, EnqueueRequest
+from ..drivers.records import Enqueued, EnqueueRequest
 from ..guards.admission import check_request
 from .installed import job_driver
 

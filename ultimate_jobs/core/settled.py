@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..drivers.base import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
+from ..drivers.records import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
 from ..errors import JobOnSettledFailedError, UltimateError
 from ..guards.redaction import scrub, secret_values
 from . import registry

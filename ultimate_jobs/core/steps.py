@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..drivers.base import ClaimRef, StepRecord
+from ..drivers.records import ClaimRef, StepRecord
 from ..errors import InvariantError, JobAbortedError, JobTimeoutError, LeaseLostError, StepDuplicateError, UltimateError
 from ..events.base import EventBus
 from ..guards.admission import check_json, check_text

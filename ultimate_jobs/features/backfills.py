@@ -44,7 +44,8 @@ from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.scope import cross_tenant
 from ..core.signals import CancelSignal, current_signal
-from ..drivers.base import BackfillBegin, BackfillRun, BackfillStore
+from ..drivers.protocol import BackfillStore
+from ..drivers.records import BackfillBegin, BackfillRun
 from ..errors import (
     BackfillEnvironmentError,
     BackfillStalledError,

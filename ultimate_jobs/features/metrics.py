@@ -29,7 +29,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..core.clock import Clock
-from ..drivers.base import JobDriver, QueueStats
+from ..drivers.protocol import JobDriver
+from ..drivers.records import QueueStats
 from ..errors import JobArgumentInvalidError
 from ..runtime.counters import prime_counters
 

@@ -22,7 +22,7 @@ from typing import Any
 from ..conf import jobs_settings
 from ..core.installed import job_driver
 from ..core.routing import jobs_router
-from ..drivers.base import JobState
+from ..drivers.records import JobState
 from ..events import event_bus
 from ..outbox.store import OutboxStore
 from ..scheduler import task

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.durations import parse_duration
-from ..drivers.base import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
+from ..drivers.records import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
 from ..errors import InvariantError, JobRequestInvalidError, UltimateError
 
 MAX_JSON_DEPTH = 64

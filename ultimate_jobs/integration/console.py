@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from django.db import connections
 
 if TYPE_CHECKING:
-    from ..drivers.base import JobDriver
+    from ..drivers.protocol import JobDriver
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")

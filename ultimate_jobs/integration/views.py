@@ -22,7 +22,7 @@ from django.views.decorators.http import require_safe
 
 from .. import operator
 from ..core.installed import job_clock
-from ..drivers.base import DEFAULT_JOB_PAGE
+from ..drivers.records import DEFAULT_JOB_PAGE
 from ..errors import CodedError, JobArgumentInvalidError, JobPageInvalidError, UltimateError
 from ..operator.arguments import check_instant, check_state, shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT

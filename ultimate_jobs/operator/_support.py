@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core.installed import job_driver
-from ..drivers.base import JobDriver, JobIntrospection, JobRecord, Progress, StepRecord
+from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.records import JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
 from ..guards.redaction import redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow

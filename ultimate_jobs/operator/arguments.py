@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-from ..drivers.base import (
+from ..drivers.records import (
     JOB_STATES,
     MAX_FILTER_CHARS,
     MAX_INSTANT_MS,
@@ -59,7 +59,7 @@ def check_job_id(value: object) -> str:
 
 def check_name(value: object, *, what: str) -> str:
     """``value`` unchanged when it can name a queue, task or step (``what``), or ``X_JOB_ARGUMENT_INVALID``:
-    blank, a NUL byte, or longer than :data:`~ultimate_jobs.drivers.base.MAX_FILTER_CHARS`."""
+    blank, a NUL byte, or longer than :data:`~ultimate_jobs.drivers.records.MAX_FILTER_CHARS`."""
     problem = "is blank" if isinstance(value, str) and not value.strip() else _text_problem(value)
     if problem is None:
         return str(value)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.base import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus, BackfillStore, JobDriver
+from ..drivers.protocol import BackfillStore, JobDriver
+from ..drivers.records import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..features.backfills import registered_backfills
 from ._support import resolve

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..drivers.base import (
+from ..drivers.protocol import BackfillStore, JobDriver
+from ..drivers.records import (
     DEFAULT_JOB_PAGE,
     LIVE_STATES,
     MAX_JOB_PAGE,
-    BackfillStore,
     BulkFilter,
     BulkResult,
-    JobDriver,
     JobFilter,
     JobState,
     job_cursor,

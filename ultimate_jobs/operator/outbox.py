@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..drivers.base import DEFAULT_JOB_PAGE
+from ..drivers.records import DEFAULT_JOB_PAGE
 from ..errors import JobArgumentInvalidError
 from ..outbox.boot import outbox_store
 from ..outbox.store import FailedOutboxRow, OutboxStore

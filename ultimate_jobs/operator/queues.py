@@ -8,7 +8,8 @@ from ..core import registry
 from ..core.definition import JobHandle
 from ..core.durations import Duration, format_duration, parse_duration
 from ..core.installed import job_clock
-from ..drivers.base import MAX_JOB_PAGE, MIN_INSTANT_MS, JobDriver
+from ..drivers.protocol import JobDriver
+from ..drivers.records import MAX_JOB_PAGE, MIN_INSTANT_MS
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ._support import introspection, resolve
 from .arguments import check_name

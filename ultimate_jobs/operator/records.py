@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.definition import JobDescriptor
-from ..drivers.base import JobState, Progress
+from ..drivers.records import JobState, Progress
 from ..scheduler.task import TaskDescriptor
 
 if TYPE_CHECKING:  # operator.backfills imports _support, which imports this module

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..core import registry
 from ..core.definition import JobHandle
 from ..core.installed import job_clock
-from ..drivers.base import JobDriver
+from ..drivers.protocol import JobDriver
 from ..errors import JobArgumentInvalidError
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import introspection, resolve

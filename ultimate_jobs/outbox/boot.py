@@ -18,8 +18,8 @@ from ..conf import jobs_settings
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_driver
 from ..core.routing import set_jobs_router
-from ..drivers.base import JobDriver
 from ..drivers.postgres.outbox import postgres_outbox_store
+from ..drivers.protocol import JobDriver
 from ..errors import DriverUnavailableError, InvariantError, UltimateError
 from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
 from .routing import OutboxRouter

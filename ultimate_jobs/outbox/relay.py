@@ -41,7 +41,8 @@ from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..core.logs import log_event
-from ..drivers.base import MAX_BULK_ROWS, Enqueued, JobDriver
+from ..drivers.protocol import JobDriver
+from ..drivers.records import MAX_BULK_ROWS, Enqueued
 from ..errors import InvariantError, UltimateError, retry_class
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from ..core.ids import new_id
 from ..core.installed import job_driver
-from ..drivers.base import Enqueued, EnqueueRequest, JobDriver
+from ..drivers.protocol import JobDriver
+from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import InvariantError, OutboxNoTxError
 from ..guards.admission import check_request
 from .store import OUTBOX_MODES, OutboxMode, OutboxStore

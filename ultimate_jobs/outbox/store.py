@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..drivers.base import EnqueueRequest
+from ..drivers.records import EnqueueRequest
 from ..errors import InvariantError
 
 DEFAULT_CLAIM_LEASE_MS = 30_000

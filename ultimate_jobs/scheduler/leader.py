@@ -20,7 +20,7 @@ from typing import Protocol
 from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
-from ..drivers.base import JobDriver, LeaderStore
+from ..drivers.protocol import JobDriver, LeaderStore
 from ..errors import InvariantError, NotImplementedOnDriverError
 
 DEFAULT_LEASE_TTL_MS = 30_000

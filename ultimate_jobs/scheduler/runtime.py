@@ -26,7 +26,8 @@ from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..core.logs import log_event
-from ..drivers.base import Fire, JobDriver, SchedulerStore
+from ..drivers.protocol import JobDriver, SchedulerStore
+from ..drivers.records import Fire
 from ..errors import InvariantError, NotImplementedOnDriverError
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole

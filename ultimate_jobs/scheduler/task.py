@@ -16,7 +16,7 @@ from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 
 from ..core import registry
 from ..core.definition import JobHandle
-from ..drivers.base import Enqueued, EnqueueRequest
+from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import JobDeclarationInvalidError
 from .cron import CronSchedule, cron_problem, load_zone
 

@@ -5,7 +5,8 @@ pass's retries, settled completed or failed, listed newest first. Mixed into
 from __future__ import annotations
 
 from ..core.ids import new_id
-from ..drivers.base import BackfillBegin, BackfillStore
+from ..drivers.protocol import BackfillStore
+from ..drivers.records import BackfillBegin
 from .clock import FrozenClock
 
 NAME = "conformance.rewrite"

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ..drivers.base import (
+from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.records import (
     COUNTER_TIERS,
     DEFAULT_JOB_PAGE,
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -24,9 +25,7 @@ from ..drivers.base import (
     BulkResult,
     CounterTotals,
     Heartbeat,
-    JobDriver,
     JobFilter,
-    JobIntrospection,
     NackOptions,
     Progress,
     StepRecord,

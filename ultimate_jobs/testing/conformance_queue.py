@@ -11,13 +11,8 @@ import logging
 
 import pytest
 
-from ..drivers.base import (
-    ClaimRef,
-    Heartbeat,
-    JobDriver,
-    NackOptions,
-    StepRecord,
-)
+from ..drivers.protocol import JobDriver
+from ..drivers.records import ClaimRef, Heartbeat, NackOptions, StepRecord
 from .clock import FrozenClock
 from .conformance_support import (
     JOB,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..drivers.base import JobDriver, JobIntrospection, JobState, StepRecord
+from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.records import JobState, StepRecord
 from .clock import FrozenClock
 from .conformance_support import claim_one, finish, raises_code, request
 

@@ -13,18 +13,8 @@ from typing import Any
 
 import pytest
 
-from ..drivers.base import (
-    COUNTER_TIERS,
-    Fire,
-    FireResult,
-    JobDriver,
-    JobFilter,
-    JobIntrospection,
-    LeaderLease,
-    LeaderStore,
-    SchedulerStore,
-    TaskFire,
-)
+from ..drivers.protocol import JobDriver, JobIntrospection, LeaderStore, SchedulerStore
+from ..drivers.records import COUNTER_TIERS, Fire, FireResult, JobFilter, LeaderLease, TaskFire
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim_one, declared, request, settle_done
 

@@ -1,6 +1,6 @@
 """Helpers the driver conformance suite builds its scenarios from (public: a driver's own tests use them too).
 
-Everything here speaks the driver protocol of :mod:`ultimate_jobs.drivers.base` only, so a scenario
+Everything here speaks the driver protocol of :mod:`ultimate_jobs.drivers.protocol` only, so a scenario
 written with it runs unchanged on every driver.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
-from ..drivers.base import ClaimedJob, EnqueueRequest, JobDriver, JobIntrospection, JobRecord, NackOptions
+from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.records import ClaimedJob, EnqueueRequest, JobRecord, NackOptions
 from ..errors import UltimateError
 
 QUEUE = "conformance"

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..core.installed import job_clock, job_driver
-from ..drivers.base import MAX_JOB_PAGE, ExhaustedJob, JobDriver, JobFilter, JobRecord, JobState, job_cursor
+from ..drivers.protocol import JobDriver
+from ..drivers.records import MAX_JOB_PAGE, ExhaustedJob, JobFilter, JobRecord, JobState, job_cursor
 from .clock import FrozenClock
 
 WAITING_STATES: tuple[JobState, ...] = ("ready", "delayed", "suspended")

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.logs import log_event
-from ..drivers.base import Ack, ClaimRef, JobDriver
+from ..drivers.protocol import JobDriver
+from ..drivers.records import Ack, ClaimRef
 from ..runtime.dbconn import close_thread_connections, release_stale_connections
 
 MAX_ACK_BATCH = 500

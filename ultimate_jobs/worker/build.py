@@ -15,7 +15,7 @@ from ..core.clock import Clock
 from ..core.definition import JobHandle
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
-from ..drivers.base import JobDriver
+from ..drivers.protocol import JobDriver
 from ..errors import ClaimQueuesEmptyError, InvariantError
 from ..guards.limits import LimitConfig
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS

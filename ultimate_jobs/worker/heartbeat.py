@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from ..core.clock import Clock
 from ..core.logs import log_event
-from ..drivers.base import JobDriver, WorkerInfo
+from ..drivers.protocol import JobDriver
+from ..drivers.records import WorkerInfo
 from ..runtime.dbconn import close_thread_connections, release_stale_connections
 from .inflight import InFlight, lease_lost, renew_round
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.logs import log_event
 from ..core.signals import CancelSignal
-from ..drivers.base import ClaimedJob, Heartbeat
+from ..drivers.records import ClaimedJob, Heartbeat
 from ..errors import JobSlotLostError, LeaseLostError
 from ..runtime.counters import JOB_LEASES_LOST
 

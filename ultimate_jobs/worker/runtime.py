@@ -25,7 +25,8 @@ from ..core.definition import JobHandle
 from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
 from ..core.logs import log_event
 from ..core.signals import CancelSignal
-from ..drivers.base import ClaimedJob, JobDriver, NackOptions
+from ..drivers.protocol import JobDriver
+from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError
 from ..guards.limits import LimitConfig, Limiter
 from ..runtime.counters import count_outcome, prime_counters

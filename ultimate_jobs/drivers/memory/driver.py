@@ -18,7 +18,7 @@ from typing import Literal
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ..base import (
+from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
@@ -36,10 +36,10 @@ from ..base import (
     QueueStats,
     StepRecord,
     WorkerInfo,
+    finished_cutoffs,
     nack_counter,
     nack_state,
 )
-from ..purging import finished_cutoffs
 from .index import ClaimEntry, ClaimIndex, claim_order
 from .introspect import MemoryIntrospection
 from .rows import MemoryRow, copy_step

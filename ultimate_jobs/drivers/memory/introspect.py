@@ -14,7 +14,7 @@ from ...errors import (
     JobNotRemovableError,
     JobNotRequeueableError,
 )
-from ..base import (
+from ..records import (
     COUNTER_TIERS,
     LIVE_STATES,
     MAX_BULK_ROWS,

@@ -26,7 +26,7 @@ from ...outbox.store import (
     check_limit,
     check_staged,
 )
-from ..base import EnqueueRequest
+from ..records import EnqueueRequest
 
 
 @dataclass(slots=True)

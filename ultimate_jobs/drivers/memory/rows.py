@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..base import ClaimRef, JobRecord, JobState, Progress, StepRecord
+from ..records import ClaimRef, JobRecord, JobState, Progress, StepRecord
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.clock import Clock
 from ...core.ids import new_id
-from ..base import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, TaskFire
+from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, TaskFire
 
 if TYPE_CHECKING:
     from .driver import MemoryDriver

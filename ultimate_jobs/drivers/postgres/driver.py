@@ -10,7 +10,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ...core.clock import system_clock
-from ..base import Ack, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOptions, StepRecord, nack_counter
+from ..records import Ack, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOptions, StepRecord, nack_counter
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
 from .executor import Executor, django_executor, from_jsonb, jsonb

@@ -15,13 +15,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from ...errors import JobDuplicateError
-from ..base import (
-    MAX_BULK_ROWS,
-    BulkFilter,
-    BulkResult,
-    JobRecord,
-    WorkerInfo,
-)
+from ..records import MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
 from ..sql import introspect as shared
 from .queries import introspect as sql
 

@@ -25,7 +25,7 @@ from ...outbox.store import (
     check_limit,
     request_to_json,
 )
-from ..base import EnqueueRequest
+from ..records import EnqueueRequest
 from ..sql.outbox import SqlOutboxStore
 from .executor import Executor, django_executor, jsonb
 from .queries import outbox as sql

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.ids import new_id
-from ..base import EnqueueRequest
+from ..records import EnqueueRequest
 from ..sql.dialect import Dialect, canonical_id, loads
 
 __all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "uuid_or_none"]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
-from ..base import Fire, FireResult, LeaderLease
+from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
 from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlSchedulerStore
 from .executor import jsonb

@@ -26,7 +26,7 @@ from ...core.clock import Clock, system_clock
 from ...core.ids import new_id
 from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
-from ..base import (
+from ..records import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
@@ -41,10 +41,10 @@ from ..base import (
     QueueStats,
     StepRecord,
     WorkerInfo,
+    finished_cutoffs,
     nack_counter,
     nack_state,
 )
-from ..purging import finished_cutoffs
 from ..wake_hub import WakeHub
 from .introspect import RedisIntrospection
 from .queries import SCRIPTS

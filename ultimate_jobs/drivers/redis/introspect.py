@@ -13,7 +13,7 @@ from ...errors import (
     JobNotRemovableError,
     JobNotRequeueableError,
 )
-from ..base import (
+from ..records import (
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
     MAX_WORKER_IN_FLIGHT,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ..base import BackfillRun, BackfillStatus, ClaimedJob, ExhaustedJob, JobRecord, JobState, Progress, StepRecord
+from ..records import BackfillRun, BackfillStatus, ClaimedJob, ExhaustedJob, JobRecord, JobState, Progress, StepRecord
 
 
 def text(value: Any) -> Any:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.ids import new_id
-from ..base import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease
+from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease
 from .rows import backfill_run, pairs, text
 
 if TYPE_CHECKING:

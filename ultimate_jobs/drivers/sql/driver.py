@@ -14,7 +14,7 @@ from typing import Any
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ..base import (
+from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     PURGE_BATCH,
     Ack,
@@ -29,9 +29,9 @@ from ..base import (
     QueueStats,
     StepRecord,
     WorkerInfo,
+    finished_cutoffs,
     nack_state,
 )
-from ..purging import finished_cutoffs
 from ..wake_hub import WakeHub
 from .dialect import Dialect, dumps
 

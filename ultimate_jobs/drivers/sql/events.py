@@ -7,7 +7,7 @@ from typing import Any
 
 from ...core.durations import Duration, parse_duration
 from ...errors import InvariantError
-from ..base import PURGE_BATCH
+from ..records import PURGE_BATCH
 from .dialect import dumps
 
 

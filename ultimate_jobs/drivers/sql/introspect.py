@@ -18,7 +18,7 @@ from ...errors import (
     JobNotRequeueableError,
     JobPageInvalidError,
 )
-from ..base import (
+from ..records import (
     LIVE_STATES,
     MAX_TASK_FIRES,
     PROMOTABLE_STATES,

@@ -28,7 +28,7 @@ from ...outbox.store import (
     check_staged,
     request_from_json,
 )
-from ..base import EnqueueRequest
+from ..records import EnqueueRequest
 from .dialect import Dialect
 from .rows import row_class
 

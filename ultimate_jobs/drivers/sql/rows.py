@@ -12,7 +12,7 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import (
+from ..records import (
     MAX_WORKER_IN_FLIGHT,
     BackfillRun,
     ClaimedJob,

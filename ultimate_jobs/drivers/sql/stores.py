@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from ...core.ids import new_id
-from ..base import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease
+from ..records import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease
 from .dialect import dumps
 from .rows import BackfillRow, LeaseRow, backfill_run, leader_lease
 

@@ -24,7 +24,7 @@ from django.db import connections, transaction
 from ...core.clock import Clock
 from ...core.ids import new_id
 from ...errors import DriverUnavailableError, InvariantError
-from ..base import (
+from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,
     Enqueued,

@@ -7,14 +7,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from ..base import (
-    COUNTER_TIERS,
-    MAX_BULK_ROWS,
-    BulkFilter,
-    BulkResult,
-    JobRecord,
-    WorkerInfo,
-)
+from ..records import COUNTER_TIERS, MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
 from ..sql import introspect as shared
 from .queries import introspect as sql
 from .queries import jobs as sql_hot

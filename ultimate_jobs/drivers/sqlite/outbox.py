@@ -16,7 +16,7 @@ from django.db import connections, transaction
 from ...core.clock import Clock
 from ...core.installed import jobs_database
 from ...outbox.store import DEFAULT_CLAIM_LEASE_MS, OutboxRecord, WakeListener, check_limit, request_to_json
-from ..base import EnqueueRequest
+from ..records import EnqueueRequest
 from ..sql.outbox import SqlOutboxStore
 from .executor import SqliteExecutor
 from .queries import outbox as sql

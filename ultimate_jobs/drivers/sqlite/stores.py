@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..base import Fire, FireResult, LeaderLease
+from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
 from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlSchedulerStore
 from .queries import jobs as sql

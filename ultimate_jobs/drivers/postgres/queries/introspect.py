@@ -9,7 +9,7 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 
 from __future__ import annotations
 
-from ...base import COUNTER_TIERS
+from ...records import COUNTER_TIERS
 from .jobs import JOB_COLUMNS, LIVE_STATES_SQL, RECORD_WORKER_UPSERT, STEP_COLUMNS, WAKE_CHANNEL
 
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"

@@ -12,7 +12,7 @@ Numbers are stored as the decimal text the caller sent, and scripts compare them
 
 from __future__ import annotations
 
-from ...base import COUNTER_TIERS
+from ...records import COUNTER_TIERS
 
 _TIERS = ", ".join(f"{{{width}, {keep}}}" for width, keep in COUNTER_TIERS)
 

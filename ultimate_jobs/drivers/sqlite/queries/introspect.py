@@ -5,7 +5,7 @@ An operation of several statements (a requeue: read, check, move, cut its steps)
 
 from __future__ import annotations
 
-from ...base import COUNTER_TIERS
+from ...records import COUNTER_TIERS
 from . import jobs
 from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 

@@ -1,0 +1,312 @@
+"""The driver contract: the one interface a job queue backend implements (:class:`JobDriver`), the optional
+stores it may carry (introspection, fleet leases, the scheduler's state and leader, the backfill ledger), and the
+capabilities it declares. The records they answer in are :mod:`ultimate_jobs.drivers.records`."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .records import (
+    PURGE_BATCH,
+    Ack,
+    BackfillBegin,
+    BackfillRun,
+    BackfillStatus,
+    BulkFilter,
+    BulkResult,
+    Claim,
+    ClaimRef,
+    CounterBucket,
+    CounterTotals,
+    Enqueued,
+    EnqueueRequest,
+    Fire,
+    FireResult,
+    Heartbeat,
+    JobFilter,
+    JobPage,
+    JobRecord,
+    JobState,
+    LeaderLease,
+    NackOptions,
+    Progress,
+    QueueStats,
+    StepRecord,
+    TaskFire,
+    WorkerInfo,
+)
+
+
+class LeaderStore(Protocol):
+    """``driver.leader``: lease rows for leader elections (the scheduler's) — at most one holder per name,
+    whose lease lapses ``ttl_ms`` after its last renewal. Instants are the caller's (``now_ms``): the
+    election runs on the clock of the role that asks."""
+
+    durable: bool
+    """Whether a lease outlives this process (a database row) — two processes then contend for it."""
+
+    def acquire(self, name: str, holder: str, *, ttl_ms: int, now_ms: int, rollup: bool = False) -> LeaderLease | None:
+        """Take or renew lease ``name`` for ``holder`` until ``now_ms + ttl_ms``: it lands when no lease is
+        stored, when it is ``holder``'s own, or when it lapsed (``expires_at_ms <= now_ms``); a live lease
+        of another holder answers ``None`` and is left alone. A renewal of ``holder``'s live lease keeps
+        its ``acquired_at_ms``; anything else starts a term at ``now_ms``. With ``rollup``, the counter
+        rollup (``introspect.rollup_counters`` at ``now_ms``) runs in the same round trip when — and only
+        when — the lease landed: what a leader owes once a minute, at no statement of its own."""
+
+    def release(self, name: str, holder: str) -> bool:
+        """Hand ``holder``'s lease back (a clean stop), so another takes it at its next ask rather than
+        after the TTL. Fenced on the holder: a lease another holder took meanwhile is left alone. Answers
+        whether a lease was released."""
+
+    def current(self, name: str) -> LeaderLease | None:
+        """The stored lease of ``name`` — live or lapsed, compare ``expires_at_ms`` — or ``None``."""
+
+
+class SchedulerStore(Protocol):
+    """``driver.scheduler_state``: the scheduler's stored state — per task, the watermark (the last
+    occurrence it dealt with, fired or passed over) and the last fire — and the fire that moves a
+    watermark together with its occurrence's jobs. Pauses are ``introspect.pause_task`` rows the fire
+    reads; the last fires are ``introspect.task_fires()``."""
+
+    durable: bool
+    """Whether the watermarks outlive this process: a redeployed scheduler reads where the last one
+    stopped, so catch-up sees what the gap dropped."""
+
+    def load(self, tasks: Sequence[str], *, now_ms: int) -> dict[str, int]:
+        """Every named task's watermark, arming those that have none at ``now_ms`` (arming is not a fire,
+        and a watermark another scheduler armed first is kept)."""
+
+    def fire(self, fire: Fire) -> FireResult:
+        """Fire one occurrence, all or nothing: move the watermark only while it still holds
+        ``fire.previous_ms`` and the task is not paused, enqueue ``fire.requests`` (``enqueue_many``'s
+        rules, deduping whatever a request's ``on_conflict``: nothing under an id that names a row or a
+        live key, each due queue announced once) and record the fire (``task_fires``). A refused fire
+        writes nothing."""
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Fleet-wide slots: at most ``limit`` holders per key, each lapsing ``ttl_ms`` after its last renewal."""
+
+    def acquire(self, key: str, holder: str, *, limit: int, ttl_ms: int) -> bool:
+        """Take a slot of ``key`` for ``holder`` (idempotent for a holder that already has one)."""
+
+    def renew(self, key: str, holder: str, *, ttl_ms: int) -> bool:
+        """Extend ``holder``'s slot; ``False`` when it lapsed or was taken."""
+
+    def release(self, key: str, holder: str) -> None:
+        """Give the slot back. A holder that holds nothing is a no-op."""
+
+    def holders(self, key: str) -> list[str]:
+        """The live holders of one key, in slot order."""
+
+
+class BackfillStore(Protocol):
+    """``driver.backfills``: the ``x_backfills`` ledger, one row per pass. Only a backfill's pass writes it;
+    every surface reads it through ``operator.inspect_backfills``.
+
+    Signatures after ``def list`` spell ``builtins.list``: inside this class body ``list`` is the method.
+    """
+
+    def begin(self, begin: BackfillBegin) -> BackfillRun:
+        """The row of ``begin.run_id`` set ``running`` — a retry adopts its own row, keeping its
+        ``started_at_ms``, the checksum the pass began with, its counts and its id (the app version becomes
+        this attempt's) — or, when the run has none, a new ``running`` row started at ``begin.now_ms``."""
+
+    def progress(self, row_id: str, *, rows_processed: int, batches: int, last_cursor: Any, now_ms: int) -> bool:
+        """Record a pass's counts and cursor after a page; only a ``running`` row moves. Answers whether it
+        landed."""
+
+    def finish(
+        self,
+        row_id: str,
+        *,
+        status: Literal["completed", "failed"],
+        rows_processed: int | None = None,
+        batches: int | None = None,
+        error_code: str | None = None,
+        now_ms: int,
+    ) -> bool:
+        """Settle a pass ``completed`` (stamping ``completed_at_ms``) or ``failed`` (keeping ``error_code``);
+        counts given replace the stored ones. Answers whether a row was settled."""
+
+    def completed(self, name: str, tenant_id: str | None) -> BackfillRun | None:
+        """The newest ``completed`` row of ``name`` (under ``tenant_id``; ``None`` is the cross-tenant
+        pass), or ``None``: the row that makes a re-run answer ``skipped``."""
+
+    def list(
+        self, *, name: str | None = None, status: BackfillStatus | None = None, limit: int = 100
+    ) -> builtins.list[BackfillRun]:
+        """Ledger rows, newest first (``started_at_ms``, then ``id``), optionally of one name or status."""
+
+
+class JobIntrospection(Protocol):
+    """Every operator capability. The CLI, the admin and the JSON views read nothing else.
+
+    Signatures after ``def list`` spell ``builtins.list``: inside this class body ``list`` is the method.
+    """
+
+    def get(self, job_id: str) -> JobRecord | None: ...
+    def steps(self, job_id: str) -> list[StepRecord]: ...
+    def list(self, flt: JobFilter) -> JobPage: ...
+    def remove(self, job_id: str) -> None: ...
+    def requeue(self, job_id: str, *, from_step: str | None = None) -> JobRecord: ...
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None: ...
+    def requeue_many(self, flt: BulkFilter) -> BulkResult: ...
+    def remove_many(self, flt: BulkFilter) -> BulkResult: ...
+    def promote_many(self, flt: BulkFilter) -> BulkResult: ...
+    def promote(self, job_id: str) -> JobRecord: ...
+    def pause_queue(self, queue: str) -> None: ...
+    def resume_queue(self, queue: str) -> None: ...
+    def paused_queues(self) -> builtins.list[str]: ...
+    def pause_task(self, task: str) -> None: ...
+    def resume_task(self, task: str) -> None: ...
+    def paused_tasks(self) -> builtins.list[str]: ...
+    def record_worker(self, info: WorkerInfo) -> None: ...
+    def remove_worker(self, worker_id: str) -> None: ...
+    def workers(self) -> builtins.list[WorkerInfo]: ...
+    def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]: ...
+    def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]: ...
+    def rollup_counters(self) -> int:
+        """Fold every counter bucket past its tier's retention (:data:`COUNTER_TIERS`) into the narrowest
+        wider tier whose bucket containing it is still retained — or drop it when none is — in one step,
+        at the driver's now: the state folding tier by tier reaches. Idempotent. Answers how many buckets
+        were folded or dropped. The scheduler's leader runs it once a minute (``driver.leader.acquire(...,
+        rollup=True)``); every driver answers the same buckets and count for the same history."""
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool: ...
+    def task_fires(self) -> builtins.list[TaskFire]: ...
+
+
+class JobDriver(Protocol):
+    """The one interface a job queue backend implements. Job code never names a backend.
+
+    What a driver can do is declared, never probed — as ``django.tasks`` backends declare
+    ``supports_defer``: the ``supports_*`` flags say whether the optional wake methods answer, and the
+    optional stores (``introspect``, ``leases``, ``leader``, ``scheduler_state``, ``backfills``) are
+    always attributes, ``None`` where the driver has none. The system check (:mod:`ultimate_jobs.checks`)
+    refuses a configured driver that leaves one of them undeclared (:data:`DECLARED_CAPABILITIES`).
+    """
+
+    name: str
+
+    @property
+    def alias(self) -> str | None:
+        """The Django database alias the driver's rows live in — an enqueue inside ``transaction.atomic()``
+        on it commits with the caller's rows — or ``None`` when they live outside Django's databases."""
+
+    visibility_timeout_ms: int
+    """The lease window: a claim stays invisible this long without a heartbeat (``claim()``'s default),
+    and ``introspect.workers()`` keeps a registry row this long after its last beat. A worker over the
+    driver leases and renews with it (``job_worker()``)."""
+
+    supports_wake: bool
+    """Whether :meth:`subscribe` tells a listener the queues that become due. ``False``: the worker and
+    the relay find work by polling alone."""
+
+    supports_listen: bool
+    """Whether the wake also carries other processes' enqueues (LISTEN/NOTIFY, a Redis stream, a watch on
+    the SQLite file) and :meth:`wake_is_live` answers whether it is proven; the idle poll then rises to
+    5 s while it is. Only a driver with ``supports_wake`` has it."""
+
+    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(queue)`` whenever ``queue`` has due work; answers an unsubscribe. Called only
+        when ``supports_wake``."""
+
+    def wake_is_live(self) -> bool:
+        """Whether the cross-process wake is proven to deliver right now. Called only when
+        ``supports_listen``."""
+
+    @property
+    def introspect(self) -> JobIntrospection | None:
+        """The operator surface, or ``None`` (then operator calls are ``X_NOT_IMPLEMENTED``)."""
+
+    @property
+    def leases(self) -> LeaseStore | None:
+        """The fleet-wide lease store, or ``None`` (then a job declaring concurrency cannot run)."""
+
+    @property
+    def leader(self) -> LeaderStore | None:
+        """The leader-election lease rows the scheduler's leader runs on, or ``None`` (then a scheduler on
+        this driver needs a leader passed in)."""
+
+    @property
+    def scheduler_state(self) -> SchedulerStore | None:
+        """The scheduler's watermarks and fires, or ``None`` (then no scheduler runs on this driver)."""
+
+    @property
+    def backfills(self) -> BackfillStore | None:
+        """The ``x_backfills`` ledger, or ``None`` (then a backfill's pass runs anyway, with no bookkeeping:
+        no row, no ``skipped`` answer)."""
+
+    def enqueue(self, request: EnqueueRequest) -> Enqueued:
+        """Insert one row; a live key answers the live row with ``deduped=True`` (or ``X_JOB_DUPLICATE``)."""
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """Insert many rows in one round trip, one answer per request in order."""
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int | None = None,
+        drop_exhausted: frozenset[str] = frozenset(),
+        queue_limits: Mapping[str, int] | None = None,
+        record: WorkerInfo | None = None,
+    ) -> Claim:
+        """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
+        given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way
+        (failed for the names in ``drop_exhausted``, else dead); answers both (:class:`Claim`).
+        With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
+        in the same round trip, so an idle worker's registry costs no statement of its own."""
+
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+        """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""
+
+    def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
+        """Settle many running rows ``done`` in one round trip, each fenced on its own claim; answers
+        the job ids that landed."""
+
+    def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
+        """Settle a running row by :func:`nack_state`, fenced on ``ref``; answers whether it landed."""
+
+    def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:
+        """Renew many leases in one round; answers the job ids whose renewal landed. A miss is not logged:
+        the caller knows whether it is a lost lease or a renewal that crossed the job's own settle."""
+
+    def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        """Persist one step under the claim; answers whether it landed."""
+
+    def stats(self) -> list[QueueStats]:
+        """Per-queue counts of the live states and of dead rows, without reading a done, failed or
+        cancelled row."""
+
+    def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
+        """Delete at most ``limit`` finished rows and their steps in ONE statement: rows of the states
+        ``before_ms`` names (finished states only), each finished before its state's instant, oldest
+        finished first. A live row never goes, nor a row requeued while the delete ran. Answers how many
+        rows went; retention calls it again while a batch comes back full."""
+
+    def close(self) -> None:
+        """Release connections and timers. Idempotent."""
+
+
+DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
+    ("name", "the driver's name, for messages and the console"),
+    ("alias", "the Django database alias its rows live in, or None"),
+    ("visibility_timeout_ms", "the lease window in milliseconds"),
+    ("supports_wake", "a bool: whether subscribe(listener) announces due queues"),
+    ("supports_listen", "a bool: whether the wake crosses processes and wake_is_live() answers"),
+    ("introspect", "the operator surface, or None"),
+    ("leases", "the fleet-wide lease store, or None"),
+    ("leader", "the leader-election lease store, or None"),
+    ("scheduler_state", "the scheduler's watermarks, or None"),
+    ("backfills", "the backfill ledger, or None"),
+)
+"""Every attribute a driver declares beside its methods, with what it holds: verified by the system check
+(:func:`ultimate_jobs.checks.undeclared_capabilities`) and the conformance suite, and read plainly —
+never probed with a default — where it is used."""
