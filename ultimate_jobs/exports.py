@@ -54,6 +54,7 @@ from .errors import ExportPartTooLargeError, ExportRowInvalidError, InvariantErr
 from .retry import RetryPolicy
 from .run import JobRun
 from .signals import CancelSignal, current_signal
+from .sync_only import refuse_async
 
 if TYPE_CHECKING:
     from django.core.files.storage import Storage
@@ -201,6 +202,9 @@ def export_rows(
     for field_name, optional in (("row", row), ("sink", sink), ("idempotency_key", idempotency_key)):
         if optional is not None and not callable(optional):
             raise bad(field_name, "must be a function")
+    callables: dict[str, object] = {"prefix": prefix, "source": source, "row": row, "sink": sink}  # the rest: job()
+    for field_name, given in callables.items():
+        refuse_async(given, what=f"export {name!r}: {field_name}", meta={"job": name, "field": field_name})
 
     declaration = _Declaration(
         name=name,

@@ -34,6 +34,7 @@ from .events.base import EventBus
 from .redaction import renderings
 from .sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
 from .signals import CancelSignal, signal_scope
+from .sync_only import refuse_async
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -146,6 +147,7 @@ class Step:
         the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
         except that a secret object comes back as itself. An output that holds a secret is stored sealed.
         """
+        refuse_async(fn, what=f"step.run({name!r})", meta={"step": name})
         record = self._enter(name)
         if record is not None and record.status == "done":
             return self._replayed(name, record.output)  # type: ignore[no-any-return]

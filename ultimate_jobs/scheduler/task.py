@@ -18,6 +18,7 @@ from .. import registry
 from ..definition import JobHandle
 from ..drivers.base import Enqueued, EnqueueRequest
 from ..errors import JobDeclarationInvalidError
+from ..sync_only import refuse_async
 from .cron import CronSchedule, cron_problem, load_zone
 
 CatchUp = Literal["skip", "run-once", "run-all"]
@@ -203,6 +204,7 @@ def task(**options: Unpack[TaskOptions]) -> Callable[[TaskBody], TaskHandle]:
         global _anonymous
         if not callable(fn):
             raise JobDeclarationInvalidError("task(): decorate a function of the occurrence's epoch ms", {})
+        refuse_async(fn, what=f"task {getattr(fn, '__name__', '?')}: the body", meta={"field": "body"})
         explicit = options.get("name")
         if explicit is not None and (not isinstance(explicit, str) or not explicit.strip()):
             raise JobDeclarationInvalidError(

@@ -59,6 +59,7 @@ from ..errors import (
 from ..logs import log_event
 from ..retry import RetryPolicy, parse_optional_duration
 from ..run import JobRun
+from ..sync_only import refuse_async
 from .ledger import WebhookAttempt, WebhookLedger
 from .signature import (
     WEBHOOK_ID_HEADER,
@@ -154,6 +155,7 @@ def webhook(
     for field_name, fn in (("endpoint", endpoint), ("event", event)):
         if not callable(fn):
             raise bad(field_name, "must be a function of the input answering the record or None")
+        refuse_async(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
     for method in ("record", "is_disabled", "disable"):
         if not callable(getattr(ledger, method, None)):
             raise bad("ledger", f"has no {method}(); pass memory_webhook_ledger(), django_webhook_ledger() or your own")

@@ -10,6 +10,7 @@ from django.utils.module_loading import import_string
 from ..conf import job_driver, jobs_settings
 from ..durations import Duration
 from ..errors import InvariantError
+from ..sync_only import refuse_async
 from .build import job_worker
 from .runtime import JobWorker
 
@@ -22,6 +23,7 @@ def context_factory(path: str | None) -> Callable[[], Any]:
     factory = import_string(path)
     if not callable(factory):
         raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})
+    refuse_async(factory, what=f"ULTIMATE_JOBS['CONTEXT'] = {path!r}", meta={"path": path})
     return factory  # type: ignore[no-any-return]
 
 
