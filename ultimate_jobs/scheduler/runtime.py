@@ -25,7 +25,7 @@ from .. import registry
 from ..clock import Clock
 from ..conf import job_clock
 from ..dbconn import close_thread_connections, release_stale_connections
-from ..drivers.base import Fire, JobDriver, SchedulerStore
+from ..drivers.base import EnqueueRequest, Fire, JobDriver, SchedulerStore
 from ..durations import Duration, parse_duration
 from ..errors import InvariantError, NotImplementedOnDriverError
 from ..lifecycle import DEFAULT_DRAIN_DEADLINE_MS, RoleLifecycle
@@ -50,6 +50,7 @@ class SchedulerStats:
     fires: int = 0
     paused: int = 0
     fenced: int = 0
+    refused: int = 0
     failures: int = 0
     rollups: int = 0
     terms: int = 0
@@ -308,7 +309,7 @@ class JobScheduler(RoleLifecycle):
             for planned in plans:
                 if not self._accepting:
                     break
-                requests = task.requests(planned.occurrence_ms, now_ms=now)
+                requests = self._admitted(task, planned.occurrence_ms, now)
                 fire = Fire(task.name, watermark, planned.watermark_ms, planned.occurrence_ms, requests, now)
                 result = self.store.fire(fire)
                 if result.outcome == "paused":
@@ -349,6 +350,25 @@ class JobScheduler(RoleLifecycle):
             return fired
         self._due[task.name] = task.next_run(watermark)
         return fired
+
+    def _admitted(self, task: TaskHandle, occurrence_ms: int, now: int) -> list[EnqueueRequest]:
+        """The occurrence's requests that passed admission. A refused entry would be refused at every
+        retry, so it is logged with its code and left out; the occurrence fires its other entries and
+        the task moves on to its next occurrence."""
+        requests, refused = task.admit(occurrence_ms, now_ms=now)
+        for entry in refused:
+            self.stats.refused += 1
+            log_event(
+                logging.ERROR,
+                "jobs.scheduler.entry-refused",
+                task=task.name,
+                job=entry.job,
+                entry=entry.index,
+                occurrence_ms=occurrence_ms,
+                code=entry.error.code,
+                error=entry.error.message,
+            )
+        return requests
 
 
 def job_scheduler(

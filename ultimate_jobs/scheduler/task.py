@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 
 from .. import registry
+from ..admission import check_request
 from ..definition import JobHandle
 from ..drivers.base import Enqueued, EnqueueRequest
-from ..errors import JobDeclarationInvalidError
+from ..errors import JobDeclarationInvalidError, UltimateError
 from ..sync_only import refuse_async
 from .cron import CronSchedule, cron_problem, load_zone
 
@@ -64,6 +65,16 @@ class TaskDescriptor:
             "jobs": list(self.jobs),
             "origin": self.origin,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedEntry:
+    """An entry of one occurrence that no driver can store: its job, its place in the body's answer, and
+    the coded refusal (``X_JOB_REQUEST_INVALID``, ``X_VALIDATION``, ``X_JOB_DECLARATION_INVALID``…)."""
+
+    job: str
+    index: int
+    error: UltimateError
 
 
 class TaskHandle:
@@ -125,8 +136,26 @@ class TaskHandle:
 
     def requests(self, occurrence_ms: int, *, now_ms: int | None = None) -> list[EnqueueRequest]:
         """The rows one occurrence enqueues: every entry through its job's own ``build_request`` — the
-        job's own idempotency key, validation and tenant rules."""
+        job's own idempotency key, validation and tenant rules. Not yet admitted: an enqueue passes them
+        through the facade, whose admission check refuses what no driver can store."""
         return [handle.build_request(value, now_ms=now_ms) for handle, value in self.entries(occurrence_ms)]
+
+    def admit(self, occurrence_ms: int, *, now_ms: int) -> tuple[list[EnqueueRequest], list[RefusedEntry]]:
+        """What the scheduler's fire writes for one occurrence — it passes no facade, so each entry's
+        request goes through :func:`~ultimate_jobs.admission.check_request` here — and the entries refused
+        (a cron-built key with a NUL byte, an input its job's model rejects). A refusal is the entry's
+        own: the other entries of the occurrence are still admitted."""
+        admitted: list[EnqueueRequest] = []
+        refused: list[RefusedEntry] = []
+        for index, (handle, value) in enumerate(self.entries(occurrence_ms)):
+            try:
+                request = handle.build_request(value, now_ms=now_ms)
+                check_request(request)
+            except UltimateError as exc:
+                refused.append(RefusedEntry(handle.name, index, exc))
+            else:
+                admitted.append(request)
+        return admitted, refused
 
     def enqueue(self) -> list[Enqueued]:
         """Fire every declared entry now, one answer per entry. Each row carries its job's own
