@@ -12,6 +12,7 @@ from ultimate_jobs.drivers.base import (
     ClaimRef,
     ExhaustedJob,
     Heartbeat,
+    JobDriver,
     NackOptions,
     WorkerInfo,
 )
@@ -22,6 +23,7 @@ from ultimate_jobs.testing.conformance import (
     QUEUE,
     DriverConformance,
     DriverFactory,
+    StateWriter,
     claim_one,
     enqueue_finished,
     request,
@@ -32,6 +34,14 @@ class TestMemoryDriver(DriverConformance):
     @pytest.fixture
     def make_driver(self) -> DriverFactory:
         return lambda clock: MemoryDriver(clock=clock)
+
+    @pytest.fixture
+    def write_state(self) -> StateWriter:
+        def write(driver: JobDriver, job_id: str, state: str) -> None:
+            assert isinstance(driver, MemoryDriver)
+            driver.rows[job_id].state = state  # type: ignore[assignment]
+
+        return write
 
 
 @pytest.fixture

@@ -256,6 +256,20 @@ class JobRecord:
     traceparent: str | None = None
     concurrency_key: str | None = None
 
+    def __post_init__(self) -> None:
+        # Every driver decodes its rows into this record (get, list, the operator's answers): a state this
+        # version does not know is refused here, once for all drivers, rather than shown as if valid.
+        if self.state in JOB_STATES:
+            return
+        from ..errors import JobRowStatusUnknownError
+
+        raise JobRowStatusUnknownError(
+            f"job {self.id} is stored in state {str(self.state)[:40]!r}, which this version of ultimate_jobs does "
+            f"not know (it knows {', '.join(JOB_STATES)}): a newer version wrote it, or the row was edited by hand. "
+            "Read it with the version that wrote it, or set its state to one of these",
+            {"job_id": self.id, "state": str(self.state)[:40], "known": list(JOB_STATES)},
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
