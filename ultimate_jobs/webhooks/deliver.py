@@ -103,7 +103,8 @@ class WebhookEndpoint:
 @dataclass(frozen=True, slots=True)
 class WebhookEvent:
     """What is delivered: ``event(input)`` may answer this, a dict with these keys, or any object with
-    them. A ``body`` that is not ``bytes``/``str`` is sent as compact JSON."""
+    them. A ``body`` that is not ``bytes``/``str`` is sent as compact JSON. A record with no ``id`` (the
+    spec's ``{topic, body}``) is sent and signed under the ``event_id`` the delivery was enqueued with."""
 
     id: str
     topic: str
@@ -327,7 +328,9 @@ class _Delivery:
                 {"job": self.d.name, "event": self.run.input.event_id},
             )
         event_id, topic = _read(found, "id"), _read(found, "topic")
-        check_label(str(event_id) if event_id is not None else None, "event id")
+        if event_id is None:  # the spec's shape, {topic, body}: the event is the one the delivery was enqueued for
+            event_id = self.run.input.event_id
+        check_label(str(event_id), "event id")
         check_label(topic, "topic")
         body = _read(found, "body")
         content_type = _read(found, "content_type") or "application/json"
