@@ -29,6 +29,7 @@ from .attempt import Attempt
 from .clock import Clock
 from .conf import job_clock
 from .context import Actor, acting_as
+from .dbconn import closing_what_it_opens
 from .definition import JobHandle
 from .drivers.base import ClaimedJob, JobDriver, NackOptions
 from .errors import (
@@ -179,8 +180,9 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
                 f"{handle.name}: the attempt passed its timeout of {timeout_ms} ms; read run.signal to stop in time",
                 {"job": handle.name, "timeout_ms": timeout_ms},
             )
-            run_signal.abort(error)
-            attempt.settle(attempt.fail, error)
+            with closing_what_it_opens():  # the clock's timer thread: no role closes its sessions later
+                run_signal.abort(error)
+                attempt.settle(attempt.fail, error)
 
         timer = clock.call_at(deadline, on_deadline)
 
