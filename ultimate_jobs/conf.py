@@ -29,6 +29,7 @@ from .drivers.records import JobState
 from .errors import DriverUnavailableError, InvariantError, UltimateError
 from .events.base import EventBus
 from .guards.limits import LimitConfig
+from .guards.sync_only import refuse_async
 
 DRIVERS = ("postgres", "sqlite", "redis", "memory")
 DRIVER_FOR_VENDOR = {"postgresql": "postgres", "sqlite": "sqlite"}
@@ -396,6 +397,7 @@ def context_factory(path: str | None) -> Callable[[], Any]:
     factory = import_string(path)
     if not callable(factory):
         raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})
+    refuse_async(factory, what=f"ULTIMATE_JOBS['CONTEXT'] = {path!r}", meta={"path": path})
     return factory  # type: ignore[no-any-return]
 
 

@@ -42,6 +42,14 @@ class CodedError(UltimateError):
 
 # One class per error, each with its stable code string. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
+class AsyncUnsupportedError(CodedError):
+    """An ``async def`` (or an object or partial that calls one) handed where job code runs: a body, a step, a
+    hook, a factory's callable. Async job code is not supported yet; write a plain def or wrap it in
+    ``asgiref.sync.async_to_sync``."""
+
+    default_code = "X_JOB_ASYNC_UNSUPPORTED"
+
+
 class BackfillAppliedError(CodedError):
     """``jobs_backfill NAME --write`` named a backfill whose pass already completed, without ``--force``."""
 
@@ -413,6 +421,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_JOB_REQUEST_INVALID": "terminal",
     "X_INVARIANT": "terminal",
     "X_JOB_DECLARATION_INVALID": "terminal",
+    "X_JOB_ASYNC_UNSUPPORTED": "terminal",
     "X_TENANCY_ACTOR_MISMATCH": "terminal",
     "X_TENANCY_ACTOR_ORG_REQUIRED": "terminal",
     "X_WEBHOOK_DELIVERY_REJECTED": "terminal",

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import threading
 import time
+import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -116,6 +117,30 @@ def test_a_delivery_is_signed_and_the_receiver_helper_verifies_it(jobs: JobsEnv,
     (attempt,) = ledger.attempts()
     assert (attempt.endpoint_id, attempt.status, attempt.ok, attempt.code, attempt.attempt) == ("ep-1", 200, True,
                                                                                                None, 1)  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", ["a dict", "an object"])
+def test_an_event_record_with_no_id_is_signed_under_the_enqueued_event_id(
+    jobs: JobsEnv, receiver: Receiver, shape: str
+) -> None:
+    """The spec's lookup answers ``{topic, body}``: the event IS the one the delivery names."""
+    record = {"topic": "orders.paid", "body": {"order": "o-7"}}
+    seams = Seams(receiver.url)
+    deliver = webhook(
+        name="partner.spec-shape",
+        tenant="none",
+        endpoint=seams.endpoint,
+        event=lambda i: dict(record) if shape == "a dict" else types.SimpleNamespace(**record),
+        ledger=memory_webhook_ledger(),
+        retry=NO_JITTER,
+    )
+    enqueued = deliver.enqueue({"endpoint_id": "ep-1", "event_id": "evt_01HZ"})
+    last = run_jobs(jobs.driver, clock=jobs.clock, advance=False).last(enqueued.id)
+    assert last is not None and last.outcome == "completed", last
+    (got,) = receiver.requests
+    assert got.headers[WEBHOOK_ID_HEADER] == "evt_01HZ"
+    verified = verify_webhook_signature(got, SECRET, now=jobs.clock.now_ms() // 1000)
+    assert (verified.event_id, verified.topic, verified.json()) == ("evt_01HZ", "orders.paid", {"order": "o-7"})
 
 
 def test_forgeries_do_not_verify(jobs: JobsEnv, receiver: Receiver) -> None:

@@ -10,9 +10,25 @@ from __future__ import annotations
 
 import pytest
 
-from ultimate_jobs.testing.conformance import DriverConformance, DriverFactory
+from ultimate_jobs.drivers.protocol import JobDriver
+from ultimate_jobs.testing.conformance import DriverConformance, DriverFactory, StateWriter
 
 pytestmark = [pytest.mark.django_db]
+
+
+def store_state(driver: JobDriver, job_id: str, state: str) -> None:
+    """Store a state past the table's CHECK constraint, as a newer version's schema would allow."""
+    from django.db import connection
+
+    from ultimate_jobs.models import Job
+
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA ignore_check_constraints = ON")
+    try:
+        Job.objects.filter(pk=job_id).update(state=state)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA ignore_check_constraints = OFF")
 
 
 class TestSqliteDriver(DriverConformance):
@@ -21,6 +37,10 @@ class TestSqliteDriver(DriverConformance):
         from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 
         return lambda clock: SqliteDriver(clock=clock)
+
+    @pytest.fixture
+    def write_state(self) -> StateWriter:
+        return store_state
 
 
 class TestSqliteDriverCommitted(DriverConformance):
@@ -32,3 +52,7 @@ class TestSqliteDriverCommitted(DriverConformance):
 
         assert not connection.in_atomic_block, "committed rows: each operation its own BEGIN IMMEDIATE"
         return lambda clock: SqliteDriver(clock=clock)
+
+    @pytest.fixture
+    def write_state(self) -> StateWriter:
+        return store_state

@@ -8,6 +8,7 @@ import pytest
 
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.rows import MemoryRow
+from ultimate_jobs.drivers.protocol import JobDriver
 from ultimate_jobs.drivers.records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,
@@ -22,6 +23,7 @@ from ultimate_jobs.testing.conformance import (
     QUEUE,
     DriverConformance,
     DriverFactory,
+    StateWriter,
     claim_one,
     enqueue_finished,
     request,
@@ -32,6 +34,14 @@ class TestMemoryDriver(DriverConformance):
     @pytest.fixture
     def make_driver(self) -> DriverFactory:
         return lambda clock: MemoryDriver(clock=clock)
+
+    @pytest.fixture
+    def write_state(self) -> StateWriter:
+        def write(driver: JobDriver, job_id: str, state: str) -> None:
+            assert isinstance(driver, MemoryDriver)
+            driver.rows[job_id].state = state  # type: ignore[assignment]
+
+        return write
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ..guards import admission
 from ..guards.sealing import clear_model, refuse_reserved, seal_model, unseal
+from ..guards.sync_only import refuse_async
 from . import registry
 from .durations import Duration
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
@@ -419,6 +420,12 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
     def bad(field: str, why: str) -> JobDeclarationInvalidError:
         return JobDeclarationInvalidError(f"{name}: {field} {why}", {"job": name, "field": field})
 
+    refuse_async(fn, what=f"{name}: the job body", meta={"job": name, "field": "body"})
+    concurrency = options.get("concurrency")
+    for field in ("idempotency_key", "tenant", "on_settled"):
+        refuse_async(options.get(field), what=f"{name}: {field}", meta={"job": name, "field": field})
+    if isinstance(concurrency, Concurrency):
+        refuse_async(concurrency.key, what=f"{name}: concurrency.key", meta={"job": name, "field": "concurrency"})
     if "idempotency_key" not in options or options.get("idempotency_key") is None:
         raise IdempotencyRequiredError(
             f"{name}: idempotency_key is required — queues deliver at least once, so every job must say how "
@@ -447,7 +454,11 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
     on_settled = options.get("on_settled")
     if on_settled is not None and not callable(on_settled):
         raise bad("on_settled", "must be a function of the Settled record")
-    if len(inspect.signature(fn).parameters) != 1:
+    try:
+        parameters = len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # no signature to read (async_to_sync's wrapper): the call will tell
+        parameters = 1
+    if parameters != 1:
         raise bad("body", "must take exactly one argument, the JobRun")
     event_poll = parse_optional_duration(options.get("event_poll"), field="event_poll", job=name)
     return JobHandle(
@@ -461,7 +472,7 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
         timeout_ms=parse_optional_duration(options.get("timeout"), field="timeout", job=name),
         step_timeout_ms=parse_optional_duration(options.get("step_timeout"), field="step_timeout", job=name),
         event_poll_ms=event_poll if event_poll is not None else DEFAULT_EVENT_POLL_MS,
-        concurrency=_validate_concurrency(options.get("concurrency"), name),
+        concurrency=_validate_concurrency(concurrency, name),
         queue=queue,
         priority=priority,
         on_settled=on_settled,

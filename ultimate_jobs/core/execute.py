@@ -32,6 +32,7 @@ from ..errors import (
     JobTimeoutError,
     UltimateError,
 )
+from ..runtime.dbconn import closing_what_it_opens
 from . import registry
 from .attempt import Attempt
 from .clock import Clock
@@ -174,8 +175,9 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
                 f"{handle.name}: the attempt passed its timeout of {timeout_ms} ms; read run.signal to stop in time",
                 {"job": handle.name, "timeout_ms": timeout_ms},
             )
-            run_signal.abort(error)
-            attempt.settle(attempt.fail, error)
+            with closing_what_it_opens():  # the clock's timer thread: no role closes its sessions later
+                run_signal.abort(error)
+                attempt.settle(attempt.fail, error)
 
         timer = clock.call_at(deadline, on_deadline)
 

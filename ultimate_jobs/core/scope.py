@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import InvariantError, TenancyActorMismatchError, TenancyActorOrgRequiredError
+from ..guards.sync_only import refuse_async
 
 T = TypeVar("T")
 
@@ -94,6 +95,7 @@ def cross_tenant(reason: str, fn: Callable[[], T]) -> T:
     """
     if not isinstance(reason, str) or not reason.strip():
         raise InvariantError("cross_tenant(reason, fn): give a non-empty reason", {})
+    refuse_async(fn, what=f"cross_tenant({reason[:40]!r}, fn): fn")
     scope = _scope.get()
     actor = scope.actor if scope else Actor()
     token = _enter(_Scope(actor, reason))

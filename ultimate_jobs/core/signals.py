@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import JobAbortedError, UltimateError
+from ..guards.sync_only import refuse_async
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -86,6 +87,7 @@ class CancelSignal:
 
     def add_callback(self, fn: Callable[[UltimateError], None]) -> None:
         """Call ``fn(reason)`` on abort — at once when already aborted."""
+        refuse_async(fn, what="CancelSignal.add_callback(fn): fn")
         with self._lock:
             if not self._aborted:
                 self._callbacks.append(fn)

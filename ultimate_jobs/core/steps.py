@@ -24,6 +24,7 @@ from ..events.base import EventBus
 from ..guards.admission import check_json, check_text
 from ..guards.redaction import renderings
 from ..guards.sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
+from ..guards.sync_only import refuse_async
 from .clock import Clock
 from .durations import Duration, format_duration, parse_duration
 from .signals import CancelSignal, signal_scope
@@ -139,6 +140,7 @@ class Step:
         the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
         except that a secret object comes back as itself. An output that holds a secret is stored sealed.
         """
+        refuse_async(fn, what=f"step.run({name!r})", meta={"step": name})
         record = self._enter(name)
         if record is not None and record.status == "done":
             return self._replayed(name, record.output)  # type: ignore[no-any-return]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 # re-exported: the drivers read these defaults here
 from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS as DEFAULT_VISIBILITY_TIMEOUT_MS
 from ..defaults import PURGE_BATCH as PURGE_BATCH
-from ..errors import InvariantError
+from ..errors import InvariantError, JobRowStatusUnknownError
 
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"]
 JobOutcome = Literal["completed", "suspended", "retried", "dead-lettered", "dropped", "interrupted", "refused"]
@@ -266,6 +266,18 @@ class JobRecord:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every driver decodes its rows into this record (get, list, the operator's answers): a state this
+        # version does not know is refused here, once for all drivers, rather than shown as if valid.
+        if self.state in JOB_STATES:
+            return
+        raise JobRowStatusUnknownError(
+            f"job {self.id} is stored in state {str(self.state)[:40]!r}, which this version of ultimate_jobs does "
+            f"not know (it knows {', '.join(JOB_STATES)}): a newer version wrote it, or the row was edited by hand. "
+            "Read it with the version that wrote it, or set its state to one of these",
+            {"job_id": self.id, "state": str(self.state)[:40], "known": list(JOB_STATES)},
+        )
 
 
 @dataclass(frozen=True, slots=True)

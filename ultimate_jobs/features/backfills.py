@@ -54,6 +54,7 @@ from ..errors import (
     LeaseLostError,
     code_of,
 )
+from ..guards.sync_only import refuse_async
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -178,6 +179,9 @@ def backfill(
             raise bad(field_name, "must be a function")
     if count is not None and not callable(count):
         raise bad("count", "must be a function of the ctx answering how many rows are left")
+    callables: dict[str, object] = {"source": source, "handle": handle, "count": count}  # tenant: job() checks it
+    for field_name, given in callables.items():
+        refuse_async(given, what=f"backfill {name!r}: {field_name}", meta={"job": name, "field": field_name})
     if requires is not None and (not isinstance(requires, str) or not _REQUIRES.fullmatch(requires)):
         raise bad("requires", f"must name a migration as 'app_label.0007_name', got {requires!r}")
     declared_envs: tuple[str, ...] | None = None

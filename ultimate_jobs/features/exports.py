@@ -53,6 +53,7 @@ from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
 from ..errors import ExportPartTooLargeError, ExportRowInvalidError, InvariantError, JobDeclarationInvalidError
+from ..guards.sync_only import refuse_async
 from .backfills import cursor_value, keyset_source
 
 if TYPE_CHECKING:
@@ -201,6 +202,9 @@ def export_rows(
     for field_name, optional in (("row", row), ("sink", sink), ("idempotency_key", idempotency_key)):
         if optional is not None and not callable(optional):
             raise bad(field_name, "must be a function")
+    callables: dict[str, object] = {"prefix": prefix, "source": source, "row": row, "sink": sink}  # the rest: job()
+    for field_name, given in callables.items():
+        refuse_async(given, what=f"export {name!r}: {field_name}", meta={"job": name, "field": field_name})
 
     declaration = _Declaration(
         name=name,

@@ -26,6 +26,7 @@ from ..core.definition import JobHandle, job
 from ..core.run import JobRun
 from ..errors import InvariantError, JobDeclarationInvalidError
 from ..events.base import EventBus
+from ..guards.sync_only import refuse_async
 
 DEFAULT_PURGE_CRON = "0 * * * *"
 """Hourly, on the hour: the cron a retention sweep's task fires on
@@ -66,6 +67,7 @@ def check_targets(job: str, listed: Iterable[PurgeTargetLike]) -> list[PurgeTarg
             raise InvariantError(f"{job}: a purge target needs a non-empty name, got {name!r}", {"job": job})
         if not callable(getattr(target, "purge_expired", None)):
             raise InvariantError(f"{job}: purge target {name!r} has no purge_expired(now_ms)", {"job": job})
+        refuse_async(target.purge_expired, what=f"{job}: purge target {name!r}", meta={"job": job, "target": name})
         if name in seen:
             raise InvariantError(
                 f"{job}: two purge targets are named {name!r}; the name is the step a target runs under, so "
@@ -144,6 +146,7 @@ def purge(
             f"{name}: targets must be a function answering the targets (read once per attempt)",
             {"job": name, "field": "targets"},
         )
+    refuse_async(targets, what=f"{name}: targets", meta={"job": name, "field": "targets"})
 
     def sweep(run: JobRun[Any]) -> dict[str, int]:
         from ..core.installed import job_clock

@@ -1,7 +1,8 @@
 """The enqueue boundary: what a request must be before any statement runs.
 
 Every path that writes a job row — ``handle.enqueue()``, ``enqueue_as()``, a router's ``enqueue_many()``
-and the outbox's stage — passes :func:`check_request` first, so a request no driver can store is
+(``django.tasks`` and the factories' enqueues go through it), the outbox's stage, and the scheduler's
+fire (``TaskHandle.admit``) — passes :func:`check_request` first, so a request no driver can store is
 refused at the caller with ``X_JOB_REQUEST_INVALID`` naming the field and the fix, and never reaches
 the database: inside ``transaction.atomic()`` the caller's transaction is untouched, and the outbox
 never holds a row its relay cannot publish. What a step stores passes :func:`check_json` the same way.

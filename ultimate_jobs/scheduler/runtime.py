@@ -27,7 +27,7 @@ from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..core.logs import log_event
 from ..drivers.protocol import JobDriver, SchedulerStore
-from ..drivers.records import Fire
+from ..drivers.records import EnqueueRequest, Fire
 from ..errors import InvariantError, NotImplementedOnDriverError
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole
@@ -51,6 +51,7 @@ class SchedulerStats:
     fires: int = 0
     paused: int = 0
     fenced: int = 0
+    refused: int = 0
     failures: int = 0
     rollups: int = 0
     terms: int = 0
@@ -288,7 +289,7 @@ class JobScheduler(PollingRole):
             for planned in plans:
                 if not self._accepting:
                     break
-                requests = task.requests(planned.occurrence_ms, now_ms=now)
+                requests = self._admitted(task, planned.occurrence_ms, now)
                 fire = Fire(task.name, watermark, planned.watermark_ms, planned.occurrence_ms, requests, now)
                 result = self.store.fire(fire)
                 if result.outcome == "paused":
@@ -329,6 +330,25 @@ class JobScheduler(PollingRole):
             return fired
         self._due[task.name] = task.next_run(watermark)
         return fired
+
+    def _admitted(self, task: TaskHandle, occurrence_ms: int, now: int) -> list[EnqueueRequest]:
+        """The occurrence's requests that passed admission. A refused entry would be refused at every
+        retry, so it is logged with its code and left out; the occurrence fires its other entries and
+        the task moves on to its next occurrence."""
+        requests, refused = task.admit(occurrence_ms, now_ms=now)
+        for entry in refused:
+            self.stats.refused += 1
+            log_event(
+                logging.ERROR,
+                "jobs.scheduler.entry-refused",
+                task=task.name,
+                job=entry.job,
+                entry=entry.index,
+                occurrence_ms=occurrence_ms,
+                code=entry.error.code,
+                error=entry.error.message,
+            )
+        return requests
 
 
 def job_scheduler(

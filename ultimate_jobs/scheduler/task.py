@@ -17,7 +17,9 @@ from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 from ..core import registry
 from ..core.definition import JobHandle
 from ..drivers.records import Enqueued, EnqueueRequest
-from ..errors import JobDeclarationInvalidError
+from ..errors import JobDeclarationInvalidError, UltimateError
+from ..guards.admission import check_request
+from ..guards.sync_only import refuse_async
 from .cron import CronSchedule, cron_problem, load_zone
 
 CatchUp = Literal["skip", "run-once", "run-all"]
@@ -63,6 +65,16 @@ class TaskDescriptor:
             "jobs": list(self.jobs),
             "origin": self.origin,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedEntry:
+    """An entry of one occurrence that no driver can store: its job, its place in the body's answer, and
+    the coded refusal (``X_JOB_REQUEST_INVALID``, ``X_VALIDATION``, ``X_JOB_DECLARATION_INVALID``…)."""
+
+    job: str
+    index: int
+    error: UltimateError
 
 
 class TaskHandle:
@@ -124,8 +136,26 @@ class TaskHandle:
 
     def requests(self, occurrence_ms: int, *, now_ms: int | None = None) -> list[EnqueueRequest]:
         """The rows one occurrence enqueues: every entry through its job's own ``build_request`` — the
-        job's own idempotency key, validation and tenant rules."""
+        job's own idempotency key, validation and tenant rules. Not yet admitted: an enqueue passes them
+        through the router, whose admission check refuses what no driver can store."""
         return [handle.build_request(value, now_ms=now_ms) for handle, value in self.entries(occurrence_ms)]
+
+    def admit(self, occurrence_ms: int, *, now_ms: int) -> tuple[list[EnqueueRequest], list[RefusedEntry]]:
+        """What the scheduler's fire writes for one occurrence — it passes no router, so each entry's
+        request goes through :func:`~ultimate_jobs.guards.admission.check_request` here — and the entries refused
+        (a cron-built key with a NUL byte, an input its job's model rejects). A refusal is the entry's
+        own: the other entries of the occurrence are still admitted."""
+        admitted: list[EnqueueRequest] = []
+        refused: list[RefusedEntry] = []
+        for index, (handle, value) in enumerate(self.entries(occurrence_ms)):
+            try:
+                request = handle.build_request(value, now_ms=now_ms)
+                check_request(request)
+            except UltimateError as exc:
+                refused.append(RefusedEntry(handle.name, index, exc))
+            else:
+                admitted.append(request)
+        return admitted, refused
 
     def enqueue(self) -> list[Enqueued]:
         """Fire every declared entry now, one answer per entry. Each row carries its job's own
@@ -203,6 +233,7 @@ def task(**options: Unpack[TaskOptions]) -> Callable[[TaskBody], TaskHandle]:
         global _anonymous
         if not callable(fn):
             raise JobDeclarationInvalidError("task(): decorate a function of the occurrence's epoch ms", {})
+        refuse_async(fn, what=f"task {getattr(fn, '__name__', '?')}: the body", meta={"field": "body"})
         explicit = options.get("name")
         if explicit is not None and (not isinstance(explicit, str) or not explicit.strip()):
             raise JobDeclarationInvalidError(

@@ -31,6 +31,7 @@ from .conformance_support import (
     JOB,
     QUEUE,
     VT,
+    StateWriter,
     claim,
     claim_one,
     claimed_ids,
@@ -58,6 +59,7 @@ __all__ = [
     "QueueContract",
     "RetentionContract",
     "SchedulerContract",
+    "StateWriter",
     "claim",
     "claim_one",
     "claimed_ids",
@@ -157,6 +159,12 @@ class DriverConformance(
             f"{type(self).__name__} must define a `make_driver` fixture answering "
             "`lambda clock: YourDriver(clock=clock)`"
         )
+
+    @pytest.fixture
+    def write_state(self) -> StateWriter:
+        """Override in the subclass to run the unknown-state scenario: answer a function writing a raw
+        state on a job's row in your store (``tests/*/test_*_driver.py`` show one per driver)."""
+        pytest.skip(f"{type(self).__name__} gives no `write_state` fixture (a raw write of a job's state)")
 
     @pytest.fixture
     def driver(self, make_driver: DriverFactory, clock: FrozenClock) -> Iterator[JobDriver]:

@@ -37,6 +37,7 @@ from .conformance_support import (
     JOB,
     QUEUE,
     VT,
+    StateWriter,
     claim,
     claim_one,
     claimed_ids,
@@ -76,6 +77,21 @@ def _worker(worker_id: str, at_ms: int, in_flight: tuple[str, ...] = ()) -> Work
 
 class OperatorContract:
     """``JobIntrospection``: reads, single-row and bulk operations, pauses, workers, counters, fires."""
+
+    # -- a row this version cannot read ----------------------------------------------------------
+
+    def test_a_row_in_a_state_this_version_does_not_know_is_refused_where_it_is_read(
+        self, driver: JobDriver, introspect: JobIntrospection, write_state: StateWriter
+    ) -> None:
+        known, unknown = (driver.enqueue(r) for r in requests(2))
+        write_state(driver, unknown.id, "archived")  # as a newer version (or a hand edit) would store it
+        with raises_code("X_JOB_ROW_STATUS_UNKNOWN") as info:
+            introspect.get(unknown.id)
+        assert (info.value.meta["job_id"], info.value.meta["state"]) == (unknown.id, "archived")
+        with raises_code("X_JOB_ROW_STATUS_UNKNOWN"):  # a page holding it is refused, not shown without it
+            introspect.list(JobFilter())
+        record = introspect.get(known.id)
+        assert record is not None and record.state == "ready"  # the rows this version knows read as before
 
     # -- nack targets and counters -------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -78,6 +78,11 @@ def request(
         run_id=run_id,
         on_conflict=on_conflict,
     )
+
+
+StateWriter = Callable[[JobDriver, str, str], None]
+"""What a driver's ``write_state`` fixture answers: store ``state`` on job ``id``'s row as raw data, past
+the driver (and past a CHECK constraint), as a newer version or a hand edit would."""
 
 
 def requests(n: int, **fields: Any) -> list[EnqueueRequest]:

@@ -59,6 +59,7 @@ from ..errors import (
     WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
+from ..guards.sync_only import refuse_async
 from .ledger import WebhookAttempt, WebhookLedger
 from .signature import (
     WEBHOOK_ID_HEADER,
@@ -102,7 +103,8 @@ class WebhookEndpoint:
 @dataclass(frozen=True, slots=True)
 class WebhookEvent:
     """What is delivered: ``event(input)`` may answer this, a dict with these keys, or any object with
-    them. A ``body`` that is not ``bytes``/``str`` is sent as compact JSON."""
+    them. A ``body`` that is not ``bytes``/``str`` is sent as compact JSON. A record with no ``id`` (the
+    spec's ``{topic, body}``) is sent and signed under the ``event_id`` the delivery was enqueued with."""
 
     id: str
     topic: str
@@ -154,6 +156,7 @@ def webhook(
     for field_name, fn in (("endpoint", endpoint), ("event", event)):
         if not callable(fn):
             raise bad(field_name, "must be a function of the input answering the record or None")
+        refuse_async(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
     for method in ("record", "is_disabled", "disable"):
         if not callable(getattr(ledger, method, None)):
             raise bad("ledger", f"has no {method}(); pass memory_webhook_ledger(), django_webhook_ledger() or your own")
@@ -325,7 +328,9 @@ class _Delivery:
                 {"job": self.d.name, "event": self.run.input.event_id},
             )
         event_id, topic = _read(found, "id"), _read(found, "topic")
-        check_label(str(event_id) if event_id is not None else None, "event id")
+        if event_id is None:  # the spec's shape, {topic, body}: the event is the one the delivery was enqueued for
+            event_id = self.run.input.event_id
+        check_label(str(event_id), "event id")
         check_label(topic, "topic")
         body = _read(found, "body")
         content_type = _read(found, "content_type") or "application/json"

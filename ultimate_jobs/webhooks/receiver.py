@@ -22,6 +22,7 @@ from functools import wraps
 from typing import Any, Protocol
 
 from ..errors import WebhookEventInvalidError, WebhookSignatureInvalidError
+from ..guards.sync_only import refuse_async
 from .signature import (
     WEBHOOK_ID_HEADER,
     WEBHOOK_SIGNATURE_HEADER,
@@ -132,8 +133,12 @@ def webhook_receiver(
     ...     return HttpResponse(status=204)
     """
 
+    refuse_async(secret, what="webhook_receiver(secret=...)")
+
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         from django.http import HttpResponseNotAllowed, JsonResponse
+
+        refuse_async(view, what=f"@webhook_receiver over {getattr(view, '__qualname__', view)!r}: the view")
         from django.views.decorators.csrf import csrf_exempt
 
         @wraps(view)
