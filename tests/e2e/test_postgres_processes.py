@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.helpers import POLL_S, START_S, Child, eventually
+from tests.helpers import EXIT_S, POLL_S, START_S, Child, eventually
 from ultimate_jobs.cli.reload import WATCH_POLL_S
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
@@ -371,13 +371,16 @@ def hold_a_job(pg: PgJobs, pid: int, key: str) -> str:
 
 
 def assert_drained_and_gone(dev: Child, roles: int, held: str, sent: float, *, within: float) -> None:
-    """Neither process of ``jobs_dev --reload`` runs ``within`` seconds after ``sent``, and the held job was
-    handed back uncounted (a drain, not a kill)."""
-    left = sent + within - time.monotonic()
+    """The roles drained within the drain deadline — ``jobs.dev.stopped`` says ``finished`` (nothing was
+    abandoned at the deadline) and the held job was handed back uncounted (a drain, not a kill) — and
+    neither process of ``jobs_dev --reload`` runs ``within`` seconds after ``sent``, plus the time a process
+    may take to exit once its roles are stopped (``EXIT_S``: interpreter shutdown on a loaded machine)."""
+    left = sent + within + EXIT_S - time.monotonic()
     try:
         eventually(lambda: dev.popen.poll() is not None and not _running(roles), timeout=left, interval=POLL_S)
     except AssertionError as exc:
-        raise AssertionError(f"still running {within:g}s after the signal: {dev.describe()}") from exc
+        raise AssertionError(f"still running {within + EXIT_S:g}s after the signal: {dev.describe()}") from exc
+    assert "INFO jobs.dev.stopped {'roles': 3, 'finished': True}" in dev.stderr, dev.describe()
     row = job_row(held)
     assert (row["state"], row["attempts"]) == ("ready", 0), (row, dev.describe())
 
