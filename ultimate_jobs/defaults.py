@@ -23,3 +23,6 @@ PURGE_BATCH = 1_000
 """The most rows one retention delete removes (``purge_finished``, the outbox's ``purge_published``, the
 event bus's purge; ``ULTIMATE_JOBS['RETENTION']['BATCH']``): a purge of millions of rows is thousands of
 short statements, never one long transaction."""
+
+DEFAULT_EVENT_POLL_MS = 30_000
+"""How often a ``step.wait_for_event`` parked job looks for its event when no ``event_poll=`` is declared."""

@@ -41,6 +41,7 @@ from .core import registry
 from .core.definition import JobHandle
 from .core.retry import RetryPolicy, retry_policy
 from .core.run import JobRun
+from .defaults import DEFAULT_EVENT_POLL_MS
 from .drivers.records import EnqueueRequest, JobRecord, StepRecord
 from .errors import InvariantError
 
@@ -323,7 +324,7 @@ def handle_for(task: Task[..., Any], backend: JobsBackend) -> TaskJobHandle:
         retry=backend.retry,
         timeout_ms=None,
         step_timeout_ms=None,
-        event_poll_ms=30_000,
+        event_poll_ms=DEFAULT_EVENT_POLL_MS,
         concurrency=None,
         queue=task.queue_name,
         priority=task.priority,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
+from tests.conftest import JobsEnv
 from ultimate_jobs.conf import Retention, build_driver, jobs_settings
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.defaults import (
@@ -74,3 +75,14 @@ def test_a_visibility_timeout_that_differs_from_the_drivers_window_is_refused() 
     assert refused.value.code == "X_INVARIANT"
     assert refused.value.meta == {"field": "visibility_timeout", "value": 10_000, "driver_window": 45_000}
     assert "build the driver with visibility_timeout_ms=10000" in refused.value.message
+
+
+def test_a_job_that_declares_no_event_poll_waits_on_the_defaults_module_interval(jobs: JobsEnv) -> None:
+    from ultimate_jobs import JobRun, job
+    from ultimate_jobs.defaults import DEFAULT_EVENT_POLL_MS
+
+    @job(name="default-poll", idempotency_key=lambda i: "k", tenant="none")
+    def default_poll(run: JobRun[object]) -> None:
+        return None
+
+    assert default_poll.describe().event_poll_ms == DEFAULT_EVENT_POLL_MS == 30_000

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 
 import pydantic
 
+from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import (
     IdempotencyRequiredError,
@@ -43,7 +44,6 @@ ResultT = TypeVar("ResultT")
 MAX_CONCURRENCY_KEY_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
 DEFAULT_QUEUE = "default"
-DEFAULT_EVENT_POLL_MS = 30_000
 
 WhenBusy = Literal["wait", "fail"]
 

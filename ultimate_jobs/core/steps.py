@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import ClaimRef, StepRecord
 from ..errors import InvariantError, JobAbortedError, JobTimeoutError, LeaseLostError, StepDuplicateError, UltimateError
 from ..events.base import EventBus
@@ -64,7 +65,7 @@ class Step:
         clock: Clock,
         bus: Callable[[], EventBus],
         step_timeout_ms: int | None = None,
-        event_poll_ms: int = 30_000,
+        event_poll_ms: int = DEFAULT_EVENT_POLL_MS,
         secrets: frozenset[str] = frozenset(),
     ) -> None:
         self._job_id = job_id
