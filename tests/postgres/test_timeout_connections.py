@@ -12,8 +12,8 @@ from django.db import connection
 
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, execute_job, job, system_clock
-from ultimate_jobs.conf import set_job_driver
 from ultimate_jobs.core import registry
+from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
