@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from tests.helpers import eventually
-from ultimate_jobs import JobRun, execute_job, job, system_clock
+from ultimate_jobs import AttemptEnv, JobRun, execute_job, job, system_clock
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -40,8 +40,8 @@ def test_a_timed_out_job_leaves_no_database_session_behind() -> None:
 
         before = other_sessions()
         slow.enqueue({})
-        [claimed] = driver.claim(queues=["default"], limit=1, worker_id="w1", visibility_timeout_ms=30_000)
-        execution = execute_job(claimed, driver=driver, clock=clock, handle=slow)
+        [claimed] = driver.claim(queues=["default"], limit=1, worker_id="w1", visibility_timeout_ms=30_000).jobs
+        execution = execute_job(claimed, AttemptEnv(driver=driver, clock=clock), handle=slow)
         assert (execution.outcome, execution.code, execution.abandoned) == ("retried", "X_JOB_TIMEOUT", True)
         record = driver.introspect.get(claimed.id)  # type: ignore[union-attr]
         assert record is not None and record.last_code == "X_JOB_TIMEOUT"  # the timer thread's settle landed
