@@ -6,6 +6,7 @@ one statement on Postgres, one ``BEGIN IMMEDIATE`` transaction of several on SQL
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -57,7 +58,7 @@ class ClaimAsk:
     record: WorkerInfo | None
 
 
-class SqlDriver:
+class SqlDriver(ABC):
     """The shared half of an SQL driver. A subclass names its ``dialect``, its hot-path catalogue ``sql``,
     the classes of its stores, and implements ``_claim``, ``_fence``, ``enqueue_many``, ``ack_many``,
     ``nack``, ``heartbeat`` and ``purge_finished``."""
@@ -83,9 +84,9 @@ class SqlDriver:
         self._wakes: WakeHub[Any] = WakeHub(self._start_wake)
         self._introspect, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
 
+    @abstractmethod
     def _executor(self, alias: str) -> Any:
         """The backend's executor over ``alias`` (when the caller passed none)."""
-        raise NotImplementedError
 
     @property
     def introspect(self) -> Any:
@@ -112,8 +113,9 @@ class SqlDriver:
 
     # -- the wake ------------------------------------------------------------------------------
 
+    @abstractmethod
     def _start_wake(self, tell: Callable[[str], None]) -> Any:
-        raise NotImplementedError
+        """Start the backend's wake, calling ``tell(queue)`` for each queue that becomes due."""
 
     def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Hear the queue names that become due (see the backend's wake). The wake starts with the first
@@ -128,6 +130,7 @@ class SqlDriver:
     def announce(self, queues: Sequence[str]) -> None:
         """Tell this process's subscribers ``queues`` became due, where the backend's statements do not
         announce themselves (a Postgres statement notifies inside itself: nothing to do here)."""
+        return None
 
     def close(self) -> None:
         """Stop the wake; statements run on Django's connections, which Django closes."""
@@ -138,8 +141,9 @@ class SqlDriver:
     def enqueue(self, request: EnqueueRequest) -> Enqueued:
         return self.enqueue_many([request])[0]
 
+    @abstractmethod
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
-        raise NotImplementedError
+        """Write ``requests``, answering one :class:`Enqueued` per request, in order."""
 
     def _held(self, request: EnqueueRequest, own_id: str, holder: Sequence[Any] | None) -> Enqueued:
         """The answer to a request that inserted nothing: ``holder`` (the id and run id columns of the row
@@ -188,16 +192,16 @@ class SqlDriver:
             claimed = claimed[:limit]
         return Claim(jobs=claimed, buried=exhausted)
 
+    @abstractmethod
     def _claim(self, ask: ClaimAsk) -> ClaimAnswer:
         """Claim up to ``ask.caps[i]`` due rows of each queue ``ask.names[i]`` and bury the lapsed final attempts met
         on the way: answers what it claimed and what it buried."""
-        raise NotImplementedError
 
     # -- settles -------------------------------------------------------------------------------
 
+    @abstractmethod
     def _fence(self, job_id: str, claim: str) -> tuple[str, str] | None:
         """The id and claim parameters of a settle, or ``None`` when they can name no row."""
-        raise NotImplementedError
 
     def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
@@ -205,8 +209,9 @@ class SqlDriver:
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
         return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
 
+    @abstractmethod
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
-        raise NotImplementedError
+        """Settle ``acks`` done in one round trip, each fenced on its own claim; answers the ids that landed."""
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         fenced = self._fence(job_id, ref.claim)
@@ -215,9 +220,9 @@ class SqlDriver:
             self._unowned(job_id, ref, "nack")
         return landed
 
+    @abstractmethod
     def _nack(self, fenced: tuple[str, str], worker_id: str, options: NackOptions) -> bool:
         """Settle the row ``fenced`` (its id and claim parameters) by ``options``; answers whether it landed."""
-        raise NotImplementedError
 
     def _nack_params(self, fenced: tuple[str, str], worker_id: str, options: NackOptions, now: int) -> dict[str, Any]:
         """The parameters every backend's ``SQL_NACK`` takes."""
@@ -260,9 +265,9 @@ class SqlDriver:
         cutoffs = finished_cutoffs(before_ms, limit)
         return self._purge(cutoffs, limit) if cutoffs else 0
 
+    @abstractmethod
     def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
         """Delete at most ``limit`` finished rows older than their state's cutoff; answers how many went."""
-        raise NotImplementedError
 
     def stats(self) -> list[QueueStats]:
         per: dict[str, dict[str, Any]] = {}

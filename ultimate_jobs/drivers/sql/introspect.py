@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any
 
@@ -45,7 +46,7 @@ _UUID_HIGH = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 _HEX = frozenset("0123456789abcdef")
 
 
-class SqlIntrospection:
+class SqlIntrospection(ABC):
     """``driver.introspect`` for an SQL driver: reads ``driver.executor``, ``driver.dialect``,
     ``driver.clock`` and ``driver.visibility_timeout_ms``."""
 
@@ -165,9 +166,9 @@ class SqlIntrospection:
 
     # -- counters ------------------------------------------------------------------------------
 
+    @abstractmethod
     def _ends_after(self, since_ms: int) -> dict[str, Any]:
         """The parameters that pick the counter buckets ending after ``since_ms``."""
-        raise NotImplementedError
 
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
         rows = self._query(self.sql.SQL_COUNTERS, {"job": job, **self._ends_after(since_ms)})

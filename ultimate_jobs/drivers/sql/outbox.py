@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -36,7 +37,7 @@ OUTBOX_FIELDS = ("id", "run_id", "request", "staged_at", "claimed_by", "claimed_
 OutboxRow = row_class("OutboxRow", OUTBOX_FIELDS)
 
 
-class SqlOutboxStore:
+class SqlOutboxStore(ABC):
     """``x_outbox`` on the jobs database ``alias``. ``dialect`` and ``sql`` (the catalogue module) name the
     backend; ``executor`` runs the relay's statements, ``tx_executor`` the stage."""
 
@@ -92,12 +93,13 @@ class SqlOutboxStore:
             for r in requests
         ]
 
+    @abstractmethod
     def _stage(self, requests: Sequence[EnqueueRequest], now: int) -> None:
         """Write the rows of ``requests``, staged at ``now``, in the caller's transaction."""
-        raise NotImplementedError
 
     def _staged(self) -> None:
         """Rows became claimable: tell this process's relay, where the backend's statements do not."""
+        return None
 
     # -- the relay's statements ----------------------------------------------------------------
 
@@ -117,9 +119,9 @@ class SqlOutboxStore:
             claimed_at_ms=d.instant_or_none(named.claimed_at),
         )
 
+    @abstractmethod
     def _id_list(self, ids: Sequence[str]) -> Any:
         """``ids`` as a list parameter, the ones that cannot name a row left out; ``None`` when none can."""
-        raise NotImplementedError
 
     def _ids(self, statement: str, params: dict[str, Any], ids: Sequence[str]) -> frozenset[str]:
         found = self._id_list(ids)
