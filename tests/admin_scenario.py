@@ -130,10 +130,8 @@ def build_scenario(env: AnyJobsEnv | Env[PostgresDriver]) -> Scenario:
     export_orders.enqueue({"day": "2026-01-01"})
     operator.pause_queue("exports")
     env.clock.advance(7 * MINUTE)  # the oldest inventory sync has waited 7 minutes: late
-    introspect = env.driver.introspect
-    assert introspect is not None
     now = env.clock.now_ms()
-    introspect.record_worker(
+    env.driver.record_worker(
         WorkerInfo(
             id="web-1:4711:3f9a",
             host="web-1",

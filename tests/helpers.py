@@ -58,7 +58,7 @@ def eventually(fn: Callable[[], T], timeout: float = 5.0, interval: float = 0.01
 
 
 class BareDriver:
-    """A hand-rolled driver with the queue protocol's reads and no operator surface (``introspect`` is
+    """A hand-rolled driver with the queue protocol's reads and no operator surface (``operator`` is
     ``None``): what the operator answers ``X_NOT_IMPLEMENTED`` on. Its stats hold one queue, ``default``,
     with two ready rows."""
 
@@ -67,7 +67,7 @@ class BareDriver:
     visibility_timeout_ms = 30_000
     supports_wake = False
     supports_listen = False
-    introspect = None
+    operator = None
     leases = None
     leader = None
     scheduler_state = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 """How long a claim stays invisible without a heartbeat (``ULTIMATE_JOBS['VISIBILITY_TIMEOUT']``): the
-lease window a driver claims and renews with, and how long ``introspect.workers()`` keeps a worker's
+lease window a driver claims and renews with, and how long ``driver.operator.workers()`` keeps a worker's
 registry row after its last beat."""
 
 DEFAULT_DRAIN_DEADLINE_MS = 25_000

@@ -225,7 +225,7 @@ class JobsBackend(BaseTaskBackend):
             job_id = str(uuid.UUID(str(result_id)))
         except ValueError:
             raise TaskResultDoesNotExist(f"{result_id!r} is not a task result id") from None
-        surface = job_driver().introspect
+        surface = job_driver().operator
         if surface is None:
             raise TaskResultDoesNotExist(f"the {job_driver().name} driver cannot read results back")
         record = surface.get(job_id)

@@ -342,7 +342,7 @@ class WebhookSignatureInvalidError(CodedError):
 
 
 class NotImplementedOnDriverError(CodedError):
-    """The driver has no introspect."""
+    """The driver has no operator store."""
 
     default_code = "X_NOT_IMPLEMENTED"
 

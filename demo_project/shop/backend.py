@@ -64,12 +64,12 @@ def clear_redis_store() -> None:
 
 def finished_rows(driver: DemoDriver) -> int:
     """How many finished rows the store holds, read through the operator surface page by page."""
-    introspect = driver.introspect
+    operator_store = driver.operator
     total = 0
     for state in FINISHED_STATES:
         after: str | None = None
         while True:
-            page = introspect.list(JobFilter(state=state, limit=200, after=after))
+            page = operator_store.list(JobFilter(state=state, limit=200, after=after))
             total += len(page.rows)
             if page.is_last:
                 break

@@ -241,11 +241,11 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
     lines = []
     for (handle, _, _), job_id in zip(plan, job_ids, strict=True):
         name = handle.name
-        record = driver.introspect.get(job_id)
+        record = driver.operator.get(job_id)
         if record is None:
             raise RuntimeError(f"the queue lost job {job_id} ({name})")
         executions = [e for e in report.executions if e.job_id == job_id]
-        steps = {s.name: s for s in driver.introspect.steps(job_id)}
+        steps = {s.name: s for s in driver.operator.steps(job_id)}
         facts = _Facts(record, executions, steps, orders, worker_up)
         lines.append(
             JobLine(
@@ -259,7 +259,7 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
             )
         )
     for handle, job_id in worker_ids:
-        record = driver.introspect.get(job_id)
+        record = driver.operator.get(job_id)
         if record is None:
             raise RuntimeError(f"the queue lost job {job_id} ({handle.name})")
         executions = [e for e in worker_executions if e.job_id == job_id]
@@ -274,12 +274,12 @@ def run_scenario(*, seed: int = 0) -> ScenarioResult:
                 note=_worker_note(record, executions),
             )
         )
-    dead = driver.introspect.list(JobFilter(state="dead", limit=200)).rows
+    dead = driver.operator.list(JobFilter(state="dead", limit=200)).rows
     return ScenarioResult(
         jobs=tuple(lines),
         dedupe=dedupe,
         orders=tuple(OrderLine(o.org_id, o.number, o.status, o.charged, o.charges, o.emailed) for o in orders.values()),
-        counters=tuple(driver.introspect.counter_totals(started)),
+        counters=tuple(driver.operator.counter_totals(started)),
         dead_letters=tuple(sorted((_dead_letter(r) for r in dead), key=lambda d: d.name)),
         pages=tuple(shop.pages),
         events=tuple(events.lines),
@@ -322,7 +322,7 @@ def run_worker_part(
 def _settled(driver: DemoDriver, job_id: str) -> None:
     """Wait (bounded, real time) until a worker thread has settled ``job_id`` out of ``running``."""
     deadline = time.monotonic() + HANG_LIMIT_SECONDS
-    while (record := driver.introspect.get(job_id)) is not None and record.state == "running":
+    while (record := driver.operator.get(job_id)) is not None and record.state == "running":
         if time.monotonic() > deadline:
             raise RuntimeError(f"job {job_id} did not settle within {HANG_LIMIT_SECONDS}s")
         time.sleep(0.001)
@@ -338,7 +338,7 @@ def _worker_note(record: JobRecord, executions: list[JobExecution]) -> str:
     if last is not None and last.outcome == "refused":
         return (
             f"{last.code}: acct-7 was already syncing under its concurrency key (limit 1, when_busy='fail'); "
-            "the body never ran, no retry, not a dead letter — introspect.requeue(id) re-queues it"
+            "the body never ran, no retry, not a dead letter — driver.operator.requeue(id) re-queues it"
         )
     return "held acct-7's concurrency key for the whole sync; completed once the ledger answered"
 

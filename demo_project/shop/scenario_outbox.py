@@ -78,7 +78,7 @@ def run_outbox_part() -> list[str]:
         kept = checkout(COMMITTED)
         lost = checkout(DECLINED, declined=True)
         staged = router.store.backlog()
-        jobs_before = sum(driver.introspect.get(job_id) is not None for job_id in (kept, lost))
+        jobs_before = sum(driver.operator.get(job_id) is not None for job_id in (kept, lost))
         lines.append(
             f"  order {COMMITTED}: committed — enqueue() answered job {kept[-8:]} inside the transaction; "
             f"x_outbox holds {staged} staged row, x_jobs {jobs_before} (nothing runs before the relay)"
@@ -93,7 +93,7 @@ def run_outbox_part() -> list[str]:
         lines.append(f"  relay: published {published} row after the COMMIT, under its own id (the job id)")
         report = run_jobs(driver, clock=clock, queues=["checkout"], context=lambda: shop, advance=False)
     for job_id, number in ((kept, COMMITTED), (lost, DECLINED)):
-        record = driver.introspect.get(job_id)
+        record = driver.operator.get(job_id)
         runs = [e.outcome for e in report.executions if e.job_id == job_id]
         if record is None:
             lines.append(f"  confirm_order for order {number}: no job exists — it never ran ({len(runs)} runs)")

@@ -52,7 +52,7 @@ def main() -> int:
     )
     worker.run()  # installs the SIGTERM/SIGINT handlers and blocks until the drain has finished
 
-    record = driver.introspect.get(job_id)
+    record = driver.operator.get(job_id)
     report = {
         "job_id": job_id,
         "state": None if record is None else record.state,

@@ -132,7 +132,7 @@ def jobs() -> Iterator[Any]:
 
 
 def row(job_id: str, url: str = QUEUE_URL) -> JobRecord:
-    found = RedisDriver(client_from_url(url)).introspect.get(job_id)
+    found = RedisDriver(client_from_url(url)).operator.get(job_id)
     assert found is not None, f"no row {job_id}"
     return found
 
@@ -183,7 +183,7 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(
     dead = eventually(row_in(job_id, "dead"), timeout=20.0, interval=POLL_S)
     assert (dead.attempts, dead.max_attempts, dead.last_error) == (1, 1, "LEASE_LAPSED_FINAL_ATTEMPT")
     assert markers(effects, job_id) == [("running", a.pid, 1)], f"the body ran again: {b.describe()}"
-    (totals,) = RedisDriver(client_from_url(QUEUE_URL)).introspect.counter_totals(0)
+    (totals,) = RedisDriver(client_from_url(QUEUE_URL)).operator.counter_totals(0)
     assert (totals.job, totals.dead) == ("hold_once", 1)
 
 
@@ -206,14 +206,14 @@ def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_onc
     assert time.monotonic() - sent < 15.0  # far inside the 30 s visibility timeout: a hand-back
     assert (done.attempts, done.last_code) == (1, "X_DRAINING")  # the drained attempt was not counted
     assert markers(effects, job_id) == [("running", a.pid, 1), ("again", b.pid, 1)], b.describe()
-    assert RedisDriver(client_from_url(QUEUE_URL)).introspect.counter_totals(0)[0].retried == 0
+    assert RedisDriver(client_from_url(QUEUE_URL)).operator.counter_totals(0)[0].retried == 0
 
 
 def all_done(url: str, n: int) -> Callable[[], bool]:
     driver = RedisDriver(client_from_url(url))
 
     def check() -> bool:
-        totals = driver.introspect.counter_totals(0)
+        totals = driver.operator.counter_totals(0)
         return bool(totals and totals[0].done == n)
 
     return check
@@ -237,7 +237,7 @@ def test_four_workers_complete_five_thousand_jobs_exactly_once(spawn: Spawn, job
     pids = {e["pid"] for e in ran}
     assert pids <= {w.pid for w in workers} and len(pids) > 1, pids
     assert driver.stats() == []  # no live row left, none dead
-    (totals,) = driver.introspect.counter_totals(0)
+    (totals,) = driver.operator.counter_totals(0)
     assert (totals.done, totals.retried, totals.failed, totals.dead) == (BULK_JOBS, 0, 0, 0)
     for worker in workers:
         assert "ERROR" not in worker.stderr, worker.describe()
@@ -313,7 +313,7 @@ def test_workers_reconnect_across_a_redis_restart_and_lose_no_job(
             raise AssertionError(f"{driver.stats()}; {[w.describe() for w in workers]}") from exc
         assert {e["key"] for e in effect_rows(effects)} == {f"restart-{i:05d}" for i in range(n)}
         assert driver.stats() == []
-        assert driver.introspect.list(JobFilter(state="done", limit=1)).rows
+        assert driver.operator.list(JobFilter(state="done", limit=1)).rows
         seen = "\n".join(w.stderr for w in workers)
         assert "jobs.worker.pass-failed" in seen and "jobs.wake.lost" in seen, "no worker saw the outage"
         for worker in workers:

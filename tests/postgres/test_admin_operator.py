@@ -2,7 +2,7 @@
 (``tests.admin_scenario``) enqueued on a memory driver installed process-wide, and again on Postgres
 (``any_jobs``), they show the rows ``manage.py jobs list --json`` lists — the same filters, the same
 order, the operator's cursors for paging — act on every matching row through the operator's bulk
-actions, and on a driver without introspection show ``X_NOT_IMPLEMENTED`` instead of a table."""
+actions, and on a driver without an operator store show ``X_NOT_IMPLEMENTED`` instead of a table."""
 
 from __future__ import annotations
 
@@ -184,7 +184,9 @@ def test_the_job_page_and_its_history_read_through_the_operator(any_jobs: AnyJob
     assert "Retried through ultimate_jobs.operator; now ready" in history.content.decode()
 
 
-def test_a_driver_without_introspection_shows_not_implemented_on_the_page(any_jobs: AnyJobsEnv, client: Client) -> None:
+def test_a_driver_without_an_operator_store_shows_not_implemented_on_the_page(
+    any_jobs: AnyJobsEnv, client: Client
+) -> None:
     shop: Scenario = build_scenario(any_jobs)
     set_job_driver(BareDriver())  # type: ignore[arg-type]
     for url in (reverse(JOBS), reverse(DEAD), reverse("admin:ultimate_jobs_job_change", args=[shop.dead_id])):
@@ -192,7 +194,7 @@ def test_a_driver_without_introspection_shows_not_implemented_on_the_page(any_jo
         assert response.status_code == 200, url
         text = response.content.decode()
         assert 'id="uj-problem"' in text or "uj-error" in text
-        assert "X_NOT_IMPLEMENTED" in text and "has no introspect" in html.unescape(text), url
+        assert "X_NOT_IMPLEMENTED" in text and "has no operator store" in html.unescape(text), url
         assert 'id="result_list"' not in text
     queues = client.get(reverse("admin:ultimate_jobs_queue_changelist")).content.decode()
     assert 'data-queue="default"' in queues  # the queues page reads the driver's stats()

@@ -64,9 +64,9 @@ def slugify(rows: list[Post], signal: CancelSignal) -> None:
 
 
 def outputs(env: AnyJobsEnv, job_id: str) -> dict[str, Any]:
-    introspect = env.driver.introspect
-    assert introspect is not None
-    return {s.name: s.output for s in introspect.steps(job_id)}
+    operator_store = env.driver.operator
+    assert operator_store is not None
+    return {s.name: s.output for s in operator_store.steps(job_id)}
 
 
 def test_a_pass_sweeps_page_by_page_into_one_completed_ledger_row(sweep: AnyJobsEnv) -> None:

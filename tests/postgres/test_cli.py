@@ -170,7 +170,7 @@ def test_show_in_both_forms_redacts_and_traces(
     pg: Env[PostgresDriver], jobs_declared: dict[str, JobHandle[Any, Any]]
 ) -> None:
     queued = jobs_declared["hook"].enqueue({"url": "https://partner.test", "token": TOKEN})
-    stored = pg.driver.introspect.get(queued.id)
+    stored = pg.driver.operator.get(queued.id)
     assert is_envelope(stored.input["token"]) and TOKEN not in json.dumps(stored.input)  # stored sealed
     run_jobs(pg.driver, clock=pg.clock)
 
@@ -283,8 +283,8 @@ def test_bulk_loops_until_nothing_remains_with_a_progress_bar(pg: Env[PostgresDr
     ]
     assert human.out.strip() == f"promote-many [state=delayed, queue=bulk]: {total} rows in 2 calls; 0 remaining"
 
-    for row in pg.driver.introspect.list(JobFilter(limit=5)).rows:
-        pg.driver.introspect.cancel(row.id)
+    for row in pg.driver.operator.list(JobFilter(limit=5)).rows:
+        pg.driver.operator.cancel(row.id)
     tty = TtyIO()
     requeued = jobs_cli("requeue-many", "--state", "cancelled", "--name", "cli.bulk", err=tty)
     assert requeued.err == f"\rrequeue-many [{'#' * 30}] 5/5\n"
@@ -321,7 +321,7 @@ def test_pause_and_resume_queues_and_tasks(
 
     paused = jobs_cli("pause", "default")
     assert (paused.out.strip(), paused.err) == ("paused queue default", "")
-    assert pg.driver.introspect.paused_queues() == ["default"]
+    assert pg.driver.operator.paused_queues() == ["default"]
     typo = jobs_cli("pause", "defualt")
     assert "declares no queue named 'defualt'" in typo.err
     assert jobs_cli("resume", "defualt", "--json").json == {
@@ -331,14 +331,14 @@ def test_pause_and_resume_queues_and_tasks(
         "declared": False,
     }
     assert jobs_cli("resume", "default").out.strip() == "resumed queue default"
-    assert pg.driver.introspect.paused_queues() == []
+    assert pg.driver.operator.paused_queues() == []
 
     assert jobs_cli("pause-task", "cli.nightly").out.strip() == "paused task cli.nightly"
     assert jobs_cli("pause-task", "cli.nightly", "--json").json["declared"] is True
-    assert pg.driver.introspect.paused_tasks() == ["cli.nightly"]
+    assert pg.driver.operator.paused_tasks() == ["cli.nightly"]
     assert jobs_cli("resume-task", "cli.nightly", "--json").json["paused"] is False
     assert jobs_cli("resume-task", "cli.nightly").out.strip() == "resumed task cli.nightly"
-    assert pg.driver.introspect.paused_tasks() == []
+    assert pg.driver.operator.paused_tasks() == []
     usage("pause")
     usage("pause-task")
 
@@ -349,7 +349,7 @@ def test_pause_and_resume_queues_and_tasks(
 def test_workers_in_both_forms(pg: Env[PostgresDriver]) -> None:
     assert jobs_cli("workers").out.strip() == "no live workers."
     now = pg.clock.now_ms()
-    pg.driver.introspect.record_worker(WorkerInfo("w-cli", "host-a", 4242, now, ("default", "mail"), 8, ("j1",), now))
+    pg.driver.record_worker(WorkerInfo("w-cli", "host-a", 4242, now, ("default", "mail"), 8, ("j1",), now))
     human = jobs_cli("workers").out.splitlines()
     assert human[0].split()[:4] == ["ID", "HOST", "PID", "QUEUES"] and "w-cli" in human[1]
     assert "default,mail" in human[1]
@@ -434,7 +434,7 @@ class BareDriver:
     visibility_timeout_ms = 30_000
     supports_wake = False
     supports_listen = False
-    introspect = None
+    operator = None
     leases = None
     leader = None
     scheduler_state = None
@@ -444,7 +444,7 @@ class BareDriver:
         return []
 
 
-def test_a_driver_without_introspect(pg: Env[PostgresDriver]) -> None:
+def test_a_driver_without_an_operator_store(pg: Env[PostgresDriver]) -> None:
     set_job_driver(BareDriver())  # type: ignore[arg-type]
     _, as_json = refused("X_NOT_IMPLEMENTED", "list")
     assert as_json.json["error"]["meta"] == {"driver": "bare", "capability": "list"}

@@ -47,7 +47,7 @@ def test_the_capability_flags_are_all_true_and_the_backend_is_the_configured_one
 def test_an_enqueued_task_runs_on_our_runner_and_its_result_reads_back(any_jobs: AnyJobsEnv) -> None:
     result = tasks.add.enqueue(2, 3)
     assert result.status == TaskResultStatus.READY
-    row = any_jobs.driver.introspect.get(result.id)  # type: ignore[union-attr]
+    row = any_jobs.driver.operator.get(result.id)  # type: ignore[union-attr]
     assert row is not None
     assert (row.name, row.queue, row.state) == ("tests.djtasks.tasks.add", "default", "ready")
     assert row.input == {"args": [2, 3], "kwargs": {}}
@@ -72,7 +72,7 @@ def test_each_enqueue_is_its_own_row_unless_the_caller_names_a_key(any_jobs: Any
         named = tasks.add.enqueue(1, 1)
         again = tasks.add.enqueue(1, 1)
     assert named.id == again.id  # a live row under the named key answers the second enqueue
-    assert any_jobs.driver.introspect.get(named.id).idempotency_key == "sum:1+1"  # type: ignore[union-attr]
+    assert any_jobs.driver.operator.get(named.id).idempotency_key == "sum:1+1"  # type: ignore[union-attr]
     run_jobs(any_jobs.driver, clock=any_jobs.clock)
     assert tasks.CALLS.count(("add", 1, 1)) == 3
 
@@ -104,7 +104,7 @@ def test_a_retried_task_reads_ready_with_the_error_so_far(any_jobs: AnyJobsEnv) 
 def test_run_after_delays_the_row_until_then(any_jobs: AnyJobsEnv) -> None:
     at = datetime.fromtimestamp((any_jobs.clock.now_ms() + 60_000) / 1000, tz=UTC)
     result = tasks.add.using(run_after=at).enqueue(4, 4)
-    row = any_jobs.driver.introspect.get(result.id)  # type: ignore[union-attr]
+    row = any_jobs.driver.operator.get(result.id)  # type: ignore[union-attr]
     assert row is not None and row.run_at_ms == any_jobs.clock.now_ms() + 60_000
     assert run_jobs(any_jobs.driver, clock=any_jobs.clock, advance=False).executions == []
     any_jobs.clock.advance(60_000)
@@ -115,8 +115,8 @@ def test_run_after_delays_the_row_until_then(any_jobs: AnyJobsEnv) -> None:
 def test_priority_and_queue_name_are_the_rows_and_the_higher_priority_runs_first(any_jobs: AnyJobsEnv) -> None:
     low = tasks.relaxed.enqueue("low")
     high = tasks.urgent.enqueue("high")
-    assert any_jobs.driver.introspect.get(high.id).priority == 10  # type: ignore[union-attr]
-    assert any_jobs.driver.introspect.get(low.id).queue == "tasks-low"  # type: ignore[union-attr]
+    assert any_jobs.driver.operator.get(high.id).priority == 10  # type: ignore[union-attr]
+    assert any_jobs.driver.operator.get(low.id).queue == "tasks-low"  # type: ignore[union-attr]
     run_jobs(any_jobs.driver, clock=any_jobs.clock, batch=1)
     assert tasks.CALLS == [("urgent", "high"), ("relaxed", "low")]
     assert tasks.urgent.using(priority=-5).enqueue("x").task.priority == -5
@@ -171,8 +171,8 @@ def test_a_tenant_option_names_the_rows_org(any_jobs: AnyJobsEnv) -> None:
     )
     mine = backend.enqueue(tasks.relaxed, (), {"label": "x"})  # the reader answers None: no org
     theirs = backend.enqueue(tasks.relaxed, (), {"label": "y", "org": "org-9"})
-    assert any_jobs.driver.introspect.get(mine.id).tenant_id is None  # type: ignore[union-attr]
-    assert any_jobs.driver.introspect.get(theirs.id).tenant_id == "org-9"  # type: ignore[union-attr]
+    assert any_jobs.driver.operator.get(mine.id).tenant_id is None  # type: ignore[union-attr]
+    assert any_jobs.driver.operator.get(theirs.id).tenant_id == "org-9"  # type: ignore[union-attr]
     with pytest.raises(UltimateError) as caught:
         JobsBackend("odd", {"OPTIONS": {"TENANT": lambda task, args, kwargs: 7}}).enqueue(tasks.add, (1, 2), {})
     assert caught.value.code == "X_INVARIANT"

@@ -85,8 +85,8 @@ def test_an_enqueue_writes_its_row_or_raises_a_coded_error(driver: Any, value: A
     except UltimateError as error:
         assert error.code.startswith("X_") and error.message
         return
-    assert driver.introspect is not None
-    row = driver.introspect.get(queued.id)
+    assert driver.operator is not None
+    row = driver.operator.get(queued.id)
     assert row is not None
     if not queued.deduped:
         assert row.input == value

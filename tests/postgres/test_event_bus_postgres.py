@@ -134,7 +134,7 @@ def test_a_worker_a_minute_ahead_of_the_database_matches_an_event_published_afte
     queued = waiting().enqueue({"order_id": "o-1"})
     first = run_jobs(clock=ahead.clock, advance=False)
     assert [e.outcome for e in first.executions] == ["suspended"]
-    step: StepRecord = ahead.driver.introspect.steps(queued.id)[0]
+    step: StepRecord = ahead.driver.operator.steps(queued.id)[0]
     assert step.meta["since_ms"] <= bus.now() < ahead.clock.now_ms()  # stamped on the bus clock, not ours
 
     published = publish_event("order.paid", {"order_id": "o-1", "amount": 7})
@@ -169,7 +169,7 @@ def test_a_timed_out_wait_is_x_job_timeout_only_after_the_bus_was_asked_once_mor
     set_event_bus(recording)
     queued = waiting(timeout="100ms", required=True).enqueue({"order_id": "o-late"})
     run_jobs(clock=ahead.clock, advance=False)
-    deadline = int(ahead.driver.introspect.steps(queued.id)[0].meta["deadline_ms"])
+    deadline = int(ahead.driver.operator.steps(queued.id)[0].meta["deadline_ms"])
     eventually(lambda: bus.now() >= deadline)  # the deadline passes on the DATABASE clock
     recording.calls.clear()
     ahead.clock.advance(5_000)
@@ -186,7 +186,7 @@ def test_an_answer_published_before_the_deadline_still_counts_on_the_last_poll(
     queued = waiting(timeout="100ms", required=True).enqueue({"order_id": "o-just-in-time"})
     run_jobs(clock=ahead.clock, advance=False)
     publish_event("order.paid", {"order_id": "o-just-in-time"})
-    deadline = int(ahead.driver.introspect.steps(queued.id)[0].meta["deadline_ms"])
+    deadline = int(ahead.driver.operator.steps(queued.id)[0].meta["deadline_ms"])
     eventually(lambda: bus.now() >= deadline)
     ahead.clock.advance(5_000)
     done = run_jobs(clock=ahead.clock, advance=False).last(queued.id)

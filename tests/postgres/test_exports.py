@@ -99,9 +99,9 @@ def test_one_part_per_page_a_counting_manifest_and_one_valid_file_when_concatena
     assert [int(r["id"]) for r in rows] == pks
     assert rows[0] == {"id": str(pks[0]), "title": "Post 0", "delta": str(-pks[0])}
     # each page's step stores the cursor and two counters — never a row
-    introspect = pg.driver.introspect
-    assert introspect is not None
-    outputs = {s.name: s.output for s in introspect.steps(enqueued.id)}
+    operator_store = pg.driver.operator
+    assert operator_store is not None
+    outputs = {s.name: s.output for s in operator_store.steps(enqueued.id)}
     assert outputs["part:1"] == {"cursor": pks[1_999], "rows": 1_000, "total": 2_000}
     assert outputs["part:2"] == {"cursor": pks[-1], "rows": 500, "total": 2_500}
 

@@ -218,7 +218,7 @@ def test_both_cursors_at_once_are_refused(shop: Scenario) -> None:
     assert response.status_code == 400 and response.json()["error"]["code"] == "X_JOB_PAGE_INVALID"
 
 
-def test_a_driver_without_introspection_is_501_where_a_read_needs_it(shop: Scenario) -> None:
+def test_a_driver_without_an_operator_store_is_501_where_a_read_needs_it(shop: Scenario) -> None:
     set_job_driver(BareDriver())  # type: ignore[arg-type]
     client = client_for("view_queue", "view_deadletter", *VIEWS.values())
     for url in (

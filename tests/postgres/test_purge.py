@@ -47,9 +47,9 @@ def test_a_pass_killed_after_the_first_target_resumes_at_the_second(jobs: AnyJob
     first, second = calls[1][1], calls[2][1]
     assert second == first + 1000  # one reading per pass: the retry reads the clock once more
     assert calls[2][1] == calls[3][1]  # ... and hands that one reading to every target it runs
-    row = jobs.driver.introspect.get(queued.id)
+    row = jobs.driver.operator.get(queued.id)
     assert row is not None and row.state == "done"
-    steps = {s.name: s.output for s in jobs.driver.introspect.steps(queued.id)}
+    steps = {s.name: s.output for s in jobs.driver.operator.steps(queued.id)}
     assert steps == {"a": 3, "b": 0, "c": 7}
 
 
@@ -67,7 +67,7 @@ def test_two_targets_under_one_name_are_refused_before_any_delete(jobs: AnyJobsE
     queued = sweep.enqueue({})
     run_jobs(jobs.driver, clock=jobs.clock)
     assert deleted == []
-    row = jobs.driver.introspect.get(queued.id)
+    row = jobs.driver.operator.get(queued.id)
     assert row is not None and row.state == "dead" and row.last_code == "X_INVARIANT"
     assert "x_sessions" in (row.last_error or "")
 
@@ -78,7 +78,7 @@ def test_targets_are_read_per_attempt_not_at_declaration(jobs: AnyJobsEnv) -> No
     stores.append(PurgeTarget("x_late", lambda now_ms: 2))  # built after the declaration
     queued = sweep.enqueue({})
     run_jobs(jobs.driver, clock=jobs.clock)
-    assert {s.name: s.output for s in jobs.driver.introspect.steps(queued.id)} == {"x_late": 2}
+    assert {s.name: s.output for s in jobs.driver.operator.steps(queued.id)} == {"x_late": 2}
 
 
 def test_the_default_purge_cron_fires_hourly(jobs: AnyJobsEnv) -> None:
@@ -102,5 +102,5 @@ def test_a_target_must_answer_a_count(jobs: AnyJobsEnv) -> None:
     )
     queued = sweep.enqueue({})
     run_jobs(jobs.driver, clock=jobs.clock)
-    row = jobs.driver.introspect.get(queued.id)
+    row = jobs.driver.operator.get(queued.id)
     assert row is not None and row.state == "dead" and row.last_code == "X_INVARIANT"

@@ -68,14 +68,14 @@ def test_a_week_later_finished_rows_past_retention_are_gone_and_live_rows_stay(
         sweep = retention_sweep.enqueue({})
         run_jobs(jobs.driver, clock=jobs.clock, advance=False)
 
-    introspect = jobs.driver.introspect
-    assert all(introspect.get(job_id) is None for job_id in done)
-    assert all(introspect.steps(job_id) == [] for job_id in done)
+    operator_store = jobs.driver.operator
+    assert all(operator_store.get(job_id) is None for job_id in done)
+    assert all(operator_store.steps(job_id) == [] for job_id in done)
     kept = {dead: "dead", late: "done", live: "delayed", sweep.id: "done"}
-    assert {job_id: introspect.get(job_id).state for job_id in kept} == kept
-    assert [s.name for s in introspect.steps(dead)] == ["work"]
+    assert {job_id: operator_store.get(job_id).state for job_id in kept} == kept
+    assert [s.name for s in operator_store.steps(dead)] == ["work"]
     assert limits == [BATCH] * 3 and answers == [2, 2, 1]  # bounded batches until one comes back short
-    outputs = {s.name: s.output for s in introspect.steps(sweep.id)}
+    outputs = {s.name: s.output for s in operator_store.steps(sweep.id)}
     assert outputs["x_jobs"] == 5
     assert set(outputs) >= {"x_jobs", "x_job_events", "x_job_counters"}
 
@@ -83,8 +83,8 @@ def test_a_week_later_finished_rows_past_retention_are_gone_and_live_rows_stay(
     with override_settings(ULTIMATE_JOBS={"DRIVER": "memory", "RETENTION": {"BATCH": BATCH}}):
         retention_sweep.enqueue({})
         run_jobs(jobs.driver, clock=jobs.clock, advance=False)
-    assert introspect.get(dead) is None and introspect.get(late) is None
-    assert introspect.get(live) is not None
+    assert operator_store.get(dead) is None and operator_store.get(late) is None
+    assert operator_store.get(live) is not None
 
 
 def test_a_retention_of_none_keeps_those_rows(jobs: AnyJobsEnv) -> None:
@@ -98,4 +98,4 @@ def test_a_retention_of_none_keeps_those_rows(jobs: AnyJobsEnv) -> None:
     with override_settings(ULTIMATE_JOBS={"DRIVER": "memory", "RETENTION": {"DONE": None}}):
         retention_sweep.enqueue({})
         run_jobs(jobs.driver, clock=jobs.clock, advance=False)
-    assert jobs.driver.introspect.get(job_id) is not None
+    assert jobs.driver.operator.get(job_id) is not None

@@ -147,7 +147,7 @@ def test_load_arms_a_task_once_and_reads_it_back(pg: PgEnv) -> None:
     assert state.load(["a", "b"], now_ms=start) == {"a": start, "b": start}
     assert state.load(["a", "b", "c"], now_ms=start + 5) == {"a": start, "b": start, "c": start + 5}
     assert state.load([], now_ms=start) == {}
-    assert pg.driver.introspect.task_fires() == []  # arming is not a fire
+    assert pg.driver.operator.task_fires() == []  # arming is not a fire
     rows = pg.driver.executor.query(scheduler_sql.SQL_SCHEDULER_WATERMARKS, {"tasks": ["a", "zz"]})
     assert rows == [("a", start)]
 
@@ -166,7 +166,7 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     result = state.fire(fire)
     assert (result.outcome, result.inserted, executor.statements) == ("fired", 1, 1)
     assert fired_rows("hourly") == [occurrence]
-    assert [(f.task, f.occurrence_ms, f.fired_at_ms) for f in pg.driver.introspect.task_fires()] == [
+    assert [(f.task, f.occurrence_ms, f.fired_at_ms) for f in pg.driver.operator.task_fires()] == [
         ("hourly", occurrence, occurrence)
     ]
     assert state.load(["hourly"], now_ms=0) == {"hourly": occurrence}
@@ -175,7 +175,7 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     assert (again.outcome, again.inserted) == ("fenced", 0)
     assert fired_rows("hourly") == [occurrence]
 
-    pg.driver.introspect.pause_task("hourly")
+    pg.driver.operator.pause_task("hourly")
     later = start + 2 * HOUR
     paused = state.fire(
         Fire(
@@ -185,7 +185,7 @@ def test_the_fire_moves_the_watermark_inserts_and_records_in_one_statement(
     assert paused.outcome == "paused"
     assert state.load(["hourly"], now_ms=0) == {"hourly": occurrence} and fired_rows("hourly") == [occurrence]
 
-    pg.driver.introspect.resume_task("hourly")
+    pg.driver.operator.resume_task("hourly")
     held = pg.driver.enqueue(tick.build_request({"task": "hourly", "occurrence_ms": later}))  # the live key is held
     deduped = state.fire(
         Fire(
@@ -378,7 +378,7 @@ def _settle_and_fold(
 def test_the_rollup_in_the_renewal_folds_exactly_as_rollup_counters(pg: PgEnv, every_days: int) -> None:
     clock_a = FrozenClock()
     driver_a = PostgresDriver(clock=clock_a)
-    expected = _settle_and_fold(driver_a, clock_a, driver_a.introspect.rollup_counters, every_days=every_days)
+    expected = _settle_and_fold(driver_a, clock_a, driver_a.rollup_counters, every_days=every_days)
     query("DELETE FROM x_job_counters")
     query("DELETE FROM x_jobs")
     clock_b = FrozenClock()

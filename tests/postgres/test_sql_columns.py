@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ultimate_jobs.drivers.postgres.queries import backfills, introspect, outbox, scheduler
+from ultimate_jobs.drivers.postgres.queries import backfills, operator, outbox, scheduler
 from ultimate_jobs.drivers.sql.outbox import OUTBOX_FIELDS
 from ultimate_jobs.drivers.sql.rows import BACKFILL_FIELDS, JOB_FIELDS, LEASE_FIELDS, STEP_FIELDS, WORKER_FIELDS
 
@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 NO_ID = "00000000-0000-0000-0000-000000000000"
 
 STATEMENTS = [
-    (introspect.SQL_GET_JOB, {"id": NO_ID}, JOB_FIELDS),
-    (introspect.SQL_JOB_STEPS, {"id": NO_ID}, STEP_FIELDS),
-    (introspect.SQL_WORKERS, {"now": 0, "window": 0}, WORKER_FIELDS),
+    (operator.SQL_GET_JOB, {"id": NO_ID}, JOB_FIELDS),
+    (operator.SQL_JOB_STEPS, {"id": NO_ID}, STEP_FIELDS),
+    (operator.SQL_WORKERS, {"now": 0, "window": 0}, WORKER_FIELDS),
     (scheduler.SQL_LEADER_CURRENT, {"name": "x"}, LEASE_FIELDS),
     (backfills.SQL_BACKFILL_LIST, {"name": None, "status": None, "limit": 1}, BACKFILL_FIELDS),
     (outbox.SQL_OUTBOX_CLAIM, {"limit": 1, "lease": 1, "claimant": "c", "now": 0}, OUTBOX_FIELDS),

@@ -44,8 +44,8 @@ def test_what_no_database_can_store_dead_letters_on_attempt_one(any_jobs: AnyJob
 
     queued = store_it.enqueue({})
     run_jobs(clock=any_jobs.clock)
-    assert any_jobs.driver.introspect is not None
-    row = any_jobs.driver.introspect.get(queued.id)
+    assert any_jobs.driver.operator is not None
+    row = any_jobs.driver.operator.get(queued.id)
     assert row is not None
     assert (row.state, row.attempts) == ("dead", 1), row
     assert "X_INVARIANT" in (row.last_error or "")

@@ -64,7 +64,7 @@ def test_run_jobs_on_the_real_clock_runs_what_is_due_and_leaves_the_rest() -> No
         later = record_now.enqueue({"k": "later"}, delay="1h")
         report = run_jobs()
         assert RAN == ["due"] and report.outcomes["completed"] == 1
-        row = job_driver().introspect.get(later.id)  # type: ignore[union-attr]
+        row = job_driver().operator.get(later.id)  # type: ignore[union-attr]
         assert row is not None and row.state == "delayed"
         with pytest.raises(TypeError):
             run_jobs(advance=True)  # jumping time needs a FrozenClock

@@ -43,7 +43,7 @@ def test_a_timed_out_job_leaves_no_database_session_behind() -> None:
         [claimed] = driver.claim(queues=["default"], limit=1, worker_id="w1", visibility_timeout_ms=30_000).jobs
         execution = execute_job(claimed, AttemptEnv(driver=driver, clock=clock), handle=slow)
         assert (execution.outcome, execution.code, execution.abandoned) == ("retried", "X_JOB_TIMEOUT", True)
-        record = driver.introspect.get(claimed.id)  # type: ignore[union-attr]
+        record = driver.operator.get(claimed.id)  # type: ignore[union-attr]
         assert record is not None and record.last_code == "X_JOB_TIMEOUT"  # the timer thread's settle landed
         eventually(lambda: other_sessions() <= before, timeout=5.0)
     finally:

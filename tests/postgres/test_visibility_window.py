@@ -19,7 +19,7 @@ WINDOW = 45_000
 
 
 def lease_of(driver: MemoryDriver | PostgresDriver, job_id: str) -> int | None:
-    record = driver.introspect.get(job_id)
+    record = driver.operator.get(job_id)
     assert record is not None
     return record.lease_until_ms
 
@@ -48,7 +48,7 @@ def test_a_worker_leases_and_renews_on_its_drivers_window(any_jobs: AnyJobsEnv) 
         assert lease_of(driver, job_id) == claimed_at + WINDOW
         clock.advance(WINDOW // 3)  # the heartbeat fires on this thread
         assert lease_of(driver, job_id) == claimed_at + WINDOW // 3 + WINDOW
-        assert [w.id for w in driver.introspect.workers()] == [worker.worker_id]
+        assert [w.id for w in driver.operator.workers()] == [worker.worker_id]
     finally:
         gate.set()
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True

@@ -87,8 +87,8 @@ class Delegating:
         self.supports_listen = inner.supports_listen
 
     @property
-    def introspect(self) -> Any:
-        return self.inner.introspect
+    def operator(self) -> Any:
+        return self.inner.operator
 
     @property
     def leases(self) -> Any:
@@ -178,7 +178,7 @@ def in_order(jobs: AnyJobsEnv, handle: JobHandle[Any, Any], inputs: Sequence[dic
 
 
 def row(jobs: AnyJobsEnv, job_id: str) -> JobRecord:
-    record = jobs.driver.introspect.get(job_id)
+    record = jobs.driver.operator.get(job_id)
     assert record is not None
     return record
 
@@ -449,7 +449,7 @@ def test_cancel_stops_a_running_body(
     worker.run_once()
     (run,) = probe.started(job_id)
 
-    assert jobs.driver.introspect.cancel(job_id, "operator") is not None
+    assert jobs.driver.operator.cancel(job_id, "operator") is not None
     assert not run.signal.aborted  # cooperative: the worker hears it at its next renewal
     jobs.clock.advance(HEARTBEAT_MS)
     assert code(run) == "X_JOB_LEASE_LOST"
@@ -820,7 +820,7 @@ def test_workers_lists_this_worker_while_it_runs(
     job_id = blocked.enqueue({"k": 1}).id
     worker = make_worker(concurrency=3)
 
-    (info,) = jobs.driver.introspect.workers()
+    (info,) = jobs.driver.operator.workers()
     assert (info.id, info.host, info.queues, info.slots) == (worker.worker_id, worker.host, (QUEUE,), 3)
     assert info.in_flight == () and info.started_at_ms == jobs.clock.now_ms()
 
@@ -828,20 +828,20 @@ def test_workers_lists_this_worker_while_it_runs(
     probe.started(job_id)
     jobs.clock.advance(HEARTBEAT_MS)
     worker.run_once()  # a claim pass a heartbeat interval after the last write carries the registry row
-    (info,) = jobs.driver.introspect.workers()
+    (info,) = jobs.driver.operator.workers()
     assert info.in_flight == (job_id,)
     assert info.heartbeat_at_ms == jobs.clock.now_ms()
 
     # with no claim pass (every slot busy) the heartbeat writes it, once 1.5 intervals have passed
     written = info.heartbeat_at_ms
     jobs.clock.advance(HEARTBEAT_MS)
-    assert jobs.driver.introspect.workers()[0].heartbeat_at_ms == written
+    assert jobs.driver.operator.workers()[0].heartbeat_at_ms == written
     jobs.clock.advance(HEARTBEAT_MS)
-    assert jobs.driver.introspect.workers()[0].heartbeat_at_ms == jobs.clock.now_ms()
+    assert jobs.driver.operator.workers()[0].heartbeat_at_ms == jobs.clock.now_ms()
 
     probe.release(job_id)
     worker.stop()
-    assert jobs.driver.introspect.workers() == []
+    assert jobs.driver.operator.workers() == []
 
 
 def test_progress_is_throttled_and_the_last_value_lands_before_the_settle(
@@ -850,22 +850,11 @@ def test_progress_is_throttled_and_the_last_value_lands_before_the_settle(
     writes: list[Progress] = []
     second_half = threading.Event()
 
-    class CountingIntrospect:
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
+    class CountingDriver(Delegating):
         def record_progress(self, job_id: str, ref: Any, progress: Progress) -> bool:
             writes.append(progress)
             landed: bool = self.inner.record_progress(job_id, ref, progress)
             return landed
-
-        def __getattr__(self, attr: str) -> Any:
-            return getattr(self.inner, attr)
-
-    class CountingDriver(Delegating):
-        @property
-        def introspect(self) -> Any:
-            return CountingIntrospect(self.inner.introspect)
 
     def reports(run: JobRun[Any]) -> None:
         for done in range(50):
@@ -952,7 +941,7 @@ def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: AnyJobsEnv, probe: 
             eventually(driver.wake_is_live, timeout=WAIT)
         job_id = driver.enqueue(handle.build_request({"k": 1})).id
         assert done.wait(WAIT), "the enqueue never woke the claim loop"
-        eventually(lambda: driver.introspect.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
+        eventually(lambda: driver.operator.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
         assert worker.stats.completed == 1
     finally:
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
@@ -997,7 +986,7 @@ def test_the_loop_reconnects_after_its_connection_is_killed(jobs: AnyJobsEnv, pr
         assert killed >= 1
         job_id = handle.enqueue({"k": 1}).id
         probe.started(job_id)  # a pass failed on the dead connection; a later one dialled a new one
-        eventually(lambda: driver.introspect.get(job_id).state == "done", timeout=WAIT)
+        eventually(lambda: driver.operator.get(job_id).state == "done", timeout=WAIT)
     finally:
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
 

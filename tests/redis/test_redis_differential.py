@@ -175,7 +175,7 @@ class DriversAgree(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 1_000))
     def cancel(self, pick: int) -> None:
         m, r = self.jobs[pick % len(self.jobs)]
-        mem, red = self.memory.introspect.cancel(m, "why"), self.redis.introspect.cancel(r, "why")
+        mem, red = self.memory.operator.cancel(m, "why"), self.redis.operator.cancel(r, "why")
         assert (mem is None) == (red is None)
         if mem is not None and red is not None:
             assert replace(mem, run_id="") == self._record(red, True)
@@ -187,7 +187,7 @@ class DriversAgree(RuleBasedStateMachine):
         outcomes = []
         for driver, job_id in ((self.memory, m), (self.redis, r)):
             try:
-                outcomes.append(("ok", driver.introspect.requeue(job_id)))
+                outcomes.append(("ok", driver.operator.requeue(job_id)))
             except UltimateError as exc:
                 outcomes.append(("error", exc.code))
         (mk, mem), (rk, red) = outcomes
@@ -204,13 +204,13 @@ class DriversAgree(RuleBasedStateMachine):
     @invariant()
     def every_row_and_count_agree(self) -> None:
         assert self.memory.stats() == self.redis.stats()
-        mem = self.memory.introspect.list(JobFilter(limit=200)).rows
-        red = self.redis.introspect.list(JobFilter(limit=200)).rows
+        mem = self.memory.operator.list(JobFilter(limit=200)).rows
+        red = self.redis.operator.list(JobFilter(limit=200)).rows
         assert sorted((replace(r, run_id="") for r in mem), key=lambda r: r.id) == sorted(
             (self._record(r, True) for r in red), key=lambda r: r.id
         )
         since = self.clock.now_ms() - 86_400_000
-        assert self.memory.introspect.counter_totals(since) == self.redis.introspect.counter_totals(since)
+        assert self.memory.operator.counter_totals(since) == self.redis.operator.counter_totals(since)
 
 
 DriversAgree.TestCase.settings = settings(

@@ -47,12 +47,12 @@ def test_the_relay_publishes_committed_rows_onto_redis_with_their_ids(
                 raise RuntimeError("declined")
             with transaction.atomic():
                 kept = create_invoice.enqueue({"order": "committed"})
-                assert driver.introspect.get(kept.id) is None  # staged in Postgres, not on Redis yet
+                assert driver.operator.get(kept.id) is None  # staged in Postgres, not on Redis yet
             relay = outbox_relay(store=store, driver=driver, clock=clock, relay_id="relay-r")
             assert relay.run_once() == 1
-            row = driver.introspect.get(kept.id)
+            row = driver.operator.get(kept.id)
             assert row is not None and (row.run_id, row.state) == (kept.run_id, "ready")
-            assert driver.introspect.get(lost.id) is None
+            assert driver.operator.get(lost.id) is None
             assert relay.run_once() == 0
             run_jobs(driver, clock=clock)
             assert ran == ["committed"]

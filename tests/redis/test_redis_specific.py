@@ -41,11 +41,11 @@ def test_a_done_row_and_its_steps_expire_after_done_ttl_on_the_drivers_clock(
     failed = enqueue_finished(driver, request(key="failed"), "failed")
     clock.advance(59_999)
     claim(driver)  # the next settle or claim reaps what expired
-    assert driver.introspect.get(job.id) is not None
+    assert driver.operator.get(job.id) is not None
     clock.advance(1)
     claim(driver)
-    assert driver.introspect.get(job.id) is None and driver.introspect.steps(job.id) == []
-    assert driver.introspect.get(dead) is not None and driver.introspect.get(failed) is not None
+    assert driver.operator.get(job.id) is None and driver.operator.steps(job.id) == []
+    assert driver.operator.get(dead) is not None and driver.operator.get(failed) is not None
     assert not driver.client.exists(driver.key("job", job.id), driver.key("steps", job.id))
 
 
@@ -54,7 +54,7 @@ def test_done_ttl_zero_keeps_done_rows(redis_client: redis.Redis, clock: FrozenC
     done = enqueue_finished(driver, request())
     clock.advance(365 * 86_400_000)
     claim(driver)
-    assert driver.introspect.get(done) is not None
+    assert driver.operator.get(done) is not None
 
 
 def test_the_default_done_ttl_is_a_week(redis_client: redis.Redis) -> None:
@@ -66,7 +66,7 @@ def test_every_key_of_a_store_is_in_one_cluster_slot(driver: RedisDriver, clock:
     job = claim_one(driver, queues=("a",))
     driver.save_step(job.id, job.ref, StepRecord(name="s", seq=1, status="done"))
     driver.nack(job.id, job.ref, NackOptions(error="boom", dead_letter=True))
-    driver.introspect.pause_queue("b")
+    driver.operator.pause_queue("b")
     driver.leases.acquire("k", "h", limit=1, ttl_ms=1_000)
     driver.leader.acquire("scheduler", "me", ttl_ms=1_000, now_ms=clock.now_ms())
     keys = driver.client.keys("*")
@@ -95,7 +95,7 @@ def test_a_client_without_decoded_responses_works(clock: FrozenClock, redis_clie
     driver = RedisDriver(raw, clock=clock)
     job_id = driver.enqueue(request(input={"n": "é"})).id
     assert claim_one(driver).input == {"n": "é"}
-    assert driver.introspect.get(job_id) is not None
+    assert driver.operator.get(job_id) is not None
     raw.close()
 
 
@@ -118,7 +118,7 @@ def test_an_unreachable_server_is_driver_unavailable_naming_redis_url(clock: Fro
         driver.enqueue(request())
     assert "REDIS_URL" in str(info.value)
     with raises_code("X_DRIVER_UNAVAILABLE"):
-        driver.introspect.get("nothing")
+        driver.operator.get("nothing")
 
 
 def test_the_wake_hears_another_process_enqueue_at_once(redis_client: redis.Redis) -> None:
@@ -162,7 +162,7 @@ def test_the_settings_factory_connects_the_driver_to_the_settings_redis_url(
         driver = build_driver()
     assert isinstance(driver, RedisDriver) and driver.visibility_timeout_ms == 45_000
     job_id = driver.enqueue(request()).id
-    assert RedisDriver(redis_client, clock=clock).introspect.get(job_id) is not None
+    assert RedisDriver(redis_client, clock=clock).operator.get(job_id) is not None
 
 
 def test_the_driver_reads_no_settings(clock: FrozenClock, redis_client: redis.Redis) -> None:
@@ -174,7 +174,7 @@ def test_the_driver_reads_no_settings(clock: FrozenClock, redis_client: redis.Re
 
     with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": 42}):
         driver = RedisDriver(redis_client, clock=clock)
-        assert driver.introspect.get(driver.enqueue(request()).id) is not None
+        assert driver.operator.get(driver.enqueue(request()).id) is not None
         with raises_code("X_INVARIANT"):
             build_driver()
     with pytest.raises(TypeError):

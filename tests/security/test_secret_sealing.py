@@ -20,9 +20,9 @@ CLEAR = [SECRETS["api_key"], SECRETS["card"], SECRETS["backup"], SECRETS["header
 
 
 def stored_input(env: AnyJobsEnv, job_id: str) -> dict[str, Any]:
-    introspect = env.driver.introspect
-    assert introspect is not None
-    record = introspect.get(job_id)
+    operator_store = env.driver.operator
+    assert operator_store is not None
+    record = operator_store.get(job_id)
     assert record is not None
     return dict(record.input)
 

@@ -103,7 +103,7 @@ def test_a_rolled_back_enqueue_leaves_no_job_and_a_committed_one_runs_once(lite:
     relay = lite.relay()
     assert relay.run_once() == 1
     assert job_ids() == [kept.id]
-    assert lite.driver.introspect.get(kept.id).run_id == kept.run_id  # type: ignore[union-attr]
+    assert lite.driver.operator.get(kept.id).run_id == kept.run_id  # type: ignore[union-attr]
     run_jobs(lite.driver, clock=lite.clock)
     assert lite.ran == ["create_invoice:c-1"]
     assert lost.id not in job_ids()

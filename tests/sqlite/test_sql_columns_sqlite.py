@@ -11,7 +11,7 @@ import pytest
 from tests.postgres.test_sql_columns import column_names
 from ultimate_jobs.drivers.sql.outbox import OUTBOX_FIELDS
 from ultimate_jobs.drivers.sql.rows import BACKFILL_FIELDS, JOB_FIELDS, LEASE_FIELDS, STEP_FIELDS, WORKER_FIELDS
-from ultimate_jobs.drivers.sqlite.queries import introspect, jobs, outbox, stores
+from ultimate_jobs.drivers.sqlite.queries import jobs, operator, outbox, stores
 
 pytestmark = [pytest.mark.django_db]
 
@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.django_db]
 @pytest.mark.parametrize(
     ("statement", "params", "fields"),
     [
-        (introspect.SQL_GET_JOB, {"id": "x"}, JOB_FIELDS),
+        (operator.SQL_GET_JOB, {"id": "x"}, JOB_FIELDS),
         (jobs.SQL_CLAIM_TAKE, {"ids": "[]", "worker": "w", "lease": "", "now": ""}, JOB_FIELDS),
-        (introspect.SQL_JOB_STEPS, {"id": "x"}, STEP_FIELDS),
-        (introspect.SQL_WORKERS, {"cutoff": ""}, WORKER_FIELDS),
+        (operator.SQL_JOB_STEPS, {"id": "x"}, STEP_FIELDS),
+        (operator.SQL_WORKERS, {"cutoff": ""}, WORKER_FIELDS),
         (stores.SQL_LEADER_CURRENT, {"name": "x"}, LEASE_FIELDS),
         (stores.SQL_BACKFILL_LIST, {"name": None, "status": None, "limit": 1}, BACKFILL_FIELDS),
         (outbox.SQL_OUTBOX_STAMP, {"ids": "[]", "now": "", "claimant": "c"}, OUTBOX_FIELDS),

@@ -50,7 +50,7 @@ def test_the_live_key_is_a_partial_unique_index_that_frees_the_key_when_the_row_
     )
     first = driver.enqueue(request(key="k"))
     assert driver.enqueue(request(key="k")) == type(first)(first.id, first.run_id, True)
-    driver.introspect.cancel(first.id)
+    driver.operator.cancel(first.id)
     second = driver.enqueue(request(key="k"))
     assert second.id != first.id and not second.deduped
 
@@ -161,7 +161,7 @@ def test_a_finished_row_is_requeued_and_its_queue_announced() -> None:
     done = enqueue_finished(driver, request())
     heard: list[str] = []
     driver.subscribe(heard.append)
-    assert driver.introspect.requeue(done).state == "ready"
+    assert driver.operator.requeue(done).state == "ready"
     assert heard == ["conformance"]
 
 
@@ -170,7 +170,7 @@ def test_enqueue_request_ids_in_any_spelling_name_one_row(driver: SqliteDriver) 
         EnqueueRequest("conformance.job", "conformance", {}, "k", None, 3, id="0190C1A2-0000-7000-8000-000000000001")
     )
     assert first.id == "0190c1a2-0000-7000-8000-000000000001"
-    assert driver.introspect.get("0190c1a2000070008000000000000001") is not None
+    assert driver.operator.get("0190c1a2000070008000000000000001") is not None
 
 
 def test_a_request_id_that_is_no_uuid_is_refused_before_any_row(driver: SqliteDriver) -> None:

@@ -129,7 +129,7 @@ def test_the_watch_hears_a_commit_that_makes_a_row_due_and_nothing_else() -> Non
     )
     try:
         assert _eventually(watch.is_live)
-        other.introspect.pause_queue("elsewhere")
+        other.operator.pause_queue("elsewhere")
         other.enqueue(request_for("later", run_at_ms=other.clock.now_ms() + 3_600_000))
         time.sleep(0.5)
         assert heard == []

@@ -140,7 +140,7 @@ def test_an_async_step_function_is_refused_and_never_stored(jobs: JobsEnv, shape
     assert last is not None and last.code == CODE and last.outcome == "dead-lettered"  # terminal: no retry
     assert report.outcomes == {"dead-lettered": 1}
     assert after == []
-    assert jobs.driver.introspect.steps(enqueued.id) == []
+    assert jobs.driver.operator.steps(enqueued.id) == []
 
 
 @pytest.mark.parametrize("field", ["source", "handle", "count"])

@@ -4,7 +4,7 @@ where everything is in the others — and a new module lands where its siblings 
 Each backend package holds:
 
 - ``driver`` — the driver class, the whole contract's entry point;
-- ``introspect`` — the operator surface (``driver.introspect``);
+- ``operator`` — the operator surface (``driver.operator``);
 - ``stores`` — the fleet slots, the scheduler's leader and watermarks, the backfill ledger;
 - ``rows`` — how a stored row becomes one of the shared records. For the memory backend that is its
   mutable :class:`MemoryRow` and the copies it hands out; there is no cursor row to decode, but the
@@ -31,7 +31,7 @@ from ultimate_jobs import drivers
 DRIVERS = Path(drivers.__file__).parent
 PACKAGE = Path(ultimate_jobs.__file__).parent
 BACKENDS = ("memory", "postgres", "sqlite", "redis")
-SKELETON = {"driver", "introspect", "stores", "rows"}
+SKELETON = {"driver", "operator", "stores", "rows"}
 CATALOGUED = ("postgres", "sqlite", "redis")  # the backends that run statements or scripts
 OUTBOX_AND_EVENTS = ("memory", "postgres", "sqlite")
 

@@ -1,7 +1,8 @@
 """What a driver declares is what the library reads, never what a probe finds: the wake flags decide
 whether a worker subscribes and whether it asks the wake, the system check refuses a dotted-path driver
 that leaves a capability undeclared (or promises a method it lacks), a surface needing a store the
-driver declares ``None`` answers its coded error, and an acker's deferred ack is a declaration too."""
+driver declares ``None`` answers its coded error (while the runtime's writes, the driver's own, still land),
+and an acker's deferred ack is a declaration too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from ultimate_jobs import AttemptEnv, JobRun, execute_job, job
 from ultimate_jobs.apps import check_settings
 from ultimate_jobs.checks import undeclared_capabilities
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.operator import MemoryOperatorStore
+from ultimate_jobs.drivers.postgres.operator import PostgresOperatorStore
+from ultimate_jobs.drivers.protocol import DECLARED_CAPABILITIES, JobDriver, OperatorStore
+from ultimate_jobs.drivers.redis.operator import RedisOperatorStore
+from ultimate_jobs.drivers.sqlite.operator import SqliteOperatorStore
 from ultimate_jobs.errors import NotImplementedOnDriverError
 from ultimate_jobs.operator import inspect_backfills
 from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, JobWorker, job_worker
@@ -103,7 +109,7 @@ class HandRolled:
     visibility_timeout_ms = 30_000
     supports_wake = False
     supports_listen = False
-    introspect = None
+    operator = None
     leases = None
     leader = None
     scheduler_state = None
@@ -139,7 +145,7 @@ def test_a_driver_declaring_every_capability_passes_the_check() -> None:
 def test_a_driver_leaving_capabilities_undeclared_is_refused_naming_each() -> None:
     (error,) = errors_for("Undeclared")
     assert error.id == UNDECLARED
-    for attr in ("alias", "visibility_timeout_ms", "supports_wake", "supports_listen", "introspect", "backfills"):
+    for attr in ("alias", "visibility_timeout_ms", "supports_wake", "supports_listen", "operator", "backfills"):
         assert attr in error.msg
     assert "name (" not in error.msg  # declared
     assert "declare each on the driver class" in error.hint
@@ -168,6 +174,27 @@ def test_a_driver_declaring_no_ledger_gets_the_coded_refusal(jobs: JobsEnv) -> N
     assert refused.value.meta == {"driver": "memory", "capability": "backfills"}
 
 
+RUNTIME_WRITES = {"record_worker", "remove_worker", "record_progress", "rollup_counters"}
+
+
+def test_the_runtime_writes_are_the_drivers_own_and_no_operator_store_has_one() -> None:
+    assert set(dir(JobDriver)) >= RUNTIME_WRITES
+    for store in (OperatorStore, MemoryOperatorStore, PostgresOperatorStore, SqliteOperatorStore, RedisOperatorStore):
+        assert not RUNTIME_WRITES & set(dir(store)), store.__name__
+    assert ("operator", "the operator's store (reads and operator actions), or None") in DECLARED_CAPABILITIES
+
+
+def test_a_driver_declaring_no_operator_store_still_keeps_the_worker_registry(
+    jobs: JobsEnv, workers: Callable[..., JobWorker]
+) -> None:
+    bare = Declaring(jobs.driver, operator=None)
+    worker = workers(bare, jobs.clock)
+    worker.start(loop=False)
+    assert [w.id for w in jobs.driver.operator.workers()] == [worker.worker_id]  # written through the driver
+    assert worker.drain(deadline_ms=5_000) is True
+    assert jobs.driver.operator.workers() == []  # and removed through it at the stop
+
+
 # -- who settles a completion ---------------------------------------------------------------------
 
 
@@ -184,11 +211,11 @@ def test_a_completion_is_left_to_the_runner_only_when_the_runner_asks(jobs: Jobs
     [claimed] = jobs.driver.claim(queues=["default"], limit=1, worker_id="w1").jobs
     env = AttemptEnv(driver=jobs.driver, clock=jobs.clock, rng=random.Random(0), leave_completions=leave)
     execution = execute_job(claimed, env)
-    state = jobs.driver.introspect.get(job_id).state  # type: ignore[union-attr]
+    state = jobs.driver.operator.get(job_id).state  # type: ignore[union-attr]
     if leave:
         assert execution.completion is not None and execution.completion.job_id == job_id
         assert state == "running"  # nobody acked: the runner's batch will
         assert jobs.driver.ack_many([execution.completion]) == {job_id}
-        assert jobs.driver.introspect.get(job_id).state == "done"  # type: ignore[union-attr]
+        assert jobs.driver.operator.get(job_id).state == "done"  # type: ignore[union-attr]
     else:
         assert execution.completion is None and execution.landed is True and state == "done"

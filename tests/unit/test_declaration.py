@@ -264,7 +264,7 @@ def test_an_alias_does_not_move_the_queue_key(jobs: JobsEnv) -> None:
 
 
 def env_row(env: JobsEnv, job_id: str) -> Any:
-    record = env.driver.introspect.get(job_id)
+    record = env.driver.operator.get(job_id)
     assert record is not None
     return record
 

@@ -58,14 +58,14 @@ def execute(env: JobsEnv, *, signal: CancelSignal | None = None, **options: Any)
 
 
 def row(env: JobsEnv, job_id: str) -> Any:
-    record = env.driver.introspect.get(job_id)
+    record = env.driver.operator.get(job_id)
     assert record is not None
     return record
 
 
 def counters(env: JobsEnv, name: str) -> tuple[int, int, int, int]:
     """``(done, retried, failed, dead)`` for one job."""
-    for totals in env.driver.introspect.counter_totals(0):
+    for totals in env.driver.operator.counter_totals(0):
         if totals.job == name:
             return (totals.done, totals.retried, totals.failed, totals.dead)
     empty = CounterTotals(name)
@@ -679,7 +679,7 @@ def test_a_secret_the_body_quotes_in_its_error_stays_out_of_the_row_the_log_and_
     caplog.set_level(logging.WARNING, logger="ultimate_jobs")
     job_id = log_in.enqueue({"user": "ada", "password": "hunter2-secret"}).id
     run_jobs(clock=jobs.clock)
-    record = jobs.driver.introspect.get(job_id)
+    record = jobs.driver.operator.get(job_id)
     assert record is not None and record.state == "dead"
     assert "hunter2-secret" not in (record.last_error or "")
     assert "hunter2-secret" not in (told[0].error or "")
@@ -727,7 +727,7 @@ def test_a_secret_quoted_in_any_rendering_is_scrubbed_from_the_row_the_logs_on_s
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     job_id = log_in.enqueue({"user": "ada", "password": AWKWARD_SECRET}).id
     run_jobs(clock=jobs.clock)
-    record = jobs.driver.introspect.get(job_id)
+    record = jobs.driver.operator.get(job_id)
     assert record is not None and record.state == "dead"
     texts = [
         record.last_error or "",

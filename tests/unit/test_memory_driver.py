@@ -73,10 +73,10 @@ def test_wake_hears_requeue_promote_resume_and_a_due_retry(memory: MemoryDriver,
     done = enqueue_finished(memory, request())
     delayed = memory.enqueue(request(queue="later", run_at_ms=memory.clock.now_ms() + 1_000)).id
     heard.clear()
-    memory.introspect.requeue(done)
-    memory.introspect.promote(delayed)
-    memory.introspect.pause_queue("paused")
-    memory.introspect.resume_queue("paused")
+    memory.operator.requeue(done)
+    memory.operator.promote(delayed)
+    memory.operator.pause_queue("paused")
+    memory.operator.resume_queue("paused")
     job = claim_one(memory)
     memory.nack(job.id, job.ref, NackOptions(error="e"))
     assert heard == [QUEUE, "later", "paused", QUEUE]
@@ -111,11 +111,11 @@ def test_workers_expire_on_the_drivers_own_window() -> None:
     clock = FrozenClock()
     driver = MemoryDriver(clock=clock, visibility_timeout_ms=5_000)
     info = WorkerInfo("w1", "host", 1, clock.now_ms(), (QUEUE,), 4, (), clock.now_ms())
-    driver.introspect.record_worker(info)
+    driver.record_worker(info)
     clock.advance(4_999)
-    assert driver.introspect.workers() == [info]
+    assert driver.operator.workers() == [info]
     clock.advance(1)
-    assert driver.introspect.workers() == []
+    assert driver.operator.workers() == []
 
 
 def test_twenty_thousand_jobs_drain_once_each_in_claim_order(memory: MemoryDriver) -> None:
@@ -142,7 +142,7 @@ def _oracle(
     driver: MemoryDriver, queues: list[str], limit: int, caps: dict[str, int] | None
 ) -> tuple[list[str], list[str]]:
     """What one claim takes and buries, by sorting every row: the memory driver's claim before its index."""
-    now, wanted = driver.clock.now_ms(), set(queues) - set(driver.introspect.paused_queues())
+    now, wanted = driver.clock.now_ms(), set(queues) - set(driver.operator.paused_queues())
 
     def lapsed(r: MemoryRow) -> bool:
         return r.state == "running" and r.lease_until_ms is not None and r.lease_until_ms <= now
@@ -210,18 +210,18 @@ def test_claims_match_a_sort_of_every_row_through_every_change(seed: int) -> Non
             clock.advance(rng.choice([10, 60, 120, 350]))
         elif op == 5:
             queue = rng.choice("abc")
-            pause = driver.introspect.pause_queue if rng.random() < 0.5 else driver.introspect.resume_queue
+            pause = driver.operator.pause_queue if rng.random() < 0.5 else driver.operator.resume_queue
             pause(queue)
         elif ids:
             job_id, move = rng.choice(ids), rng.randrange(4)
             try:
                 if move == 0:
-                    driver.introspect.cancel(job_id)
+                    driver.operator.cancel(job_id)
                 elif move == 1:
-                    driver.introspect.requeue(job_id)
+                    driver.operator.requeue(job_id)
                 elif move == 2:
-                    driver.introspect.promote(job_id)
+                    driver.operator.promote(job_id)
                 else:
-                    driver.introspect.remove(job_id)
+                    driver.operator.remove(job_id)
             except UltimateError:
                 pass  # not in a state that move applies to

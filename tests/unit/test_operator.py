@@ -78,7 +78,7 @@ def test_a_secret_is_stored_sealed_and_reaches_the_body_in_clear(jobs: JobsEnv) 
         seen.append(run.input.auth.key.get_secret_value())
 
     queued = deliver.enqueue(deliver_input())
-    stored = jobs.driver.introspect.get(queued.id)
+    stored = jobs.driver.operator.get(queued.id)
     assert stored is not None and not leaks(dict(stored.input))
     assert is_envelope(stored.input["token"]) and is_envelope(stored.input["auth"]["key"])
     assert stored.input["url"] == "https://example.test/hook" and stored.input["auth"]["user"] == "ops"
@@ -91,7 +91,7 @@ def test_an_enqueued_model_instance_keeps_its_secret(jobs: JobsEnv) -> None:
     def deliver_model(run: JobRun[Deliver]) -> None: ...
 
     queued = deliver_model.enqueue(Deliver.model_validate(deliver_input()))
-    stored = jobs.driver.introspect.get(queued.id)
+    stored = jobs.driver.operator.get(queued.id)
     assert stored is not None and not leaks(dict(stored.input)) and unseal(stored.input)["token"] == TOKEN
 
 
@@ -435,7 +435,7 @@ def test_queues_show_depth_pauses_and_declared_queues(jobs: JobsEnv) -> None:
 
 def test_workers_are_the_live_registry(jobs: JobsEnv) -> None:
     info = WorkerInfo("w-1", "host-a", 42, jobs.clock.now_ms(), ("default",), 4, ("j1",), jobs.clock.now_ms())
-    jobs.driver.introspect.record_worker(info)
+    jobs.driver.record_worker(info)
     [row] = operator.inspect_workers()
     assert row.as_dict() == {
         "id": "w-1",
@@ -498,7 +498,7 @@ def test_manifest_is_sorted_and_stable(jobs: JobsEnv, tmp_path: Path) -> None:
     assert json.loads(text)["tasks"][0]["jobs"] == ["zeta"]
 
 
-# -- a driver without introspect ----------------------------------------------------------------
+# -- a driver without an operator store ---------------------------------------------------------
 
 
 class BareDriver:
@@ -509,7 +509,7 @@ class BareDriver:
     visibility_timeout_ms = 30_000
     supports_wake = False
     supports_listen = False
-    introspect = None
+    operator = None
     leases = None
     leader = None
     scheduler_state = None
@@ -519,7 +519,7 @@ class BareDriver:
         return [QueueStats(queue="default", ready=2)]
 
 
-def test_a_driver_without_introspect_is_not_implemented(jobs: JobsEnv) -> None:
+def test_a_driver_without_an_operator_store_is_not_implemented(jobs: JobsEnv) -> None:
     bare: Any = BareDriver()
     for call in (
         lambda: operator.list_jobs(driver=bare),

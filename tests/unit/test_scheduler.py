@@ -100,7 +100,7 @@ def down_for_a_day(jobs: JobsEnv, tick: JobHandle[Any, Any], policy: str) -> tup
     task_ = hourly(tick, catch_up=policy)
     first = scheduler(jobs, [task_])
     assert first.run_once() == 0  # arming moves the watermark and is not a fire
-    assert jobs.driver.introspect.task_fires() == []
+    assert jobs.driver.operator.task_fires() == []
     first.stop()
     jobs.clock.advance(DAY + 30 * 60_000)
     return scheduler(jobs, [task_]), jobs.clock.now_ms()
@@ -111,7 +111,7 @@ def test_skip_fires_once_at_the_latest_missed_occurrence(jobs: JobsEnv, tick: Jo
     back, _ = down_for_a_day(jobs, tick, "skip")
     assert back.run_once() == 1
     assert fired(jobs) == [start + DAY]
-    assert [(f.task, f.occurrence_ms) for f in jobs.driver.introspect.task_fires()] == [("hourly", start + DAY)]
+    assert [(f.task, f.occurrence_ms) for f in jobs.driver.operator.task_fires()] == [("hourly", start + DAY)]
     assert rounds(back, jobs, every_ms=SECOND, count=29 * 60) == 0  # nothing until the next real occurrence
     assert rounds(back, jobs, every_ms=SECOND, count=60) == 1
     assert fired(jobs) == [start + DAY, start + DAY + HOUR]
@@ -136,7 +136,7 @@ def test_run_all_walks_at_most_max_catch_up_per_tick_and_fires_every_one_eventua
     back, _ = down_for_a_day(jobs, tick, "run-all")
     assert [back.run_once() for _ in range(4)] == [10, 10, 4, 0]
     assert fired(jobs) == [start + h * HOUR for h in range(1, 25)]
-    assert jobs.driver.introspect.task_fires()[0].occurrence_ms == start + DAY
+    assert jobs.driver.operator.task_fires()[0].occurrence_ms == start + DAY
 
 
 def test_max_catch_up_is_per_task(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
@@ -231,7 +231,7 @@ def test_an_idle_minute_with_35_tasks_asks_the_lease_6_times_and_reads_nothing_e
     assert (leader.asks, state.loads, evaluations["n"]) == (1, 1, 35)  # armed: each next occurrence resolved once
     leader.asks = evaluations["n"] = 0
     rollups = {"n": 0}
-    jobs.driver.introspect.rollup_counters = lambda: rollups.__setitem__("n", rollups["n"] + 1) or 0  # type: ignore[method-assign]
+    jobs.driver.rollup_counters = lambda: rollups.__setitem__("n", rollups["n"] + 1) or 0  # type: ignore[method-assign]
     assert rounds(sched, jobs, every_ms=SECOND, count=600) == 0  # ten idle minutes, a round a second
     assert leader.asks == 60  # every renew_every_ms (10 s): 6 a minute, for 35 tasks
     assert (state.loads, state.fires, evaluations["n"]) == (1, 0, 0)  # no store read, no cron resolved
@@ -248,14 +248,14 @@ def test_a_paused_task_is_not_dispatched_and_its_catch_up_decides_on_resume(
     state = CountingState(jobs.driver.scheduler_state)
     sched = scheduler(jobs, [hourly(tick)], state=state)
     sched.run_once()
-    jobs.driver.introspect.pause_task("hourly")
+    jobs.driver.operator.pause_task("hourly")
     jobs.clock.advance(HOUR)
     assert sched.run_once() == 0 and state.fires == 1  # checked when due
     assert sched.stats.paused == 1 and sched.next_due()["hourly"] == start + HOUR + PAUSE_RECHECK_MS
     assert rounds(sched, jobs, every_ms=SECOND, count=4) == 0 and state.fires == 1  # not asked again before 5 s
     assert rounds(sched, jobs, every_ms=SECOND, count=1) == 0 and state.fires == 2  # looked at again after 5 s
     jobs.clock.advance(2 * HOUR)
-    jobs.driver.introspect.resume_task("hourly")
+    jobs.driver.operator.resume_task("hourly")
     assert rounds(sched, jobs, every_ms=SECOND, count=5) == 1  # the resume's latency is the recheck
     assert fired(jobs) == [start + 3 * HOUR]  # skip: the latest missed occurrence, once
 

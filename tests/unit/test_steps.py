@@ -31,11 +31,11 @@ def declare(fn: Callable[[JobRun[Any]], Any], **options: Any) -> JobHandle[Any, 
 
 
 def steps_of(env: JobsEnv, job_id: str) -> dict[str, Any]:
-    return {s.name: s for s in env.driver.introspect.steps(job_id)}
+    return {s.name: s for s in env.driver.operator.steps(job_id)}
 
 
 def row(env: JobsEnv, job_id: str) -> Any:
-    record = env.driver.introspect.get(job_id)
+    record = env.driver.operator.get(job_id)
     assert record is not None
     return record
 
@@ -265,7 +265,7 @@ def test_both_sleep_forms_suspend_and_resume_without_burning_an_attempt(jobs: Jo
     assert jobs.clock.now_ms() == start + 3 * 3_600_000
     assert presented == [(1, False), (1, False), (1, False)]  # the same attempt, presented again
     assert row(jobs, queued.id).attempts == 1
-    names = [s.name for s in jobs.driver.introspect.steps(queued.id)]
+    names = [s.name for s in jobs.driver.operator.steps(queued.id)]
     assert names == ["sleep:1h", "cool-off"]
 
 

@@ -169,7 +169,7 @@ def test_entries_describe_and_enqueue(jobs: JobsEnv) -> None:
     now = jobs.clock.now_ms()
     answers = handle.enqueue()  # every entry, now, with the job's own idempotency key
     assert len(answers) == 3 and not any(a.deduped for a in answers)
-    rows = [jobs.driver.introspect.get(a.id) for a in answers]
+    rows = [jobs.driver.operator.get(a.id) for a in answers]
     assert [(r.name, r.idempotency_key) for r in rows if r] == [
         ("record_tick", f"tick:{now}"),
         ("record_other", "tick:1"),
@@ -177,7 +177,7 @@ def test_entries_describe_and_enqueue(jobs: JobsEnv) -> None:
     ]
     again = handle.enqueue()  # the same instant: the live keys answer
     assert [a.deduped for a in again] == [True, True, True]
-    assert jobs.driver.introspect.task_fires() == []  # a manual enqueue is not a scheduler fire
+    assert jobs.driver.operator.task_fires() == []  # a manual enqueue is not a scheduler fire
 
 
 def test_a_body_that_does_not_answer_pairs_is_refused_where_it_is_read(jobs: JobsEnv) -> None:

@@ -79,7 +79,7 @@ def declare(name: str, body: Any, **options: Any) -> JobHandle[Any, Any]:
 
 
 def row(env: JobsEnv, job_id: str) -> JobRecord:
-    record = env.driver.introspect.get(job_id)
+    record = env.driver.operator.get(job_id)
     assert record is not None
     return record
 
@@ -259,7 +259,7 @@ job_id = ping.enqueue({}).id
 report = run_jobs(driver, clock=clock)
 assert report.outcomes["completed"] == 1, report.outcomes
 assert report.executions[0].result is None
-assert driver.introspect.get(job_id).traceparent is None
+assert driver.operator.get(job_id).traceparent is None
 print("no-otel ok")
 """
 

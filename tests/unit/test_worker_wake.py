@@ -29,8 +29,8 @@ class WakingDriver:
         self.broken = False
 
     @property
-    def introspect(self) -> Any:
-        return self.inner.introspect
+    def operator(self) -> Any:
+        return self.inner.operator
 
     @property
     def leases(self) -> Any:

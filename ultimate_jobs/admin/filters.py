@@ -1,7 +1,7 @@
 """What the job lists take from the query string, and the filters they offer beside the table.
 
 Every filter is an argument of ``operator.list_jobs``, so the lists show what ``manage.py jobs list``
-shows on every driver with introspection. No filter asks the driver for its choices (a ``SELECT
+shows on every driver with an operator store. No filter asks the driver for its choices (a ``SELECT
 DISTINCT queue`` over millions of rows on every page load is the thing to avoid): states are the fixed
 eight, queues and job names come from the declarations, and the tenant, the idempotency key and the
 creation dates are typed in.

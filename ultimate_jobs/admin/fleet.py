@@ -47,7 +47,7 @@ class OverviewAdmin(ReadOnlyAdmin):
         problem: UltimateError | None = None
         try:
             found = self.read(request)
-        except UltimateError as exc:  # e.g. X_NOT_IMPLEMENTED on a driver with no introspect
+        except UltimateError as exc:  # e.g. X_NOT_IMPLEMENTED on a driver with no operator store
             found, problem = [], exc
         context = {"rows": self.rows(found, now), "problem": problem, **(extra_context or {})}
         return self.render_page(request, self.page_template, str(self.opts.verbose_name_plural).capitalize(), context)

@@ -1,7 +1,7 @@
 """The job pages: every job, the dead-letter queue, and one job's page (its step timeline, error stack,
 progress and attempts). They read through ``ultimate_jobs.operator`` — the lists ``list_jobs``, the job
 page ``inspect_job`` — so they show the rows ``manage.py jobs list`` shows, on every driver with
-introspection; every action goes through the operator too. A driver without introspection shows the
+an operator store; every action goes through the operator too. A driver without an operator store shows the
 operator's ``X_NOT_IMPLEMENTED`` on the page."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
             except UltimateError as exc:
                 if exc.code == "X_JOB_PAGE_INVALID":  # a cursor no page produced
                     return refusal(exc)
-                problem = exc  # X_NOT_IMPLEMENTED on a driver with no introspect, an unreachable database
+                problem = exc  # X_NOT_IMPLEMENTED on a driver with no operator store, an unreachable database
         rows = page.rows if page is not None else ()
         across = bool(set(offered) & set(BULK)) and query.bulk_filter(self.page_state) is not None
         context = {

@@ -37,7 +37,7 @@ FIXES = {
     "python manage.py jobs show {job_id} --json",
     "X_JOB_PAGE_INVALID": "python manage.py jobs list --limit 200 --json",
     "X_JOB_DUPLICATE": "a live job holds the key; retry once it finishes: python manage.py jobs list --json",
-    "X_NOT_IMPLEMENTED": "set ULTIMATE_JOBS['DRIVER'] to 'postgres' or 'memory' (a driver with introspect)",
+    "X_NOT_IMPLEMENTED": "set ULTIMATE_JOBS['DRIVER'] to 'postgres' or 'memory' (a driver with an operator store)",
     "X_DRIVER_UNAVAILABLE": "check ULTIMATE_JOBS['DRIVER'] and the database it names",
 }
 

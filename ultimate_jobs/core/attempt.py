@@ -86,11 +86,10 @@ class Attempt:
 
     def _flush_progress(self) -> None:
         pending, self._progress_pending = self._progress_pending, None
-        introspect = self.driver.introspect
-        if pending is None or introspect is None:
+        if pending is None:
             return
         self._progress_last = pending.at_ms
-        introspect.record_progress(self.claimed.id, self.claimed.ref, pending)
+        self.driver.record_progress(self.claimed.id, self.claimed.ref, pending)
 
     # -- settling ------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The driver contract: the one interface a job queue backend implements (:class:`JobDriver`), the optional
-stores it may carry (introspection, fleet leases, the scheduler's state and leader, the backfill ledger), and the
-capabilities it declares. The records they answer in are :mod:`ultimate_jobs.drivers.records`."""
+stores it may carry (the operator's store, fleet leases, the scheduler's state and leader, the backfill ledger),
+and the capabilities it declares. The records they answer in are :mod:`ultimate_jobs.drivers.records`."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class LeaderStore(Protocol):
         stored, when it is ``holder``'s own, or when it lapsed (``expires_at_ms <= now_ms``); a live lease
         of another holder answers ``None`` and is left alone. A renewal of ``holder``'s live lease keeps
         its ``acquired_at_ms``; anything else starts a term at ``now_ms``. With ``rollup``, the counter
-        rollup (``introspect.rollup_counters`` at ``now_ms``) runs in the same round trip when — and only
+        rollup (``driver.rollup_counters`` at ``now_ms``) runs in the same round trip when — and only
         when — the lease landed: what a leader owes once a minute, at no statement of its own."""
 
     def release(self, name: str, holder: str) -> bool:
@@ -67,8 +67,8 @@ class LeaderStore(Protocol):
 class SchedulerStore(Protocol):
     """``driver.scheduler_state``: the scheduler's stored state — per task, the watermark (the last
     occurrence it dealt with, fired or passed over) and the last fire — and the fire that moves a
-    watermark together with its occurrence's jobs. Pauses are ``introspect.pause_task`` rows the fire
-    reads; the last fires are ``introspect.task_fires()``."""
+    watermark together with its occurrence's jobs. Pauses are ``driver.operator.pause_task`` rows the fire
+    reads; the last fires are ``driver.operator.task_fires()``."""
 
     durable: bool
     """Whether the watermarks outlive this process: a redeployed scheduler reads where the last one
@@ -142,8 +142,12 @@ class BackfillStore(Protocol):
         """Ledger rows, newest first (``started_at_ms``, then ``id``), optionally of one name or status."""
 
 
-class JobIntrospection(Protocol):
-    """Every operator capability. The CLI, the admin and the JSON views read nothing else.
+class OperatorStore(Protocol):
+    """``driver.operator``: what an operator reads and does — rows, steps and pages; remove, requeue, cancel,
+    promote, one by one or in bulk; queue and task pauses; the worker registry, the counters and the task
+    fires as they stand. The CLI, the admin and the JSON views read nothing else. The writes a running
+    worker or scheduler makes (the registry row, progress, the counter rollup) are the driver's own
+    (:class:`JobDriver`), so a driver without this store still runs jobs.
 
     Signatures after ``def list`` spell ``builtins.list``: inside this class body ``list`` is the method.
     """
@@ -164,19 +168,9 @@ class JobIntrospection(Protocol):
     def pause_task(self, task: str) -> None: ...
     def resume_task(self, task: str) -> None: ...
     def paused_tasks(self) -> builtins.list[str]: ...
-    def record_worker(self, info: WorkerInfo) -> None: ...
-    def remove_worker(self, worker_id: str) -> None: ...
     def workers(self) -> builtins.list[WorkerInfo]: ...
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]: ...
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]: ...
-    def rollup_counters(self) -> int:
-        """Fold every counter bucket past its tier's retention (:data:`COUNTER_TIERS`) into the narrowest
-        wider tier whose bucket containing it is still retained — or drop it when none is — in one step,
-        at the driver's now: the state folding tier by tier reaches. Idempotent. Answers how many buckets
-        were folded or dropped. The scheduler's leader runs it once a minute (``driver.leader.acquire(...,
-        rollup=True)``); every driver answers the same buckets and count for the same history."""
-
-    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool: ...
     def task_fires(self) -> builtins.list[TaskFire]: ...
 
 
@@ -185,9 +179,13 @@ class JobDriver(Protocol):
 
     What a driver can do is declared, never probed — as ``django.tasks`` backends declare
     ``supports_defer``: the ``supports_*`` flags say whether the optional wake methods answer, and the
-    optional stores (``introspect``, ``leases``, ``leader``, ``scheduler_state``, ``backfills``) are
+    optional stores (``operator``, ``leases``, ``leader``, ``scheduler_state``, ``backfills``) are
     always attributes, ``None`` where the driver has none. The system check (:mod:`ultimate_jobs.checks`)
     refuses a configured driver that leaves one of them undeclared (:data:`DECLARED_CAPABILITIES`).
+
+    The writes the running roles make — progress, the worker registry, the counter rollup — are methods of
+    the driver itself, beside ``heartbeat`` and ``save_step``, not of an optional store: every driver
+    takes them (one that keeps no such data makes them no-ops).
     """
 
     name: str
@@ -199,7 +197,7 @@ class JobDriver(Protocol):
 
     visibility_timeout_ms: int
     """The lease window: a claim stays invisible this long without a heartbeat (``claim()``'s default),
-    and ``introspect.workers()`` keeps a registry row this long after its last beat. A worker over the
+    and ``driver.operator.workers()`` keeps a registry row this long after its last beat. A worker over the
     driver leases and renews with it (``job_worker()``)."""
 
     supports_wake: bool
@@ -220,8 +218,9 @@ class JobDriver(Protocol):
         ``supports_listen``."""
 
     @property
-    def introspect(self) -> JobIntrospection | None:
-        """The operator surface, or ``None`` (then operator calls are ``X_NOT_IMPLEMENTED``)."""
+    def operator(self) -> OperatorStore | None:
+        """The operator's store (reads and operator actions), or ``None`` (then operator calls are
+        ``X_NOT_IMPLEMENTED``; the driver still runs jobs)."""
 
     @property
     def leases(self) -> LeaseStore | None:
@@ -261,7 +260,7 @@ class JobDriver(Protocol):
         """Take up to ``limit`` due rows of ``queues`` — at most ``queue_limits[q]`` of queue ``q`` when
         given, so one claim serves every queue with a free slot — burying lapsed final attempts on the way
         (failed for the names in ``drop_exhausted``, else dead); answers both (:class:`Claim`).
-        With ``record``, also write that worker's registry row (what ``introspect.record_worker`` writes)
+        With ``record``, also write that worker's registry row (what ``driver.record_worker`` writes)
         in the same round trip, so an idle worker's registry costs no statement of its own."""
 
     def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
@@ -280,6 +279,25 @@ class JobDriver(Protocol):
 
     def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
         """Persist one step under the claim; answers whether it landed."""
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        """Store ``run.progress()`` on a running row, fenced on ``ref`` like every settle; answers whether it
+        landed (a miss logs ``jobs.settle.unowned``)."""
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        """Upsert a worker's registry row (the whole row, heartbeat included; ``in_flight`` kept to
+        ``MAX_WORKER_IN_FLIGHT`` ids) — what ``claim(record=...)`` writes in the claim's own round trip.
+        ``operator.workers()`` answers it until one :attr:`visibility_timeout_ms` after its heartbeat."""
+
+    def remove_worker(self, worker_id: str) -> None:
+        """Drop a worker's registry row (a clean stop); an unknown id is a no-op."""
+
+    def rollup_counters(self) -> int:
+        """Fold every counter bucket past its tier's retention (:data:`COUNTER_TIERS`) into the narrowest
+        wider tier whose bucket containing it is still retained — or drop it when none is — in one step,
+        at the driver's now: the state folding tier by tier reaches. Idempotent. Answers how many buckets
+        were folded or dropped. The scheduler's leader runs it once a minute (``driver.leader.acquire(...,
+        rollup=True)``); every driver answers the same buckets and count for the same history."""
 
     def stats(self) -> list[QueueStats]:
         """Per-queue counts of the live states and of dead rows, without reading a done, failed or
@@ -301,7 +319,7 @@ DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("visibility_timeout_ms", "the lease window in milliseconds"),
     ("supports_wake", "a bool: whether subscribe(listener) announces due queues"),
     ("supports_listen", "a bool: whether the wake crosses processes and wake_is_live() answers"),
-    ("introspect", "the operator surface, or None"),
+    ("operator", "the operator's store (reads and operator actions), or None"),
     ("leases", "the fleet-wide lease store, or None"),
     ("leader", "the leader-election lease store, or None"),
     ("scheduler_state", "the scheduler's watermarks, or None"),

@@ -217,7 +217,7 @@ class QueueStats:
     """Per-queue depth, as metrics and ``jobs queues`` read it: the rows of each live state and the
     dead-letter queue (``dead``). Rows done, failed or cancelled are history, not depth, and are not
     counted — reading them would slow every scrape as history grows; the settle counters say how many
-    jobs finished (``introspect.counter_totals``)."""
+    jobs finished (``driver.operator.counter_totals``)."""
 
     queue: str
     ready: int = 0

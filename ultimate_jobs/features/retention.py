@@ -65,9 +65,7 @@ def retention_targets() -> list[PurgeTargetLike]:
 
         targets.append(PurgeTarget("x_outbox", published))
     targets.append(events_purge_target(event_bus()))
-    introspect = driver.introspect
-    if introspect is not None:
-        targets.append(PurgeTarget("x_job_counters", lambda now_ms: introspect.rollup_counters()))
+    targets.append(PurgeTarget("x_job_counters", lambda now_ms: driver.rollup_counters()))
     return targets
 
 

@@ -6,7 +6,7 @@ Include them with ``path("jobs/", include("ultimate_jobs.urls"))``; each answers
 ``as_dict()`` — the same shape ``manage.py jobs … --json`` prints. A caller must be an active staff
 user (others are sent to the admin login) holding the matching admin page's view permission (403
 otherwise). A refusal is ``{"error": {"code", "message", "meta"}}`` with the code's status: 400 for
-input no read can use, 404 for a job no queue holds, 501 on a driver without introspection.
+input no read can use, 404 for a job no queue holds, 501 on a driver without an operator store.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every function takes the driver as a keyword (default: the process's ``job_driver()``) and answers a
 frozen record whose ``as_dict()`` is its stable ``--json`` shape (:mod:`.records`). Every operator
-capability is a member of the driver's ``introspect``; on a driver without one, these functions are
+capability is a member of the driver's ``operator``; on a driver without one, these functions are
 ``X_NOT_IMPLEMENTED`` — except :func:`cancel_job`, which answers ``X_JOB_NOT_CANCELLABLE``
 there, and :func:`inspect_queues`, which reads the driver's own ``stats()``.
 

@@ -1,4 +1,4 @@
-"""What every operator function shares: resolving the driver and its introspection, and turning driver
+"""What every operator function shares: resolving the driver and its operator store, and turning driver
 records into redacted operator records."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core.installed import job_driver
-from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
 from ..guards.redaction import redact, scrub, secret_values
@@ -18,13 +18,13 @@ def resolve(driver: JobDriver | None) -> JobDriver:
     return driver if driver is not None else job_driver()
 
 
-def introspection(driver: JobDriver, capability: str) -> JobIntrospection:
-    """``driver.introspect``, or ``X_NOT_IMPLEMENTED`` naming what needed it."""
-    surface = driver.introspect
+def require_operator(driver: JobDriver, capability: str) -> OperatorStore:
+    """``driver.operator``, or ``X_NOT_IMPLEMENTED`` naming what needed it."""
+    surface = driver.operator
     if surface is None:
         raise NotImplementedOnDriverError(
             f"{capability} needs the operator surface, and the {driver.name!r} "
-            "driver has no introspect. Fix: give the driver an introspect store, or run it against one of the "
+            "driver has no operator store. Fix: give the driver an operator store, or run it against one of the "
             "built-in drivers (postgres, sqlite, redis, memory)",
             {"driver": driver.name, "capability": capability},
         )

@@ -18,7 +18,7 @@ from ..drivers.records import (
 )
 from ..errors import CancelUnsupportedError, JobNotCancellableError
 from ..features.backfills import registered_backfills
-from ._support import Redactor, error_detail, introspection, not_found, resolve, step_row
+from ._support import Redactor, error_detail, not_found, require_operator, resolve, step_row
 from .arguments import check_job_id, check_name, check_reason
 from .backfills import BackfillRow
 from .records import BulkAction, BulkOutcome, JobActionResult, JobDetail, JobPageView
@@ -52,7 +52,7 @@ def list_jobs(
     A limit over ``MAX_JOB_PAGE`` (200), both cursors, or a cursor no page produced is
     ``X_JOB_PAGE_INVALID``.
     """
-    surface = introspection(resolve(driver), "list")
+    surface = require_operator(resolve(driver), "list")
     flt = JobFilter(
         queue=queue,
         name=name,
@@ -108,7 +108,7 @@ def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
     >>> [(s.name, s.status) for s in detail.steps], detail.error.code if detail.error else None
     """
     job_id = check_job_id(job_id)
-    surface = introspection(resolve(driver), "inspect_job")
+    surface = require_operator(resolve(driver), "inspect_job")
     record = surface.get(job_id)
     if record is None:
         raise not_found(job_id)
@@ -147,7 +147,7 @@ def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | 
     """
     job_id = check_job_id(job_id)
     from_step = None if from_step is None else check_name(from_step, what="step")
-    record = introspection(resolve(driver), "retry").requeue(job_id, from_step=from_step)
+    record = require_operator(resolve(driver), "retry").requeue(job_id, from_step=from_step)
     return JobActionResult(action="retry", id=record.id, job=Redactor().row(record))
 
 
@@ -170,10 +170,10 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
     """
     job_id, reason = check_job_id(job_id), check_reason(reason)
     resolved = resolve(driver)
-    surface = resolved.introspect
+    surface = resolved.operator
     if surface is None:
         raise CancelUnsupportedError(
-            f"the {resolved.name!r} driver has no cancel (no introspect)",
+            f"the {resolved.name!r} driver has no cancel (no operator store)",
             {"job_id": job_id},
         )
     record = surface.cancel(job_id, reason)
@@ -197,7 +197,7 @@ def remove_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionResu
     A running job is ``X_JOB_NOT_REMOVABLE`` (cancel it first); an unknown id ``X_JOB_NOT_FOUND``.
     """
     job_id = check_job_id(job_id)
-    introspection(resolve(driver), "remove").remove(job_id)
+    require_operator(resolve(driver), "remove").remove(job_id)
     return JobActionResult(action="remove", id=job_id, job=None)
 
 
@@ -209,7 +209,7 @@ def promote_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionRes
     A job not waiting on its run time is ``X_JOB_NOT_PROMOTABLE``; an unknown id ``X_JOB_NOT_FOUND``.
     """
     job_id = check_job_id(job_id)
-    record = introspection(resolve(driver), "promote").promote(job_id)
+    record = require_operator(resolve(driver), "promote").promote(job_id)
     return JobActionResult(action="promote", id=record.id, job=Redactor().row(record))
 
 
@@ -231,7 +231,7 @@ def requeue_many(
     A live ``state`` is ``X_JOB_NOT_REQUEUEABLE``.
     """
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
-    surface = introspection(resolve(driver), "requeue-many")
+    surface = require_operator(resolve(driver), "requeue-many")
     return _bulk("requeue-many", flt, surface.requeue_many, until_done, on_progress)
 
 
@@ -252,7 +252,7 @@ def remove_many(
     ``state="running"`` is ``X_JOB_NOT_REMOVABLE``.
     """
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
-    surface = introspection(resolve(driver), "remove-many")
+    surface = require_operator(resolve(driver), "remove-many")
     return _bulk("remove-many", flt, surface.remove_many, until_done, on_progress)
 
 
@@ -274,7 +274,7 @@ def promote_many(
     A ``state`` other than delayed or ready is ``X_JOB_NOT_PROMOTABLE``.
     """
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
-    surface = introspection(resolve(driver), "promote-many")
+    surface = require_operator(resolve(driver), "promote-many")
     return _bulk("promote-many", flt, surface.promote_many, until_done, on_progress)
 
 

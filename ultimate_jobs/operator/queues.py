@@ -11,7 +11,7 @@ from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
 from ..drivers.records import MAX_JOB_PAGE, MIN_INSTANT_MS
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
-from ._support import introspection, resolve
+from ._support import require_operator, resolve
 from .arguments import check_name
 from .backfills import BackfillRow, inspect_backfills
 from .records import JobTotals, PauseState, QueueRow, StatsView, WorkerRow
@@ -46,12 +46,12 @@ def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
 
     >>> [(q.queue, q.ready, q.dead, q.paused) for q in inspect_queues()]
 
-    Reads ``driver.stats()``, so it answers on a driver with no introspect too (pauses then come
+    Reads ``driver.stats()``, so it answers on a driver with no operator store too (pauses then come
     from the stats alone).
     """
     resolved = resolve(driver)
     stats = {s.queue: s for s in resolved.stats()}
-    paused = set(resolved.introspect.paused_queues()) if resolved.introspect is not None else set()
+    paused = set(resolved.operator.paused_queues()) if resolved.operator is not None else set()
     paused |= {s.queue for s in stats.values() if s.paused}
     declared = declared_queues()
     rows: list[QueueRow] = []
@@ -81,7 +81,7 @@ def pause_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
     A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
     queue = check_name(queue, what="queue")
-    introspection(resolve(driver), "pause").pause_queue(queue)
+    require_operator(resolve(driver), "pause").pause_queue(queue)
     return PauseState(kind="queue", name=queue, paused=True, declared=queue in declared_queues())
 
 
@@ -91,7 +91,7 @@ def resume_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
     >>> resume_queue("payments")
     """
     queue = check_name(queue, what="queue")
-    introspection(resolve(driver), "resume").resume_queue(queue)
+    require_operator(resolve(driver), "resume").resume_queue(queue)
     return PauseState(kind="queue", name=queue, paused=False, declared=queue in declared_queues())
 
 
@@ -111,7 +111,7 @@ def inspect_workers(*, driver: JobDriver | None = None) -> list[WorkerRow]:
             in_flight=tuple(w.in_flight),
             heartbeat_at_ms=w.heartbeat_at_ms,
         )
-        for w in introspection(resolve(driver), "workers").workers()
+        for w in require_operator(resolve(driver), "workers").workers()
     ]
 
 
@@ -126,7 +126,7 @@ def inspect_stats(
     A window that is no duration is ``X_INVARIANT``; one over ten years (``MAX_STATS_WINDOW_MS``), or a
     ``since_ms`` that is no instant before now, ``X_JOB_ARGUMENT_INVALID``.
     """
-    surface = introspection(resolve(driver), "stats")
+    surface = require_operator(resolve(driver), "stats")
     now = job_clock().now_ms()
     start = since_ms if since_ms is not None else now - stats_window_ms(since)
     if isinstance(start, bool) or not isinstance(start, int) or not MIN_INSTANT_MS <= start <= now:

@@ -11,7 +11,7 @@ from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
 from ..errors import JobArgumentInvalidError
 from ..scheduler.task import TaskHandle, next_task_run
-from ._support import introspection, resolve
+from ._support import require_operator, resolve
 from .arguments import check_name, shown
 from .records import Manifest, PauseState, TaskRow
 
@@ -30,7 +30,7 @@ def inspect_tasks(*, driver: JobDriver | None = None) -> list[TaskRow]:
 
     >>> [(t.name, t.paused, t.next_run_ms) for t in inspect_tasks()]
     """
-    surface = introspection(resolve(driver), "tasks")
+    surface = require_operator(resolve(driver), "tasks")
     declared = declared_tasks()
     paused = set(surface.paused_tasks())
     fires = {f.task: f for f in surface.task_fires()}
@@ -60,7 +60,7 @@ def pause_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
     A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
     task = check_name(task, what="task")
-    introspection(resolve(driver), "pause-task").pause_task(task)
+    require_operator(resolve(driver), "pause-task").pause_task(task)
     return PauseState(kind="task", name=task, paused=True, declared=task in declared_tasks())
 
 
@@ -70,7 +70,7 @@ def resume_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
     >>> resume_task("nightly_digest")
     """
     task = check_name(task, what="task")
-    introspection(resolve(driver), "resume-task").resume_task(task)
+    require_operator(resolve(driver), "resume-task").resume_task(task)
     return PauseState(kind="task", name=task, paused=False, declared=task in declared_tasks())
 
 

@@ -7,7 +7,7 @@ ceiling at the tick: a round every ``tick_interval``, busy or idle): :meth:`JobS
 — one round — which tests drive directly on a frozen clock.
 
 Everything it stores is the driver's: the lease (``driver.leader``), the watermarks and the fire
-(``driver.scheduler_state``), the counter rollup (``introspect.rollup_counters``, or riding on a lease
+(``driver.scheduler_state``), the counter rollup (``driver.rollup_counters()``, or riding on a lease
 renewal). An idle round reads no store and resolves no cron: while it leads, the scheduler holds every
 task's watermark and next due instant in memory, loaded once when it starts leading. The only
 statements of an idle minute are the lease renewals, one every third of the TTL (6 a minute at the
@@ -231,18 +231,15 @@ class JobScheduler(PollingRole):
 
     def _rollup_carrier(self) -> LeaseLeader | None:
         """The leader, when its lease is this driver's: then the driver folds the counters in the
-        renewal itself (else the rollup is ``introspect.rollup_counters``, a call of its own)."""
+        renewal itself (else the rollup is ``driver.rollup_counters()``, a call of its own)."""
         leader = self.leader
         if isinstance(leader, LeaseLeader) and leader.driver is self.driver:
             return leader
         return None
 
     def _rollup(self) -> None:
-        introspect = self.driver.introspect
-        if introspect is None:
-            return
         try:
-            introspect.rollup_counters()
+            self.driver.rollup_counters()
         except Exception as exc:
             log_event(logging.WARNING, "jobs.scheduler.rollup-failed", holder=self.leader.holder, error=repr(exc))
 

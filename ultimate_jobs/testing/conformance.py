@@ -7,7 +7,7 @@
 
 The suite builds a fresh driver per test from ``make_driver(clock)`` over a :class:`FrozenClock`
 (the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.drivers.protocol`.
-A test of an optional capability asks for the ``introspect``, ``leases``, ``leader_store``,
+A test of an optional capability asks for the ``operator_store``, ``leases``, ``leader_store``,
 ``scheduler_state`` or ``backfills`` fixture, which skips, with its reason, only when the driver declares
 that capability ``None``. Each test expects an empty store: a driver over a database truncates (or rolls
 back) in its ``make_driver`` fixture.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ..drivers.protocol import BackfillStore, JobDriver, JobIntrospection, LeaderStore, LeaseStore, SchedulerStore
+from ..drivers.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore, OperatorStore, SchedulerStore
 from .clock import FrozenClock
 from .conformance_backfills import BackfillContract
 from .conformance_operator import OperatorContract
@@ -176,9 +176,9 @@ class DriverConformance(
             built.close()
 
     @pytest.fixture
-    def introspect(self, driver: JobDriver) -> JobIntrospection:
-        """``driver.introspect``; the test skips only when the driver declares it ``None``."""
-        return declared(driver, driver.introspect, "introspect", "no operator surface")
+    def operator_store(self, driver: JobDriver) -> OperatorStore:
+        """``driver.operator``; the test skips only when the driver declares it ``None``."""
+        return declared(driver, driver.operator, "operator", "no operator surface")
 
     @pytest.fixture
     def leases(self, driver: JobDriver) -> LeaseStore:

@@ -1,8 +1,9 @@
-"""The operator half of the conformance suite: ``driver.introspect`` and the counters the settles move.
+"""The operator half of the conformance suite: ``driver.operator`` and the counters the settles move.
 
 A mixin of :class:`~ultimate_jobs.testing.conformance.DriverConformance`. Every test here asks for
-the ``introspect`` fixture, which skips (with its reason) only on a driver whose ``introspect`` is
-``None``.
+the ``operator_store`` fixture, which skips (with its reason) only on a driver whose ``operator`` is
+``None``. The driver's own writes that only the operator's reads can see — ``record_worker``,
+``remove_worker``, ``record_progress``, ``rollup_counters`` — are checked here too, through those reads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import (
     COUNTER_TIERS,
     DEFAULT_JOB_PAGE,
@@ -76,21 +77,21 @@ def _worker(worker_id: str, at_ms: int, in_flight: tuple[str, ...] = ()) -> Work
 
 
 class OperatorContract:
-    """``JobIntrospection``: reads, single-row and bulk operations, pauses, workers, counters, fires."""
+    """``OperatorStore``: reads, single-row and bulk operations, pauses, workers, counters, fires."""
 
     # -- a row this version cannot read ----------------------------------------------------------
 
     def test_a_row_in_a_state_this_version_does_not_know_is_refused_where_it_is_read(
-        self, driver: JobDriver, introspect: JobIntrospection, write_state: StateWriter
+        self, driver: JobDriver, operator_store: OperatorStore, write_state: StateWriter
     ) -> None:
         known, unknown = (driver.enqueue(r) for r in requests(2))
         write_state(driver, unknown.id, "archived")  # as a newer version (or a hand edit) would store it
         with raises_code("X_JOB_ROW_STATUS_UNKNOWN") as info:
-            introspect.get(unknown.id)
+            operator_store.get(unknown.id)
         assert (info.value.meta["job_id"], info.value.meta["state"]) == (unknown.id, "archived")
         with raises_code("X_JOB_ROW_STATUS_UNKNOWN"):  # a page holding it is refused, not shown without it
-            introspect.list(JobFilter())
-        record = introspect.get(known.id)
+            operator_store.list(JobFilter())
+        record = operator_store.get(known.id)
         assert record is not None and record.state == "ready"  # the rows this version knows read as before
 
     # -- nack targets and counters -------------------------------------------------------------
@@ -108,7 +109,7 @@ class OperatorContract:
     def test_nack_target_follows_nack_options(
         self,
         driver: JobDriver,
-        introspect: JobIntrospection,
+        operator_store: OperatorStore,
         clock: FrozenClock,
         flags: dict[str, Any],
         state: str,
@@ -119,13 +120,13 @@ class OperatorContract:
         run_at = None if delay_ms is None else clock.now_ms() + delay_ms
         options = NackOptions(error="it broke", code="X_CONFORMANCE", run_at_ms=run_at, **flags)
         assert driver.nack(job.id, job.ref, options)
-        row = record(introspect, job.id)
+        row = record(operator_store, job.id)
         assert (row.state, row.last_error, row.last_code) == (state, "it broke", "X_CONFORMANCE")
         if run_at is not None:
             assert row.run_at_ms == run_at
 
     def test_counters_move_in_the_settle(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         name = "conformance.counted"
         later = clock.now_ms() + 60_000
@@ -145,14 +146,14 @@ class OperatorContract:
         for key, options in nacks.items():
             assert driver.nack(jobs[key].id, jobs[key].ref, options)
         since = clock.now_ms() - MINUTE
-        totals = {t.job: t for t in introspect.counter_totals(since)}
+        totals = {t.job: t for t in operator_store.counter_totals(since)}
         assert totals[name] == CounterTotals(name, done=1, retried=1, failed=2, dead=1, duration_ms=112)
-        [bucket] = introspect.counters(job=name, since_ms=since)
+        [bucket] = operator_store.counters(job=name, since_ms=since)
         assert (bucket.bucket_ms, bucket.width_ms) == (clock.now_ms() - clock.now_ms() % MINUTE, MINUTE)
         assert (bucket.done, bucket.retried, bucket.failed, bucket.dead, bucket.duration_ms) == (1, 1, 2, 1, 112)
 
     def test_uncounted_nacks_move_no_counter(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         name = "conformance.uncounted"
         driver.enqueue(request(name))
@@ -160,11 +161,11 @@ class OperatorContract:
         assert driver.nack(job.id, job.ref, NackOptions(count_attempt=False))
         job = claim_one(driver)
         assert driver.nack(job.id, job.ref, NackOptions(park=True, count_attempt=False, run_at_ms=clock.now_ms() + 1))
-        assert name not in {t.job for t in introspect.counter_totals(0)}
-        assert introspect.counters(job=name, since_ms=0) == []
+        assert name not in {t.job for t in operator_store.counter_totals(0)}
+        assert operator_store.counters(job=name, since_ms=0) == []
 
     def test_buried_final_attempt_is_recorded_and_counted(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         dead_id = driver.enqueue(request("conformance.buried", max_attempts=1)).id
         failed_id = driver.enqueue(request("conformance.dropped", max_attempts=1)).id
@@ -172,15 +173,15 @@ class OperatorContract:
         clock.advance(VT)
         drop = frozenset({"conformance.dropped"})
         assert list(driver.claim(queues=[QUEUE], limit=5, worker_id="w2", drop_exhausted=drop).jobs) == []
-        dead, failed = record(introspect, dead_id), record(introspect, failed_id)
+        dead, failed = record(operator_store, dead_id), record(operator_store, failed_id)
         assert (dead.state, dead.last_error, dead.attempts) == ("dead", LEASE_LAPSED_FINAL_ATTEMPT, 1)
         assert (failed.state, failed.last_error) == ("failed", LEASE_LAPSED_FINAL_ATTEMPT)
-        totals = {t.job: t for t in introspect.counter_totals(0)}
+        totals = {t.job: t for t in operator_store.counter_totals(0)}
         assert (totals["conformance.buried"].dead, totals["conformance.buried"].failed) == (1, 0)
         assert (totals["conformance.dropped"].dead, totals["conformance.dropped"].failed) == (0, 1)
 
     def test_rollup_folds_day_old_minute_buckets(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         name = "conformance.rolled"
         start = clock.set(clock.now_ms() + (-clock.now_ms() % FIVE_MINUTES))
@@ -189,79 +190,81 @@ class OperatorContract:
         settle_done(driver, name, duration_ms=20)
         recent = clock.advance(COUNTER_TIERS[0][1] + FIVE_MINUTES)
         settle_done(driver, name, duration_ms=40)
-        assert introspect.rollup_counters() > 0
-        folded = [(b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in introspect.counters(job=name, since_ms=0)]
+        assert driver.rollup_counters() > 0
+        folded = [
+            (b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in operator_store.counters(job=name, since_ms=0)
+        ]
         assert folded == [(start, FIVE_MINUTES, 2, 30), (recent, MINUTE, 1, 40)]
-        assert {t.job: t.done for t in introspect.counter_totals(0)}[name] == 3
+        assert {t.job: t.done for t in operator_store.counter_totals(0)}[name] == 3
 
-    def test_rollup_is_idempotent(self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_rollup_is_idempotent(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
         name = "conformance.rolled-twice"
         settle_done(driver, name, duration_ms=10)
         clock.advance(COUNTER_TIERS[0][1] + FIVE_MINUTES)
-        introspect.rollup_counters()
-        once = introspect.counters(job=name, since_ms=0)
-        assert introspect.rollup_counters() == 0
-        assert introspect.counters(job=name, since_ms=0) == once
+        driver.rollup_counters()
+        once = operator_store.counters(job=name, since_ms=0)
+        assert driver.rollup_counters() == 0
+        assert operator_store.counters(job=name, since_ms=0) == once
         assert [(b.width_ms, b.done) for b in once] == [(FIVE_MINUTES, 1)]
 
     # -- reads ---------------------------------------------------------------------------------
 
     def test_get_answers_the_row_through_its_life(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         answer = driver.enqueue(request(key="k", tenant_id="org-1", input={"n": 5}, max_attempts=4, priority=2))
-        row = record(introspect, answer.id)
+        row = record(operator_store, answer.id)
         assert (row.id, row.run_id, row.name, row.queue, row.state) == (answer.id, answer.run_id, JOB, QUEUE, "ready")
         assert (row.tenant_id, row.idempotency_key, dict(row.input)) == ("org-1", "k", {"n": 5})
         assert (row.attempts, row.max_attempts, row.priority) == (0, 4, 2)
         assert row.run_at_ms == row.created_at_ms == clock.now_ms()
         job = claim_one(driver, worker="w7")
-        running = record(introspect, answer.id)
+        running = record(operator_store, answer.id)
         assert (running.state, running.attempts, running.worker_id) == ("running", 1, "w7")
         assert running.lease_until_ms == clock.now_ms() + VT
         clock.advance(5)
         assert driver.ack(job.id, job.ref)
-        done = record(introspect, answer.id)
+        done = record(operator_store, answer.id)
         assert (done.state, done.finished_at_ms) == ("done", clock.now_ms())
 
     def test_get_answers_delayed_and_unknown(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         job_id = driver.enqueue(request(run_at_ms=clock.now_ms() + 1_000)).id
-        row = record(introspect, job_id)
+        row = record(operator_store, job_id)
         assert (row.state, row.run_at_ms) == ("delayed", clock.now_ms() + 1_000)
-        assert introspect.get(new_id()) is None
+        assert operator_store.get(new_id()) is None
 
     def test_steps_answer_in_seq_order(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         for name, seq in (("b", 2), ("a", 1)):
             assert driver.save_step(job.id, job.ref, _step(name, seq, clock.now_ms()))
-        assert [(s.name, s.seq, s.output) for s in introspect.steps(job.id)] == [
+        assert [(s.name, s.seq, s.output) for s in operator_store.steps(job.id)] == [
             ("a", 1, {"step": "a"}),
             ("b", 2, {"step": "b"}),
         ]
-        assert introspect.steps(new_id()) == []
+        assert operator_store.steps(new_id()) == []
 
     # -- list ----------------------------------------------------------------------------------
 
-    def test_list_is_newest_first(self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_list_is_newest_first(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
         ids = []
         for _ in range(4):
             ids.append(driver.enqueue(request()).id)
             clock.advance(1)
-        page = introspect.list(JobFilter())
+        page = operator_store.list(JobFilter())
         assert [r.id for r in page.rows] == ids[::-1]
         assert page.limit == DEFAULT_JOB_PAGE and page.is_last
 
-    def test_list_default_page_is_bounded(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_list_default_page_is_bounded(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue_many(requests(DEFAULT_JOB_PAGE + 1))
-        page = introspect.list(JobFilter())
+        page = operator_store.list(JobFilter())
         assert len(page.rows) == DEFAULT_JOB_PAGE and not page.is_last
 
-    def test_list_filters(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_list_filters(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         c = enqueue_finished(driver, request("conformance.c", queue="conformance-q1", id=fixed_id("aaaaaaaa", 3)))
         a = driver.enqueue(
             request("conformance.a", queue="conformance-q1", tenant_id="org-1", id=fixed_id("aaaaaaaa", 1))
@@ -271,7 +274,7 @@ class OperatorContract:
         ).id
 
         def ids(**fields: Any) -> set[str]:
-            return {r.id for r in introspect.list(JobFilter(**fields)).rows}
+            return {r.id for r in operator_store.list(JobFilter(**fields)).rows}
 
         assert ids() == {a, b, c}
         assert ids(queue="conformance-q1") == {a, c}
@@ -283,13 +286,13 @@ class OperatorContract:
         assert ids(id_prefix=b[:13]) == {b}
         assert ids(queue="conformance-none") == set()
 
-    def test_list_idempotency_key_is_exact(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_list_idempotency_key_is_exact(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         finished = enqueue_finished(driver, request(key="order:7"))
         live = driver.enqueue(request(key="order:7")).id  # the finished row freed the key
         other = driver.enqueue(request(key="order:70", tenant_id="org-1")).id
 
         def ids(**fields: Any) -> set[str]:
-            return {r.id for r in introspect.list(JobFilter(**fields)).rows}
+            return {r.id for r in operator_store.list(JobFilter(**fields)).rows}
 
         assert ids(idempotency_key="order:7") == {finished, live}
         assert ids(idempotency_key="order:7", state="ready") == {live}
@@ -297,7 +300,7 @@ class OperatorContract:
         assert ids(idempotency_key="order") == set()
 
     def test_list_created_range_is_half_open(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         t0 = clock.now_ms()
         ids = []
@@ -306,7 +309,7 @@ class OperatorContract:
             clock.advance(10)
 
         def listed(**fields: Any) -> list[str]:
-            return [r.id for r in introspect.list(JobFilter(**fields)).rows]
+            return [r.id for r in operator_store.list(JobFilter(**fields)).rows]
 
         assert listed(created_from_ms=t0 + 10) == [ids[2], ids[1]]
         assert listed(created_to_ms=t0 + 10) == [ids[0]]
@@ -314,39 +317,39 @@ class OperatorContract:
         assert listed(created_from_ms=t0 + 5, created_to_ms=t0 + 25) == [ids[2], ids[1]]
 
     @pytest.mark.parametrize("limit", [MAX_JOB_PAGE + 1, 0, -1])
-    def test_list_limit_out_of_bounds_is_refused(self, introspect: JobIntrospection, limit: int) -> None:
+    def test_list_limit_out_of_bounds_is_refused(self, operator_store: OperatorStore, limit: int) -> None:
         with raises_code("X_JOB_PAGE_INVALID"):
-            introspect.list(JobFilter(limit=limit))
+            operator_store.list(JobFilter(limit=limit))
 
-    def test_list_max_page_is_allowed(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_list_max_page_is_allowed(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue_many(requests(3))
-        assert len(introspect.list(JobFilter(limit=MAX_JOB_PAGE)).rows) == 3
+        assert len(operator_store.list(JobFilter(limit=MAX_JOB_PAGE)).rows) == 3
 
     @pytest.mark.parametrize("which", ["after", "before"])
     @pytest.mark.parametrize("cursor", ["garbage", "", "jc1.", "jc1.e30", "jc1.eyJjIjoiMSIsImkiOiJ4In0"])
-    def test_list_garbage_cursor_is_refused(self, introspect: JobIntrospection, which: str, cursor: str) -> None:
+    def test_list_garbage_cursor_is_refused(self, operator_store: OperatorStore, which: str, cursor: str) -> None:
         flt = JobFilter(after=cursor) if which == "after" else JobFilter(before=cursor)
         with raises_code("X_JOB_PAGE_INVALID") as info:
-            introspect.list(flt)
+            operator_store.list(flt)
         assert info.value.meta.get("cursor") == which
 
-    def test_list_both_cursors_are_refused(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_list_both_cursors_are_refused(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue_many(requests(2))
-        rows = introspect.list(JobFilter()).rows
+        rows = operator_store.list(JobFilter()).rows
         with raises_code("X_JOB_PAGE_INVALID"):
-            introspect.list(JobFilter(after=job_cursor(rows[1]), before=job_cursor(rows[0])))
+            operator_store.list(JobFilter(after=job_cursor(rows[1]), before=job_cursor(rows[0])))
 
     def test_list_after_walks_every_row_once(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         for _ in range(4):  # pairs created in the same millisecond: the cursor must break the tie
             driver.enqueue_many(requests(2))
             clock.advance(1)
-        newest_first = [r.id for r in introspect.list(JobFilter()).rows]
+        newest_first = [r.id for r in operator_store.list(JobFilter()).rows]
         walked: list[str] = []
         flt = JobFilter(limit=3)
         for _ in range(10):
-            page = introspect.list(flt)
+            page = operator_store.list(flt)
             walked.extend(r.id for r in page.rows)
             if page.is_last:
                 break
@@ -354,206 +357,208 @@ class OperatorContract:
         assert walked == newest_first and len(set(walked)) == 8
 
     def test_list_before_answers_the_nearest_newer_rows(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         for _ in range(7):
             driver.enqueue(request())
             clock.advance(1)
-        rows = introspect.list(JobFilter()).rows  # r6 .. r0
+        rows = operator_store.list(JobFilter()).rows  # r6 .. r0
         ids = [r.id for r in rows]
-        page = introspect.list(JobFilter(before=job_cursor(rows[4]), limit=2))
+        page = operator_store.list(JobFilter(before=job_cursor(rows[4]), limit=2))
         assert [r.id for r in page.rows] == ids[2:4]
-        page = introspect.list(JobFilter(before=job_cursor(rows[2]), limit=5))
+        page = operator_store.list(JobFilter(before=job_cursor(rows[2]), limit=5))
         assert [r.id for r in page.rows] == ids[0:2]
-        assert introspect.list(JobFilter(before=job_cursor(rows[0]))).rows == ()
+        assert operator_store.list(JobFilter(before=job_cursor(rows[0]))).rows == ()
 
     def test_list_filters_apply_to_cursor_pages(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         for _ in range(3):
             driver.enqueue_many([request(queue="conformance-q1"), request(queue="conformance-q2")])
             clock.advance(1)
         flt = JobFilter(queue="conformance-q1", limit=1)
-        first = introspect.list(flt).rows[0]
-        rest = introspect.list(replace(flt, after=job_cursor(first), limit=10)).rows
+        first = operator_store.list(flt).rows[0]
+        rest = operator_store.list(replace(flt, after=job_cursor(first), limit=10)).rows
         assert len(rest) == 2 and {r.queue for r in rest} == {"conformance-q1"}
 
     # -- remove --------------------------------------------------------------------------------
 
     def test_remove_deletes_the_row_and_its_steps(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request(key="k"))
         job = claim_one(driver)
         assert driver.save_step(job.id, job.ref, _step("a", 1, clock.now_ms()))
         assert driver.nack(job.id, job.ref, NackOptions(error="e", dead_letter=True))
-        introspect.remove(job.id)
-        assert introspect.get(job.id) is None and introspect.steps(job.id) == []
+        operator_store.remove(job.id)
+        assert operator_store.get(job.id) is None and operator_store.steps(job.id) == []
         again = driver.enqueue(request(key="k", id=job.id))  # the id is free again, and so is nothing else
         assert (again.id, again.deduped) == (job.id, False)
         assert claim_one(driver).steps == ()
 
-    def test_remove_frees_a_live_key(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_remove_frees_a_live_key(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         first = driver.enqueue(request(key="k")).id
-        introspect.remove(first)
+        operator_store.remove(first)
         again = driver.enqueue(request(key="k"))
         assert not again.deduped and again.id != first
 
-    def test_remove_running_is_refused(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_remove_running_is_refused(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         with raises_code("X_JOB_NOT_REMOVABLE"):
-            introspect.remove(job.id)
-        assert record(introspect, job.id).state == "running"
+            operator_store.remove(job.id)
+        assert record(operator_store, job.id).state == "running"
 
-    def test_remove_unknown_is_not_found(self, introspect: JobIntrospection) -> None:
+    def test_remove_unknown_is_not_found(self, operator_store: OperatorStore) -> None:
         with raises_code("X_JOB_NOT_FOUND"):
-            introspect.remove(new_id())
+            operator_store.remove(new_id())
 
     # -- requeue -------------------------------------------------------------------------------
 
     @pytest.mark.parametrize("state", ["done", "dead", "failed", "cancelled"])
     def test_requeue_resets_a_finished_job(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock, state: str
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock, state: str
     ) -> None:
         job_id = driver.enqueue(request()).id
         if state == "cancelled":
-            assert introspect.cancel(job_id) is not None
+            assert operator_store.cancel(job_id) is not None
         else:
             job = claim_one(driver)
             assert driver.nack(job.id, job.ref, NackOptions(error="e"))
             finish(driver, claim_one(driver), "done" if state == "done" else "dead" if state == "dead" else "failed")
-            assert record(introspect, job_id).attempts == 2
+            assert record(operator_store, job_id).attempts == 2
         clock.advance(1_000)
-        row = introspect.requeue(job_id)
+        row = operator_store.requeue(job_id)
         assert (row.id, row.state, row.attempts, row.run_at_ms) == (job_id, "ready", 0, clock.now_ms())
-        assert record(introspect, job_id).state == "ready"
+        assert record(operator_store, job_id).state == "ready"
         assert claim_one(driver).attempt == 1
 
-    def test_requeue_live_is_refused(self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_requeue_live_is_refused(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
         ready = driver.enqueue(request()).id
         delayed = driver.enqueue(request(run_at_ms=clock.now_ms() + 60_000)).id
         running = driver.enqueue(request(queue="conformance-b")).id
         claim_one(driver, queues=["conformance-b"])
         for job_id in (ready, delayed, running):
             with raises_code("X_JOB_NOT_REQUEUEABLE"):
-                introspect.requeue(job_id)
-        assert record(introspect, running).state == "running"
+                operator_store.requeue(job_id)
+        assert record(operator_store, running).state == "running"
 
-    def test_requeue_unknown_is_not_found(self, introspect: JobIntrospection) -> None:
+    def test_requeue_unknown_is_not_found(self, operator_store: OperatorStore) -> None:
         with raises_code("X_JOB_NOT_FOUND"):
-            introspect.requeue(new_id())
+            operator_store.requeue(new_id())
 
-    def test_requeue_of_a_held_key_is_duplicate(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_requeue_of_a_held_key_is_duplicate(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         done = enqueue_finished(driver, request(key="k"))
         live = driver.enqueue(request(key="k")).id
         with raises_code("X_JOB_DUPLICATE"):
-            introspect.requeue(done)
-        assert record(introspect, done).state == "done"
+            operator_store.requeue(done)
+        assert record(operator_store, done).state == "done"
         assert claimed_ids(driver) == {live}
 
     def test_requeue_from_step_drops_that_step_and_later(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         for seq, name in enumerate(("fetch", "transform", "load"), start=1):
             assert driver.save_step(job.id, job.ref, _step(name, seq, clock.now_ms()))
         assert driver.ack(job.id, job.ref)
-        row = introspect.requeue(job.id, from_step="transform")
+        row = operator_store.requeue(job.id, from_step="transform")
         assert (row.state, row.attempts) == ("ready", 0)
-        assert [s.name for s in introspect.steps(job.id)] == ["fetch"]
+        assert [s.name for s in operator_store.steps(job.id)] == ["fetch"]
         replay = claim_one(driver)
         assert (replay.attempt, [s.name for s in replay.steps]) == (1, ["fetch"])
 
     def test_requeue_without_from_step_keeps_the_steps(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         assert driver.save_step(job.id, job.ref, _step("fetch", 1, clock.now_ms()))
         assert driver.nack(job.id, job.ref, NackOptions(error="e", dead_letter=True))
-        introspect.requeue(job.id)
+        operator_store.requeue(job.id)
         assert [s.name for s in claim_one(driver).steps] == ["fetch"]
 
     # -- cancel --------------------------------------------------------------------------------
 
-    def test_cancel_a_queued_job(self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_cancel_a_queued_job(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
         ready = driver.enqueue(request()).id
         delayed = driver.enqueue(request(run_at_ms=clock.now_ms() + 1_000)).id
         for job_id in (ready, delayed):
-            row = introspect.cancel(job_id, "not needed")
+            row = operator_store.cancel(job_id, "not needed")
             assert row is not None and (row.id, row.state) == (job_id, "cancelled")
-            assert record(introspect, job_id).state == "cancelled"
+            assert record(operator_store, job_id).state == "cancelled"
         clock.advance(1_000)
         assert claim(driver) == []
 
-    def test_cancel_a_running_job_fences_its_settles(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_cancel_a_running_job_fences_its_settles(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
-        row = introspect.cancel(job.id)
+        row = operator_store.cancel(job.id)
         assert row is not None and row.state == "cancelled"
         assert driver.heartbeat([Heartbeat(job.id, job.ref)], visibility_timeout_ms=VT) == frozenset()
         assert driver.ack(job.id, job.ref) is False
         assert driver.nack(job.id, job.ref, NackOptions(error="late")) is False
-        assert record(introspect, job.id).state == "cancelled"
+        assert record(operator_store, job.id).state == "cancelled"
 
-    def test_cancel_frees_the_key(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_cancel_frees_the_key(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         first = driver.enqueue(request(key="k")).id
-        assert introspect.cancel(first) is not None
+        assert operator_store.cancel(first) is not None
         again = driver.enqueue(request(key="k"))
         assert not again.deduped and again.id != first
 
     def test_cancel_a_finished_or_unknown_job_answers_none(
-        self, driver: JobDriver, introspect: JobIntrospection
+        self, driver: JobDriver, operator_store: OperatorStore
     ) -> None:
         done = enqueue_finished(driver, request())
         dead = enqueue_finished(driver, request(), "dead")
-        assert introspect.cancel(done) is None and introspect.cancel(dead) is None
-        assert (record(introspect, done).state, record(introspect, dead).state) == ("done", "dead")
-        assert introspect.cancel(new_id()) is None
+        assert operator_store.cancel(done) is None and operator_store.cancel(dead) is None
+        assert (record(operator_store, done).state, record(operator_store, dead).state) == ("done", "dead")
+        assert operator_store.cancel(new_id()) is None
 
     # -- bulk ----------------------------------------------------------------------------------
 
     def test_requeue_many_takes_the_oldest_of_a_shared_key(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         ids = []
         for _ in range(3):
             ids.append(driver.enqueue(request(key="shared")).id)
-            assert introspect.cancel(ids[-1]) is not None
+            assert operator_store.cancel(ids[-1]) is not None
             clock.advance(1)
-        assert introspect.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=1, remaining=0)
-        assert [record(introspect, i).state for i in ids] == ["ready", "cancelled", "cancelled"]
+        assert operator_store.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=1, remaining=0)
+        assert [record(operator_store, i).state for i in ids] == ["ready", "cancelled", "cancelled"]
 
     def test_requeue_many_skips_held_rows_and_does_not_count_them(
-        self, driver: JobDriver, introspect: JobIntrospection
+        self, driver: JobDriver, operator_store: OperatorStore
     ) -> None:
         held = driver.enqueue(request(key="held")).id
-        assert introspect.cancel(held) is not None
+        assert operator_store.cancel(held) is not None
         live = driver.enqueue(request(key="held")).id
         free = driver.enqueue(request(key="free")).id
-        assert introspect.cancel(free) is not None
-        assert introspect.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=1, remaining=0)
-        assert (record(introspect, held).state, record(introspect, free).state) == ("cancelled", "ready")
-        assert introspect.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=0, remaining=0)
-        assert record(introspect, live).state == "ready"
+        assert operator_store.cancel(free) is not None
+        assert operator_store.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=1, remaining=0)
+        assert (record(operator_store, held).state, record(operator_store, free).state) == ("cancelled", "ready")
+        assert operator_store.requeue_many(BulkFilter(state="cancelled")) == BulkResult(affected=0, remaining=0)
+        assert record(operator_store, live).state == "ready"
 
     def test_requeue_many_is_bounded_and_call_until_zero_ends(
-        self, driver: JobDriver, introspect: JobIntrospection
+        self, driver: JobDriver, operator_store: OperatorStore
     ) -> None:
         for answer in driver.enqueue_many(requests(MAX_BULK_ROWS + 1)):
-            assert introspect.cancel(answer.id) is not None
+            assert operator_store.cancel(answer.id) is not None
         flt = BulkFilter(state="cancelled", queue=QUEUE)
-        assert introspect.requeue_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
-        assert introspect.requeue_many(flt) == BulkResult(affected=1, remaining=0)
-        assert introspect.requeue_many(flt) == BulkResult(affected=0, remaining=0)
+        assert operator_store.requeue_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
+        assert operator_store.requeue_many(flt) == BulkResult(affected=1, remaining=0)
+        assert operator_store.requeue_many(flt) == BulkResult(affected=0, remaining=0)
 
-    def test_requeue_many_over_a_live_state_is_refused(self, introspect: JobIntrospection) -> None:
+    def test_requeue_many_over_a_live_state_is_refused(self, operator_store: OperatorStore) -> None:
         with raises_code("X_JOB_NOT_REQUEUEABLE"):
-            introspect.requeue_many(BulkFilter(state="ready"))
+            operator_store.requeue_many(BulkFilter(state="ready"))
 
-    def test_bulk_filters_narrow_the_set(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_bulk_filters_narrow_the_set(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         keep = [
             driver.enqueue(request("conformance.other")).id,
             driver.enqueue(request(tenant_id="org-2")).id,
@@ -561,177 +566,181 @@ class OperatorContract:
         ]
         gone = driver.enqueue(request(tenant_id="org-1")).id
         flt = BulkFilter(state="ready", queue=QUEUE, name=JOB, tenant_id="org-1")
-        assert introspect.remove_many(flt) == BulkResult(affected=1, remaining=0)
-        assert introspect.get(gone) is None
-        assert all(introspect.get(i) is not None for i in keep)
+        assert operator_store.remove_many(flt) == BulkResult(affected=1, remaining=0)
+        assert operator_store.get(gone) is None
+        assert all(operator_store.get(i) is not None for i in keep)
 
-    def test_remove_many_is_bounded(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_remove_many_is_bounded(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue_many(requests(MAX_BULK_ROWS + 1))
         flt = BulkFilter(state="ready")
-        assert introspect.remove_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
-        assert introspect.remove_many(flt) == BulkResult(affected=1, remaining=0)
-        assert introspect.list(JobFilter()).rows == ()
+        assert operator_store.remove_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
+        assert operator_store.remove_many(flt) == BulkResult(affected=1, remaining=0)
+        assert operator_store.list(JobFilter()).rows == ()
 
-    def test_remove_many_of_running_is_refused(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_remove_many_of_running_is_refused(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         with raises_code("X_JOB_NOT_REMOVABLE"):
-            introspect.remove_many(BulkFilter(state="running"))
-        assert record(introspect, job.id).state == "running"
+            operator_store.remove_many(BulkFilter(state="running"))
+        assert record(operator_store, job.id).state == "running"
 
-    def test_promote_many_is_bounded(self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_promote_many_is_bounded(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
         driver.enqueue_many(requests(MAX_BULK_ROWS + 1, run_at_ms=clock.now_ms() + 60_000))
         flt = BulkFilter(state="delayed")
-        assert introspect.promote_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
-        assert introspect.promote_many(flt) == BulkResult(affected=1, remaining=0)
+        assert operator_store.promote_many(flt) == BulkResult(affected=MAX_BULK_ROWS, remaining=1)
+        assert operator_store.promote_many(flt) == BulkResult(affected=1, remaining=0)
         assert len(claim(driver, limit=MAX_BULK_ROWS + 10)) == MAX_BULK_ROWS + 1
 
     def test_promote_many_moves_only_waiting_rows(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         assert driver.nack(job.id, job.ref, NackOptions(error="e", run_at_ms=clock.now_ms() + 60_000))  # backing off
         due = driver.enqueue(request()).id
-        assert introspect.promote_many(BulkFilter(state="ready")) == BulkResult(affected=1, remaining=0)
+        assert operator_store.promote_many(BulkFilter(state="ready")) == BulkResult(affected=1, remaining=0)
         assert claimed_ids(driver) == {job.id, due}
 
-    def test_promote_many_over_a_finished_state_is_refused(self, introspect: JobIntrospection) -> None:
+    def test_promote_many_over_a_finished_state_is_refused(self, operator_store: OperatorStore) -> None:
         with raises_code("X_JOB_NOT_PROMOTABLE"):
-            introspect.promote_many(BulkFilter(state="done"))
+            operator_store.promote_many(BulkFilter(state="done"))
 
     # -- promote -------------------------------------------------------------------------------
 
     def test_promote_makes_a_delayed_job_due(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         job_id = driver.enqueue(request(run_at_ms=clock.now_ms() + 60_000)).id
-        row = introspect.promote(job_id)
+        row = operator_store.promote(job_id)
         assert (row.id, row.state, row.run_at_ms) == (job_id, "ready", clock.now_ms())
         assert claimed_ids(driver) == {job_id}
 
     def test_promote_a_backing_off_job(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         driver.enqueue(request())
         job = claim_one(driver)
         assert driver.nack(job.id, job.ref, NackOptions(error="e", run_at_ms=clock.now_ms() + 60_000))
-        assert introspect.promote(job.id).run_at_ms == clock.now_ms()
+        assert operator_store.promote(job.id).run_at_ms == clock.now_ms()
         assert claim_one(driver).attempt == 2
 
-    def test_promote_a_job_not_waiting_is_refused(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_promote_a_job_not_waiting_is_refused(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         due = driver.enqueue(request()).id
         done = enqueue_finished(driver, request(queue="conformance-b"))
         running = driver.enqueue(request(queue="conformance-b")).id
         claim_one(driver, queues=["conformance-b"])
         for job_id in (due, done, running):
             with raises_code("X_JOB_NOT_PROMOTABLE"):
-                introspect.promote(job_id)
+                operator_store.promote(job_id)
 
     # -- pauses --------------------------------------------------------------------------------
 
     def test_paused_queue_is_not_claimed_but_enqueues_land(
-        self, driver: JobDriver, introspect: JobIntrospection
+        self, driver: JobDriver, operator_store: OperatorStore
     ) -> None:
-        introspect.pause_queue(QUEUE)
+        operator_store.pause_queue(QUEUE)
         job_id = driver.enqueue(request()).id
         other = driver.enqueue(request(queue="conformance-b")).id
-        assert record(introspect, job_id).state == "ready"
+        assert record(operator_store, job_id).state == "ready"
         assert claimed_ids(driver, queues=[QUEUE, "conformance-b"]) == {other}
-        assert introspect.paused_queues() == [QUEUE]
+        assert operator_store.paused_queues() == [QUEUE]
         stats = {s.queue: s for s in driver.stats()}
         assert (stats[QUEUE].paused, stats[QUEUE].ready) == (True, 1)
         assert not stats["conformance-b"].paused
 
-    def test_resumed_queue_is_claimable(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_resumed_queue_is_claimable(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         job_id = driver.enqueue(request()).id
-        introspect.pause_queue(QUEUE)
-        introspect.pause_queue(QUEUE)
+        operator_store.pause_queue(QUEUE)
+        operator_store.pause_queue(QUEUE)
         assert claim(driver) == []
-        introspect.resume_queue(QUEUE)
-        assert introspect.paused_queues() == []
+        operator_store.resume_queue(QUEUE)
+        assert operator_store.paused_queues() == []
         assert claimed_ids(driver) == {job_id}
-        introspect.resume_queue("conformance-never-paused")
+        operator_store.resume_queue("conformance-never-paused")
 
-    def test_pause_and_resume_tasks(self, introspect: JobIntrospection) -> None:
-        assert introspect.paused_tasks() == []
-        introspect.pause_task("conformance.nightly")
-        introspect.pause_task("conformance.hourly")
-        introspect.pause_task("conformance.hourly")
-        assert sorted(introspect.paused_tasks()) == ["conformance.hourly", "conformance.nightly"]
-        introspect.resume_task("conformance.nightly")
-        introspect.resume_task("conformance.never-paused")
-        assert introspect.paused_tasks() == ["conformance.hourly"]
+    def test_pause_and_resume_tasks(self, operator_store: OperatorStore) -> None:
+        assert operator_store.paused_tasks() == []
+        operator_store.pause_task("conformance.nightly")
+        operator_store.pause_task("conformance.hourly")
+        operator_store.pause_task("conformance.hourly")
+        assert sorted(operator_store.paused_tasks()) == ["conformance.hourly", "conformance.nightly"]
+        operator_store.resume_task("conformance.nightly")
+        operator_store.resume_task("conformance.never-paused")
+        assert operator_store.paused_tasks() == ["conformance.hourly"]
 
     # -- workers, progress, task fires ---------------------------------------------------------
 
     def test_workers_expire_one_visibility_timeout_after_their_heartbeat(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         window = driver.visibility_timeout_ms  # the window the driver declares, whatever it was built with
         first = _worker("w1", clock.now_ms())
-        introspect.record_worker(first)
-        assert introspect.workers() == [first]
+        driver.record_worker(first)
+        assert operator_store.workers() == [first]
         clock.advance(window - 1)
         beat = replace(first, heartbeat_at_ms=clock.now_ms(), in_flight=(new_id(),))
-        introspect.record_worker(beat)
+        driver.record_worker(beat)
         clock.advance(window - 1)
-        assert introspect.workers() == [beat]
+        assert operator_store.workers() == [beat]
         clock.advance(1)
-        assert introspect.workers() == []
+        assert operator_store.workers() == []
 
     def test_workers_lists_every_live_worker(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
-        assert introspect.workers() == []
-        introspect.record_worker(_worker("w1", clock.now_ms()))
-        introspect.record_worker(_worker("w2", clock.now_ms()))
-        introspect.record_worker(_worker("w-stale", clock.now_ms() - driver.visibility_timeout_ms))
-        assert {w.id for w in introspect.workers()} == {"w1", "w2"}
+        assert operator_store.workers() == []
+        driver.record_worker(_worker("w1", clock.now_ms()))
+        driver.record_worker(_worker("w2", clock.now_ms()))
+        driver.record_worker(_worker("w-stale", clock.now_ms() - driver.visibility_timeout_ms))
+        assert {w.id for w in operator_store.workers()} == {"w1", "w2"}
 
-    def test_workers_truncate_in_flight_ids(self, introspect: JobIntrospection, clock: FrozenClock) -> None:
+    def test_workers_truncate_in_flight_ids(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
         in_flight = tuple(new_id() for _ in range(MAX_WORKER_IN_FLIGHT + 50))
-        introspect.record_worker(_worker("w1", clock.now_ms(), in_flight))
-        [worker] = introspect.workers()
+        driver.record_worker(_worker("w1", clock.now_ms(), in_flight))
+        [worker] = operator_store.workers()
         assert worker.in_flight == in_flight[:MAX_WORKER_IN_FLIGHT]
 
     def test_a_claim_carrying_a_registry_row_writes_it_whether_or_not_it_takes_a_job(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         idle = _worker("w1", clock.now_ms())
         assert list(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=idle).jobs) == []
-        assert introspect.workers() == [idle]
+        assert operator_store.workers() == [idle]
         driver.enqueue(request())
         clock.advance(1_000)
         busy = replace(idle, heartbeat_at_ms=clock.now_ms(), in_flight=(new_id(),))
         assert len(driver.claim(queues=[QUEUE], limit=1, worker_id="w1", record=busy).jobs) == 1
-        assert introspect.workers() == [busy]
+        assert operator_store.workers() == [busy]
         driver.claim(queues=[QUEUE], limit=1, worker_id="w1")  # no row carried: the registry is left alone
-        assert introspect.workers() == [busy]
+        assert operator_store.workers() == [busy]
 
-    def test_remove_worker(self, introspect: JobIntrospection, clock: FrozenClock) -> None:
-        introspect.record_worker(_worker("w1", clock.now_ms()))
-        introspect.record_worker(_worker("w2", clock.now_ms()))
-        introspect.remove_worker("w1")
-        introspect.remove_worker("w-unknown")
-        assert [w.id for w in introspect.workers()] == ["w2"]
+    def test_remove_worker(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
+        driver.record_worker(_worker("w1", clock.now_ms()))
+        driver.record_worker(_worker("w2", clock.now_ms()))
+        driver.remove_worker("w1")
+        driver.remove_worker("w-unknown")
+        assert [w.id for w in operator_store.workers()] == ["w2"]
 
     def test_record_progress_is_fenced_on_the_claim(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock, caplog: pytest.LogCaptureFixture
     ) -> None:
         driver.enqueue(request(max_attempts=3))
         old = claim_one(driver, worker="w1")
         half = Progress(done=1, total=2, note="half", at_ms=clock.now_ms())
-        assert introspect.record_progress(old.id, old.ref, half) is True
-        assert record(introspect, old.id).progress == half
+        assert driver.record_progress(old.id, old.ref, half) is True
+        assert record(operator_store, old.id).progress == half
         clock.advance(VT)
         new = claim_one(driver, worker="w1")
         late = Progress(done=2, total=2, note=None, at_ms=clock.now_ms())
         with caplog.at_level(logging.WARNING, logger="ultimate_jobs"):
-            assert introspect.record_progress(old.id, old.ref, late) is False
+            assert driver.record_progress(old.id, old.ref, late) is False
         assert [r.getMessage() for r in caplog.records] == ["jobs.settle.unowned"]
-        assert introspect.record_progress(new.id, new.ref, late) is True
-        assert record(introspect, new.id).progress == late
+        assert driver.record_progress(new.id, new.ref, late) is True
+        assert record(operator_store, new.id).progress == late
         assert driver.ack(new.id, new.ref)
-        assert introspect.record_progress(new.id, new.ref, half) is False
-        assert record(introspect, new.id).progress == late
+        assert driver.record_progress(new.id, new.ref, half) is False
+        assert record(operator_store, new.id).progress == late

@@ -2,7 +2,7 @@
 
 A mixin of :class:`~ultimate_jobs.testing.conformance.DriverConformance`; it reads the ``driver`` and
 ``clock`` fixtures that class defines. Only the driver protocol is used, so these scenarios hold
-for a driver with no ``introspect`` too.
+for a driver with no ``operator`` too.
 """
 
 from __future__ import annotations
@@ -416,7 +416,7 @@ class QueueContract:
             assert driver.save_step(job.id, job.ref, step)
         assert driver.nack(job.id, job.ref, NackOptions(count_attempt=False))
         assert [s.output for s in claim_one(driver).steps] == outputs
-        assert [s.output for s in driver.introspect.steps(job.id)] == outputs if driver.introspect else True
+        assert [s.output for s in driver.operator.steps(job.id)] == outputs if driver.operator else True
 
     def test_saved_step_output_is_a_copy(self, driver: JobDriver, clock: FrozenClock) -> None:
         driver.enqueue(request())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import JobState, StepRecord
 from .clock import FrozenClock
 from .conformance_support import claim_one, finish, raises_code, request
@@ -29,7 +29,7 @@ class RetentionContract:
     """Every driver deletes the same rows for the same history and cutoffs."""
 
     def test_purge_finished_removes_rows_past_their_cutoff_with_their_steps(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         old_done = _finished_with_step(driver, "old-done")
         old_dead = _finished_with_step(driver, "old-dead", "dead")
@@ -42,25 +42,25 @@ class RetentionContract:
         now = clock.now_ms()
         removed = driver.purge_finished(before_ms={"done": now - 2 * HOUR, "dead": now - 2 * HOUR, "failed": now})
         assert removed == 2
-        assert introspect.get(old_done) is None and introspect.get(old_dead) is None
-        assert introspect.steps(old_done) == [] and introspect.steps(old_dead) == []
+        assert operator_store.get(old_done) is None and operator_store.get(old_dead) is None
+        assert operator_store.steps(old_done) == [] and operator_store.steps(old_dead) == []
         kept = {young_done, live, running}
-        assert all(introspect.get(job_id) is not None for job_id in kept)
-        assert [s.name for s in introspect.steps(young_done)] == ["work"]
+        assert all(operator_store.get(job_id) is not None for job_id in kept)
+        assert [s.name for s in operator_store.steps(young_done)] == ["work"]
         assert driver.purge_finished(before_ms={"done": now - 2 * HOUR}) == 0
 
-    def test_purge_finished_takes_only_the_states_named(self, driver: JobDriver, introspect: JobIntrospection) -> None:
+    def test_purge_finished_takes_only_the_states_named(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         done = _finished_with_step(driver, "done")
         dead = _finished_with_step(driver, "dead", "dead")
         failed = _finished_with_step(driver, "failed", "failed")
         far = 10**13
         assert driver.purge_finished(before_ms={"dead": far}) == 1
-        assert introspect.get(dead) is None
-        assert introspect.get(done) is not None and introspect.get(failed) is not None
+        assert operator_store.get(dead) is None
+        assert operator_store.get(done) is not None and operator_store.get(failed) is not None
         assert driver.purge_finished(before_ms={}) == 0
 
     def test_purge_finished_is_bounded_and_oldest_first(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         ids = []
         for n in range(5):
@@ -68,11 +68,11 @@ class RetentionContract:
             clock.advance(1_000)
         cutoff: dict[JobState, int] = {"done": clock.now_ms()}
         assert driver.purge_finished(before_ms=cutoff, limit=2) == 2
-        assert [introspect.get(job_id) is None for job_id in ids] == [True, True, False, False, False]
+        assert [operator_store.get(job_id) is None for job_id in ids] == [True, True, False, False, False]
         assert driver.purge_finished(before_ms=cutoff, limit=2) == 2
         assert driver.purge_finished(before_ms=cutoff, limit=2) == 1
         assert driver.purge_finished(before_ms=cutoff, limit=2) == 0
-        assert all(introspect.get(job_id) is None for job_id in ids)
+        assert all(operator_store.get(job_id) is None for job_id in ids)
 
     def test_purge_finished_refuses_a_live_state_and_a_bad_limit(self, driver: JobDriver) -> None:
         live = driver.enqueue(request(key="live")).id

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ..drivers.protocol import JobDriver, JobIntrospection, LeaderStore, SchedulerStore
+from ..drivers.protocol import JobDriver, LeaderStore, OperatorStore, SchedulerStore
 from ..drivers.records import COUNTER_TIERS, Fire, FireResult, JobFilter, LeaderLease, TaskFire
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim_one, declared, request, settle_done
@@ -31,16 +31,16 @@ def _fire(task: str, previous: int, to: int, now: int, *keys: str, **fields: Any
     return Fire(task, previous, to, to, [request(key=key, **fields) for key in keys], now)
 
 
-def _rows(introspect: JobIntrospection, key_prefix: str) -> list[tuple[str, str, int]]:
+def _rows(operator_store: OperatorStore, key_prefix: str) -> list[tuple[str, str, int]]:
     """(key, state, created_at_ms) of every row whose key starts with ``key_prefix``, by key."""
-    page = introspect.list(JobFilter(limit=200)).rows
+    page = operator_store.list(JobFilter(limit=200)).rows
     return sorted(
         (r.idempotency_key, r.state, r.created_at_ms) for r in page if r.idempotency_key.startswith(key_prefix)
     )
 
 
-def _buckets(introspect: JobIntrospection, job: str) -> list[tuple[int, int, int, int]]:
-    return [(b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in introspect.counters(job=job, since_ms=0)]
+def _buckets(operator_store: OperatorStore, job: str) -> list[tuple[int, int, int, int]]:
+    return [(b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in operator_store.counters(job=job, since_ms=0)]
 
 
 class SchedulerContract:
@@ -100,7 +100,7 @@ class SchedulerContract:
         assert leader_store.current(LEASE) == LeaderLease(LEASE, "a", start, start + TTL)
 
     def test_leader_acquire_with_rollup_folds_only_when_the_lease_lands(
-        self, driver: JobDriver, leader_store: LeaderStore, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, leader_store: LeaderStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         name = "conformance.lease-rollup"
         start = clock.set(clock.now_ms() + (-clock.now_ms() % HOUR))
@@ -108,19 +108,19 @@ class SchedulerContract:
         now = clock.advance(2 * DAY)
         assert leader_store.acquire(LEASE, "a", ttl_ms=TTL, now_ms=now) is not None
         assert leader_store.acquire(LEASE, "b", ttl_ms=TTL, now_ms=now, rollup=True) is None
-        assert _buckets(introspect, name) == [(start, MINUTE, 1, 5)]  # refused: nothing folded
+        assert _buckets(operator_store, name) == [(start, MINUTE, 1, 5)]  # refused: nothing folded
         assert leader_store.acquire(LEASE, "a", ttl_ms=TTL, now_ms=now, rollup=True) is not None
-        assert _buckets(introspect, name) == [(start, FIVE_MINUTES, 1, 5)]
+        assert _buckets(operator_store, name) == [(start, FIVE_MINUTES, 1, 5)]
 
     # -- the counter rollup: one algorithm, the same buckets on every driver ---------------------
 
-    @pytest.mark.parametrize("carrier", ["introspect", "leader"])
+    @pytest.mark.parametrize("carrier", ["driver", "leader"])
     def test_rollup_over_forty_days_answers_these_buckets(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock, carrier: str
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock, carrier: str
     ) -> None:
         """Folds in one step to the narrowest retained tier — 1-minute to 5-minute, 1-minute straight to
         1-hour, 5-minute to 1-hour merging two buckets, and drops past 30 days — whether the rollup is
-        ``introspect.rollup_counters()`` or rides on the leader's renewal."""
+        ``driver.rollup_counters()`` or rides on the leader's renewal."""
         name = "conformance.month"
         if carrier == "leader":
             store = declared(driver, driver.leader, "leader", "no leader lease store")
@@ -131,7 +131,7 @@ class SchedulerContract:
         else:
 
             def fold() -> None:
-                introspect.rollup_counters()
+                driver.rollup_counters()
 
         s = clock.set(clock.now_ms() + (-clock.now_ms() % HOUR))
         settle_done(driver, name, duration_ms=1)
@@ -141,11 +141,11 @@ class SchedulerContract:
         settle_done(driver, name, duration_ms=4)
         clock.set(s + 25 * HOUR)
         fold()  # the day-old minutes to 5-minute buckets
-        assert _buckets(introspect, name) == [(s, FIVE_MINUTES, 2, 3), (s + 10 * MINUTE, FIVE_MINUTES, 1, 4)]
+        assert _buckets(operator_store, name) == [(s, FIVE_MINUTES, 2, 3), (s + 10 * MINUTE, FIVE_MINUTES, 1, 4)]
         settle_done(driver, name, duration_ms=8)
         clock.set(s + 8 * DAY + 2 * HOUR)
         fold()  # the week-old 5-minute buckets to one hour; a minute whose 5-minute bucket expired, straight on
-        assert _buckets(introspect, name) == [(s, HOUR, 3, 7), (s + 25 * HOUR, HOUR, 1, 8)]
+        assert _buckets(operator_store, name) == [(s, HOUR, 3, 7), (s + 25 * HOUR, HOUR, 1, 8)]
         settle_done(driver, name, duration_ms=16)  # dropped at once by the last fold: older than 30 days by then
         clock.set(s + 38 * DAY)
         settle_done(driver, name, duration_ms=32)
@@ -153,15 +153,15 @@ class SchedulerContract:
         settle_done(driver, name, duration_ms=64)
         clock.set(s + 40 * DAY)
         fold()
-        assert _buckets(introspect, name) == [
+        assert _buckets(operator_store, name) == [
             (s + 38 * DAY, FIVE_MINUTES, 1, 32),
             (s + 40 * DAY - 30 * MINUTE, MINUTE, 1, 64),
         ]
-        totals = {t.job: (t.done, t.duration_ms) for t in introspect.counter_totals(0)}
+        totals = {t.job: (t.done, t.duration_ms) for t in operator_store.counter_totals(0)}
         assert totals[name] == (2, 96)
 
     def test_rollup_counts_what_it_folded_or_dropped(
-        self, driver: JobDriver, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         name = "conformance.counted"
         s = clock.set(clock.now_ms() + (-clock.now_ms() % HOUR))
@@ -169,27 +169,27 @@ class SchedulerContract:
             settle_done(driver, name)
             clock.advance(MINUTE)
         clock.set(s + 25 * HOUR)
-        assert introspect.rollup_counters() == 3  # three 1-minute buckets into one 5-minute bucket
+        assert driver.rollup_counters() == 3  # three 1-minute buckets into one 5-minute bucket
         clock.set(s + 31 * DAY)
-        assert introspect.rollup_counters() == 1  # the 5-minute bucket, dropped
-        assert introspect.rollup_counters() == 0
-        assert _buckets(introspect, name) == []
+        assert driver.rollup_counters() == 1  # the 5-minute bucket, dropped
+        assert driver.rollup_counters() == 0
+        assert _buckets(operator_store, name) == []
 
     # -- the watermarks ------------------------------------------------------------------------
 
     def test_load_arms_missing_tasks_at_now_and_keeps_stored_ones(
-        self, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         assert scheduler_state.load(["t.a", "t.b"], now_ms=start) == {"t.a": start, "t.b": start}
         later = scheduler_state.load(["t.b", "t.a", "t.c"], now_ms=start + 5)
         assert later == {"t.a": start, "t.b": start, "t.c": start + 5}
         assert scheduler_state.load([], now_ms=start) == {}
-        assert introspect.task_fires() == []  # arming is not a fire
-        assert _rows(introspect, "") == []
+        assert operator_store.task_fires() == []  # arming is not a fire
+        assert _rows(operator_store, "") == []
 
     def test_fire_moves_the_watermark_inserts_the_rows_and_records_the_fire(
-        self, driver: JobDriver, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         scheduler_state.load(["t.hourly"], now_ms=start)
@@ -197,13 +197,13 @@ class SchedulerContract:
         fired = scheduler_state.fire(_fire("t.hourly", start, occurrence, now, "fire:1", "fire:2"))
         assert fired == FireResult("fired", 2)
         assert scheduler_state.load(["t.hourly"], now_ms=0) == {"t.hourly": occurrence}
-        assert _rows(introspect, "fire:") == [("fire:1", "ready", now), ("fire:2", "ready", now)]
-        assert introspect.task_fires() == [TaskFire("t.hourly", occurrence, now)]
+        assert _rows(operator_store, "fire:") == [("fire:1", "ready", now), ("fire:2", "ready", now)]
+        assert operator_store.task_fires() == [TaskFire("t.hourly", occurrence, now)]
         clock.set(now)
         assert claim_one(driver, queues=(QUEUE,)).idempotency_key in {"fire:1", "fire:2"}  # real, claimable jobs
 
     def test_a_stale_fire_is_fenced_and_writes_nothing(
-        self, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         scheduler_state.load(["t.hourly"], now_ms=start)
@@ -213,25 +213,25 @@ class SchedulerContract:
         assert scheduler_state.fire(again) == FireResult("fenced")
         never_loaded = _fire("t.unknown", start, start + HOUR, start + HOUR, "fenced:3")
         assert scheduler_state.fire(never_loaded) == FireResult("fenced")
-        assert [key for key, _, _ in _rows(introspect, "fenced:")] == ["fenced:1"]
-        assert introspect.task_fires() == [TaskFire("t.hourly", start + HOUR, start + HOUR)]
+        assert [key for key, _, _ in _rows(operator_store, "fenced:")] == ["fenced:1"]
+        assert operator_store.task_fires() == [TaskFire("t.hourly", start + HOUR, start + HOUR)]
         assert scheduler_state.load(["t.hourly", "t.unknown"], now_ms=start + 2 * HOUR)["t.hourly"] == start + HOUR
 
     def test_a_paused_task_fires_nothing_until_resumed(
-        self, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         scheduler_state.load(["t.paused"], now_ms=start)
-        introspect.pause_task("t.paused")
+        operator_store.pause_task("t.paused")
         fire = _fire("t.paused", start, start + HOUR, start + HOUR, "paused:1")
         assert scheduler_state.fire(fire) == FireResult("paused")
         assert scheduler_state.load(["t.paused"], now_ms=0) == {"t.paused": start}
-        assert _rows(introspect, "paused:") == [] and introspect.task_fires() == []
-        introspect.resume_task("t.paused")
+        assert _rows(operator_store, "paused:") == [] and operator_store.task_fires() == []
+        operator_store.resume_task("t.paused")
         assert scheduler_state.fire(fire) == FireResult("fired", 1)
 
     def test_a_fire_dedupes_on_a_live_key_and_an_existing_id(
-        self, driver: JobDriver, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, driver: JobDriver, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         scheduler_state.load(["t.dedupe"], now_ms=start)
@@ -240,18 +240,18 @@ class SchedulerContract:
         assert scheduler_state.fire(fire) == FireResult("fired", 0)  # the watermark moved, no row inserted
         same_id = Fire("t.dedupe", start + HOUR, start + 2 * HOUR, start + 2 * HOUR, [request(id=held)], start)
         assert scheduler_state.fire(same_id) == FireResult("fired", 0)
-        assert [r.id for r in introspect.list(JobFilter()).rows] == [held]
-        assert introspect.task_fires() == [TaskFire("t.dedupe", start + 2 * HOUR, start)]
+        assert [r.id for r in operator_store.list(JobFilter()).rows] == [held]
+        assert operator_store.task_fires() == [TaskFire("t.dedupe", start + 2 * HOUR, start)]
 
     def test_task_fires_keep_the_last_dispatch_per_task(
-        self, scheduler_state: SchedulerStore, introspect: JobIntrospection, clock: FrozenClock
+        self, scheduler_state: SchedulerStore, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
         start = clock.now_ms()
         scheduler_state.load(["t.b", "t.a"], now_ms=start)
         assert scheduler_state.fire(_fire("t.b", start, start + 1_000, start + 5)).outcome == "fired"
         assert scheduler_state.fire(_fire("t.a", start, start + 2_000, start + 6)).outcome == "fired"
         assert scheduler_state.fire(_fire("t.b", start + 1_000, start + 3_000, start + 7)).outcome == "fired"
-        assert introspect.task_fires() == [
+        assert operator_store.task_fires() == [
             TaskFire("t.a", start + 2_000, start + 6),
             TaskFire("t.b", start + 3_000, start + 7),
         ]

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
-from ..drivers.protocol import JobDriver, JobIntrospection
+from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import ClaimedJob, EnqueueRequest, JobRecord, NackOptions
 from ..errors import UltimateError
 
@@ -138,7 +138,7 @@ def raises_code(code: str) -> Iterator[pytest.ExceptionInfo[UltimateError]]:
     """``pytest.raises`` for an :class:`UltimateError` whose ``.code`` is ``code``; meta is read after the block.
 
     >>> with raises_code("X_JOB_PAGE_INVALID") as info:
-    ...     driver.introspect.list(JobFilter(limit=201))
+    ...     driver.operator.list(JobFilter(limit=201))
     >>> info.value.meta
     """
     with pytest.raises(UltimateError) as info:
@@ -146,9 +146,9 @@ def raises_code(code: str) -> Iterator[pytest.ExceptionInfo[UltimateError]]:
     assert info.value.code == code, f"expected {code}, got {info.value.code}: {info.value}"
 
 
-def record(introspect: JobIntrospection, job_id: str) -> JobRecord:
-    """``introspect.get(job_id)``, failing the test when the row is gone."""
-    row = introspect.get(job_id)
+def record(operator_store: OperatorStore, job_id: str) -> JobRecord:
+    """``driver.operator.get(job_id)``, failing the test when the row is gone."""
+    row = operator_store.get(job_id)
     assert row is not None, f"job {job_id} is not in the store"
     return row
 

@@ -47,12 +47,12 @@ def _queues() -> list[str]:
 
 def _rows(driver: JobDriver, **filters: Any) -> Iterator[JobRecord]:
     """Every row matching ``filters``, page by page."""
-    introspect = driver.introspect
-    if introspect is None:
+    operator_store = driver.operator
+    if operator_store is None:
         return
     after: str | None = None
     while True:
-        page = introspect.list(JobFilter(limit=MAX_JOB_PAGE, after=after, **filters))
+        page = operator_store.list(JobFilter(limit=MAX_JOB_PAGE, after=after, **filters))
         yield from page.rows
         if page.is_last:
             return

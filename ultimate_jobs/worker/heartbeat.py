@@ -86,18 +86,17 @@ class LeaseRenewal:
 
     def _registry_row_due(self, *, after_ms: int) -> WorkerInfo | None:
         """This worker's registry row when the last one written is ``after_ms`` old, else ``None``."""
-        if self.driver.introspect is None or self.clock.now_ms() - self._recorded_ms < after_ms:
+        if self.clock.now_ms() - self._recorded_ms < after_ms:
             return None
         return self._worker_info()
 
     def _record_worker(self, *, unless_within_ms: int = 0) -> None:
         """Write the registry row — unless the claim loop carried one within ``unless_within_ms``."""
         info = self._registry_row_due(after_ms=unless_within_ms)
-        introspect = self.driver.introspect
-        if info is None or introspect is None:
+        if info is None:
             return
         try:
-            introspect.record_worker(info)
+            self.driver.record_worker(info)
             self._recorded_ms = info.heartbeat_at_ms
         except Exception as exc:
             log_event(logging.WARNING, "jobs.worker.registry-failed", worker_id=self.worker_id, error=repr(exc))

@@ -109,8 +109,8 @@ def _renew_slots(worker: JobWorker, flights: list[InFlight]) -> None:
 
 def _unowned(worker: JobWorker, flight: InFlight) -> None:
     """The fence refused the renewal: the row was cancelled, or its lease lapsed and it was re-claimed."""
-    introspect = worker.driver.introspect
-    row = introspect.get(flight.job.id) if introspect is not None else None
+    operator_store = worker.driver.operator
+    row = operator_store.get(flight.job.id) if operator_store is not None else None
     if row is not None and row.state == "cancelled":
         flight.lost = True
         log_event(logging.WARNING, "jobs.job.cancelled", **flight.fields())

@@ -223,9 +223,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._beat_due.set()
         if self._beat_thread is not None:
             self._beat_thread.join(timeout=5)
-        introspect = self.driver.introspect
-        if introspect is not None:
-            introspect.remove_worker(self.worker_id)
+        self.driver.remove_worker(self.worker_id)
         self.driver.close()
 
     # -- the claim loop ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The in-memory driver: the whole driver contract in process maps, for tests and ``jobs_dev``.
 
 It passes the same conformance suite as Postgres: the live-key index, the claim fence, the
-final-attempt burial and every introspection member behave the same, error codes included. A claim
+final-attempt burial and every operator action behave the same, error codes included. A claim
 reads per-queue heaps (:mod:`.index`), never a sort of every row.
 """
 
@@ -13,6 +13,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from ...core.clock import Clock, system_clock
@@ -22,6 +23,7 @@ from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
+    MAX_WORKER_IN_FLIGHT,
     PURGE_BATCH,
     Ack,
     Claim,
@@ -33,6 +35,7 @@ from ..records import (
     Heartbeat,
     JobState,
     NackOptions,
+    Progress,
     QueueStats,
     StepRecord,
     WorkerInfo,
@@ -40,8 +43,9 @@ from ..records import (
     nack_counter,
     nack_state,
 )
+from .counters import CounterBuckets
 from .index import ClaimEntry, ClaimIndex, claim_order
-from .introspect import MemoryIntrospection
+from .operator import MemoryOperatorStore
 from .rows import MemoryRow, copy_step
 from .stores import MemoryBackfillStore, MemoryLeaderStore, MemoryLeaseStore, MemorySchedulerStore
 
@@ -72,7 +76,9 @@ class MemoryDriver:
         self.live: dict[tuple[str, str, str], str] = {}
         self._index = ClaimIndex(self.rows)
         self._listeners: list[WakeListener] = []
-        self._introspect = MemoryIntrospection(self)
+        self.registry: dict[str, WorkerInfo] = {}  # x_workers: the worker registry, by worker id
+        self.counters = CounterBuckets()  # x_job_counters
+        self._operator = MemoryOperatorStore(self)
         self._leases = MemoryLeaseStore(self.clock)
         self._leader = MemoryLeaderStore(self)
         self._scheduler_state = MemorySchedulerStore(self)
@@ -81,8 +87,8 @@ class MemoryDriver:
     # -- capabilities --------------------------------------------------------------------------
 
     @property
-    def introspect(self) -> MemoryIntrospection:
-        return self._introspect
+    def operator(self) -> MemoryOperatorStore:
+        return self._operator
 
     @property
     def leases(self) -> MemoryLeaseStore:
@@ -228,14 +234,14 @@ class MemoryDriver:
         if not queues:
             raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if record is not None:
-            self._introspect.record_worker(record)
+            self.record_worker(record)
         window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         claimed: list[ClaimedJob] = []
         with self.lock:
             now = self.clock.now_ms()
             lapsed: list[MemoryRow] = []
             offered: list[ClaimEntry] = []  # each queue's first rows in claim order, up to its cap
-            for queue in sorted(set(queues) - self._introspect.paused_queue_set):
+            for queue in sorted(set(queues) - self._operator.paused_queue_set):
                 lapsed += self._index.fall_due(queue, now)
                 cap = limit if queue_limits is None else min(limit, queue_limits.get(queue, limit))
                 offered += self._index.pop(queue, now, cap)
@@ -254,7 +260,7 @@ class MemoryDriver:
         state: Literal["failed", "dead"] = "failed" if row.name in drop_exhausted else "dead"
         self.set_state(row, state)
         row.last_error, row.last_code = LEASE_LAPSED_FINAL_ATTEMPT, None
-        self._introspect.count(row.name, state, 0)
+        self.counters.count(row.name, state, 0, now=self.clock.now_ms())
         return ExhaustedJob(
             id=row.id,
             run_id=row.run_id,
@@ -307,7 +313,7 @@ class MemoryDriver:
             if row is None:
                 return False
             self.set_state(row, "done")
-            self._introspect.count(row.name, "done", duration_ms or 0)
+            self.counters.count(row.name, "done", duration_ms or 0, now=self.clock.now_ms())
             return True
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
@@ -331,7 +337,7 @@ class MemoryDriver:
             self.set_state(row, target)
             counter = nack_counter(options)
             if counter is not None:
-                self._introspect.count(row.name, counter, options.duration_ms or 0)
+                self.counters.count(row.name, counter, options.duration_ms or 0, now=self.clock.now_ms())
             due = target == "ready" and row.run_at_ms <= self.clock.now_ms()
         if due:
             self.announce(row.queue)
@@ -357,10 +363,34 @@ class MemoryDriver:
             row.steps[step.name] = copy_step(step)
             return True
 
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        with self.lock:
+            row = self.owned_row(job_id, ref, "record_progress")
+            if row is None:
+                return False
+            row.progress = progress
+            return True
+
+    # -- the worker registry and the counters --------------------------------------------------
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        with self.lock:
+            self.registry[info.id] = replace(info, in_flight=tuple(info.in_flight[:MAX_WORKER_IN_FLIGHT]))
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self.lock:
+            self.registry.pop(worker_id, None)
+
+    def rollup_counters(self) -> int:
+        with self.lock:
+            return self.counters.fold(self.clock.now_ms())
+
+    # -- retention and stats -------------------------------------------------------------------
+
     def stats(self) -> list[QueueStats]:
         with self.lock:
             now = self.clock.now_ms()
-            paused = self._introspect.paused_queue_set
+            paused = self._operator.paused_queue_set
             counts: dict[str, dict[str, int]] = {}
             oldest: dict[str, int] = {}
             for row in self.rows.values():

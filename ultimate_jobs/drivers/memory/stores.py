@@ -95,7 +95,7 @@ class MemoryLeaderStore:
             acquired = held.acquired_at_ms if renewal and held is not None else now_ms
             lease = self._leases[name] = LeaderLease(name, holder, acquired, now_ms + ttl_ms)
             if rollup:
-                self._d.introspect.fold_counters(now_ms)
+                self._d.counters.fold(now_ms)
             return lease
 
     def release(self, name: str, holder: str) -> bool:
@@ -127,16 +127,16 @@ class MemorySchedulerStore:
             return {name: self._watermarks[name] for name in tasks}
 
     def fire(self, fire: Fire) -> FireResult:
-        introspect = self._d.introspect
+        operator_store = self._d.operator
         with self._d.lock:
-            if fire.task in introspect.paused_task_set:
+            if fire.task in operator_store.paused_task_set:
                 return FireResult("paused")
             if self._watermarks.get(fire.task) != fire.previous_ms:
                 return FireResult("fenced")
             deduping = [replace(r, on_conflict="dedupe") for r in fire.requests]  # as ON CONFLICT DO NOTHING
             answers, due = self._d.insert(deduping, fire.now_ms)
             self._watermarks[fire.task] = fire.watermark_ms
-            introspect.fires[fire.task] = TaskFire(fire.task, fire.occurrence_ms, fire.now_ms)
+            operator_store.fires[fire.task] = TaskFire(fire.task, fire.occurrence_ms, fire.now_ms)
         for queue in due:
             self._d.announce(queue)
         return FireResult("fired", sum(1 for a in answers if not a.deduped))

@@ -14,8 +14,9 @@ from ..records import Ack, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOp
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
 from .executor import Executor, django_executor, from_jsonb, jsonb
-from .introspect import PostgresIntrospection
+from .operator import PostgresOperatorStore
 from .queries import jobs as sql
+from .queries import scheduler as scheduler_sql
 from .rows import POSTGRES, canonical_id, enqueue_rows, is_uuid
 from .stores import PostgresBackfillStore, PostgresLeaseStore, PostgresSchedulerStore
 from .wake import conninfo_for, pool_probe, start_queue_wake
@@ -35,7 +36,7 @@ class PostgresDriver(SqlDriver):
     supports_listen = True
     dialect = POSTGRES
     sql = sql
-    parts = (PostgresIntrospection, PostgresLeaseStore, PostgresSchedulerStore, PostgresBackfillStore)
+    parts = (PostgresOperatorStore, PostgresLeaseStore, PostgresSchedulerStore, PostgresBackfillStore)
 
     def _executor(self, alias: str) -> Executor:
         return django_executor(alias)
@@ -173,6 +174,12 @@ class PostgresDriver(SqlDriver):
         rows = self.executor.query(sql.SQL_HEARTBEAT, params, binding="prepared") if valid else []
         # a miss is the caller's to judge: a renewal crossing the job's own settle is no lost lease
         return frozenset(str(r[0]) for r in rows)
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def rollup_counters(self) -> int:
+        [(folded,)] = self.executor.query(scheduler_sql.SQL_ROLLUP_COUNTERS, {"now": self._now()})
+        return int(folded)
 
     def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
         params = {"states": list(cutoffs), "before": list(cutoffs.values()), "limit": limit}

@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis
@@ -29,6 +30,7 @@ from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantEr
 from ..records import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
+    MAX_WORKER_IN_FLIGHT,
     PURGE_BATCH,
     Ack,
     Claim,
@@ -38,6 +40,7 @@ from ..records import (
     Heartbeat,
     JobState,
     NackOptions,
+    Progress,
     QueueStats,
     StepRecord,
     WorkerInfo,
@@ -46,9 +49,9 @@ from ..records import (
     nack_state,
 )
 from ..wake_hub import WakeHub
-from .introspect import RedisIntrospection
+from .operator import RedisOperatorStore
 from .queries import SCRIPTS
-from .rows import claimed_job, exhausted_job, step_json, text
+from .rows import claimed_job, exhausted_job, progress_json, step_json, text
 from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
 from .wake import RedisWake
 
@@ -117,7 +120,7 @@ def worker_doc(info: WorkerInfo) -> str:
 
 
 class RedisDriver:
-    """The whole driver protocol over Redis, with the operator surface, fleet leases, the scheduler's
+    """The whole driver protocol over Redis, with the operator's store, fleet leases, the scheduler's
     leader and watermarks, and the backfill ledger.
 
     ``client`` is a redis-py client (:meth:`from_url` builds one for a URL; ``ULTIMATE_JOBS["DRIVER"] =
@@ -159,7 +162,7 @@ class RedisDriver:
         self._scripts: dict[str, Script] = {
             name: self.client.register_script(source) for name, source in SCRIPTS.items()
         }
-        self._introspect = RedisIntrospection(self)
+        self._operator = RedisOperatorStore(self)
         self._leases = RedisLeaseStore(self)
         self._leader = RedisLeaderStore(self)
         self._scheduler_state = RedisSchedulerStore(self)
@@ -174,8 +177,8 @@ class RedisDriver:
     # -- capabilities --------------------------------------------------------------------------
 
     @property
-    def introspect(self) -> RedisIntrospection:
-        return self._introspect
+    def operator(self) -> RedisOperatorStore:
+        return self._operator
 
     @property
     def leases(self) -> RedisLeaseStore:
@@ -338,6 +341,26 @@ class RedisDriver:
         if not landed:
             self._unowned(job_id, ref, "save_step")
         return landed
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        landed = bool(self.run("record_progress", job_id, ref.worker_id, ref.claim, progress_json(progress)))
+        if not landed:
+            self._unowned(job_id, ref, "record_progress")
+        return landed
+
+    # -- the worker registry and the counters --------------------------------------------------
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        trimmed = replace(info, in_flight=tuple(info.in_flight[:MAX_WORKER_IN_FLIGHT]))
+        call(self, lambda: self.client.hset(self.key("workers"), info.id, worker_doc(trimmed)))
+
+    def remove_worker(self, worker_id: str) -> None:
+        call(self, lambda: self.client.hdel(self.key("workers"), worker_id))
+
+    def rollup_counters(self) -> int:
+        return int(self.run("rollup", str(self.clock.now_ms())))
+
+    # -- retention and stats -------------------------------------------------------------------
 
     def stats(self) -> list[QueueStats]:
         rows = self.run("stats", str(self.clock.now_ms()))

@@ -1,7 +1,8 @@
 """The driver protocol over SQL, written once: what the Postgres and SQLite drivers share (the stores they
-hold, the wake, the claim's frame, the settle of one step, stats). A backend's driver subclasses
-:class:`SqlDriver` with its dialect, its statements and the operations its algorithm decides differently —
-one statement on Postgres, one ``BEGIN IMMEDIATE`` transaction of several on SQLite."""
+hold, the wake, the claim's frame, the settle of one step, progress, the worker registry, stats). A
+backend's driver subclasses :class:`SqlDriver` with its dialect, its statements and the operations its
+algorithm decides differently — one statement on Postgres, one ``BEGIN IMMEDIATE`` transaction of several
+on SQLite."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..records import (
     ExhaustedJob,
     JobState,
     NackOptions,
+    Progress,
     QueueStats,
     StepRecord,
     WorkerInfo,
@@ -35,6 +37,7 @@ from ..records import (
 )
 from ..wake_hub import WakeHub
 from .dialect import Dialect, dumps
+from .rows import worker_params
 
 CLAIM_BURY_SCAN = 16
 """Rows a claim may lock beyond its caps, per queue, to bury lapsed final attempts on the way."""
@@ -61,12 +64,12 @@ class ClaimAsk:
 class SqlDriver(ABC):
     """The shared half of an SQL driver. A subclass names its ``dialect``, its hot-path catalogue ``sql``,
     the classes of its stores, and implements ``_claim``, ``_fence``, ``enqueue_many``, ``ack_many``,
-    ``nack``, ``heartbeat`` and ``purge_finished``."""
+    ``nack``, ``heartbeat``, ``purge_finished`` and ``rollup_counters``."""
 
     dialect: Dialect
     sql: ModuleType
     parts: tuple[Callable[[Any], Any], ...]
-    """The classes of ``driver.introspect``, ``driver.leases``, the scheduler's store (``driver.leader`` and
+    """The classes of ``driver.operator``, ``driver.leases``, the scheduler's store (``driver.leader`` and
     ``driver.scheduler_state``) and ``driver.backfills``, each built over the driver."""
 
     def __init__(
@@ -82,15 +85,15 @@ class SqlDriver(ABC):
         self.clock = clock or system_clock()
         self.visibility_timeout_ms = visibility_timeout_ms
         self._wakes: WakeHub[Any] = WakeHub(self._start_wake)
-        self._introspect, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
+        self._operator, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
 
     @abstractmethod
     def _executor(self, alias: str) -> Any:
         """The backend's executor over ``alias`` (when the caller passed none)."""
 
     @property
-    def introspect(self) -> Any:
-        return self._introspect
+    def operator(self) -> Any:
+        return self._operator
 
     @property
     def leases(self) -> Any:
@@ -260,6 +263,31 @@ class SqlDriver(ABC):
         if not landed:
             self._unowned(job_id, ref, "save_step")
         return bool(landed)
+
+    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
+        fenced = self._fence(job_id, ref.claim)
+        landed: Sequence[Any] = ()
+        if fenced is not None:
+            value = {"done": progress.done, "total": progress.total, "note": progress.note, "at_ms": progress.at_ms}
+            params = {"id": fenced[0], "worker": ref.worker_id, "claim": fenced[1], "progress": dumps(value)}
+            landed = self.executor.query(self.sql.SQL_RECORD_PROGRESS, params)
+        if not landed:
+            self._unowned(job_id, ref, "record_progress")
+        return bool(landed)
+
+    # -- the worker registry and the counters --------------------------------------------------
+
+    def record_worker(self, info: WorkerInfo) -> None:
+        self.executor.query(self.sql.SQL_RECORD_WORKER, worker_params(info, self.dialect))
+
+    def remove_worker(self, worker_id: str) -> None:
+        self.executor.query(self.sql.SQL_REMOVE_WORKER, {"id": worker_id})
+
+    @abstractmethod
+    def rollup_counters(self) -> int:
+        """Fold the counter buckets past their tier's retention at the driver's now; answers how many went."""
+
+    # -- retention and stats -------------------------------------------------------------------
 
     def purge_finished(self, *, before_ms: Mapping[JobState, int], limit: int = PURGE_BATCH) -> int:
         cutoffs = finished_cutoffs(before_ms, limit)

@@ -25,6 +25,7 @@ from ...core.clock import Clock
 from ...core.ids import new_id
 from ...errors import DriverUnavailableError, InvariantError
 from ..records import (
+    COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Ack,
     Enqueued,
@@ -39,8 +40,9 @@ from ..sql.dialect import canonical_id
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import JobRow, StepRow, claimed_job, exhausted_job, row_class, step_record, worker_params
 from .executor import SqliteExecutor
-from .introspect import SqliteIntrospection
+from .operator import SqliteOperatorStore
 from .queries import jobs as sql
+from .queries import stores as sql_stores
 from .rows import SQLITE, dashed, dumps, hex_id, ms, ts
 from .stores import SqliteBackfillStore, SqliteLeaseStore, SqliteSchedulerStore
 from .watch import WATCH_INTERVAL_MS, DataVersionWatch
@@ -75,7 +77,7 @@ class SqliteDriver(SqlDriver):
     supports_listen = True  # the watch on the file carries other processes' commits
     dialect = SQLITE
     sql = sql
-    parts = (SqliteIntrospection, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore)
+    parts = (SqliteOperatorStore, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore)
 
     def __init__(
         self,
@@ -328,6 +330,47 @@ class SqliteDriver(SqlDriver):
         landed = {dashed(r[0]) for r in rows}
         # a miss is the caller's to judge: a renewal crossing the job's own settle is no lost lease
         return frozenset(b.job_id for b in beats if canonical_id(b.job_id) in landed)
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def rollup_counters(self) -> int:
+        with self.executor.write():
+            return self.rollup_at(self._now())
+
+    def rollup_at(self, now_ms: int) -> int:
+        """The rollup at ``now_ms``, on the caller's transaction (the leader runs it in its renewal's)."""
+        cutoffs = {f"expired_{i}": ts(now_ms - keep - width) for i, (width, keep) in enumerate(COUNTER_TIERS)}
+        expired = self.executor.query(sql_stores.SQL_ROLLUP_EXPIRED, cutoffs)
+        if not expired:
+            return 0
+        folded: dict[tuple[str, int, int], list[int]] = {}
+        for _, job, width, bucket, done, retried, failed, dead, duration in expired:
+            bucket_ms = ms(bucket)
+            dest = next(
+                (w for w, keep in sorted(COUNTER_TIERS) if w > width and bucket_ms - bucket_ms % w + w > now_ms - keep),
+                None,
+            )
+            if dest is None:
+                continue  # past every tier's retention: dropped
+            sums = folded.setdefault((job, dest, bucket_ms - bucket_ms % dest), [0, 0, 0, 0, 0])
+            for i, value in enumerate((done, retried, failed, dead, duration)):
+                sums[i] += value
+        self.executor.query(sql_stores.SQL_ROLLUP_DELETE, {"ids": dumps([row[0] for row in expired])})
+        for (job, width, bucket_ms), (done, retried, failed, dead, duration) in folded.items():
+            self.executor.query(
+                sql_stores.SQL_COUNTER_ADD,
+                {
+                    "job": job,
+                    "width": width,
+                    "bucket": ts(bucket_ms),
+                    "done": done,
+                    "retried": retried,
+                    "failed": failed,
+                    "dead": dead,
+                    "duration": duration,
+                },
+            )
+        return len(expired)
 
     def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
         with self.executor.write():

@@ -57,7 +57,7 @@ class SqliteSchedulerStore(SqlSchedulerStore):
         with self._d.executor.write():
             rows = self._d.executor.query(sql_stores.SQL_LEADER_ACQUIRE, params)
             if rows and rollup:
-                self._d.introspect.rollup_at(now_ms)
+                self._d.rollup_at(now_ms)
         return leader_lease(LeaseRow._make(rows[0]), SQLITE) if rows else None
 
     _d: SqliteDriver

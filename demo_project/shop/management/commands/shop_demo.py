@@ -98,7 +98,7 @@ def render(result: ScenarioResult, *, events: bool = False) -> str:
             [(o.org_id, o.number, o.status, "yes" if o.charged else "no", o.charges, o.emailed) for o in result.orders],
         ),
         "",
-        "counters (driver.introspect.counter_totals)",
+        "counters (driver.operator.counter_totals)",
         table(
             ("job", "done", "retried", "failed", "dead"),
             [(c.job, c.done, c.retried, c.failed, c.dead) for c in result.counters],

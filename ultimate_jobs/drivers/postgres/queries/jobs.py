@@ -3,7 +3,7 @@
 An operator debugging a stuck queue can read and run the exact statement. Conventions: named
 parameters (``%(now)s``); the caller's clock is injected as epoch milliseconds and converted with
 ``to_timestamp(%(now)s / 1000.0)`` — no statement compares with the server's ``now()``; times come
-back as epoch ms. The operator statements live in :mod:`.introspect`.
+back as epoch ms. The operator statements live in :mod:`.operator`.
 """
 
 from __future__ import annotations
@@ -329,6 +329,23 @@ SET seq = excluded.seq, status = excluded.status, output = excluded.output, star
     finished_at = excluded.finished_at, wake_at = excluded.wake_at, meta = excluded.meta
 RETURNING s.id
 """
+
+# SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle (state = 'running'
+# AND worker_id AND claim): a body whose lease lapsed cannot report on the run that replaced it.
+# Primary key. Answers the id when it landed.
+SQL_RECORD_PROGRESS = """
+UPDATE x_jobs j
+SET progress = %(progress)s::jsonb
+WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
+RETURNING j.id
+"""
+
+# SQL_RECORD_WORKER — upsert a worker's registry row (primary key): the whole row is replaced, the
+# heartbeat included. The caller truncates in_flight to MAX_WORKER_IN_FLIGHT ids.
+SQL_RECORD_WORKER = RECORD_WORKER_UPSERT
+
+# SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
+SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = %(id)s"
 
 # SQL_STATS — per queue, the count of each LIVE state and the oldest due ready row, the dead-letter queue's
 # size, and whether the queue is paused. Every count is a range of x_jobs_state_queue_idx (state leads it),

@@ -1,17 +1,19 @@
-"""Every statement of the scheduler's storage — the leader lease, the watermarks and the fire — verbatim,
-one constant each (``driver.leader`` and ``driver.scheduler_state``).
+"""Every statement of the scheduler's storage — the leader lease, the watermarks and the fire — and of the
+counter rollup the leader owes, verbatim, one constant each (``driver.leader``, ``driver.scheduler_state``
+and ``driver.rollup_counters()``).
 
 The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch ms
 and converted with ``to_timestamp(%(now)s / 1000.0)`` (no statement compares with the server's
 ``now()``), times read back as epoch ms. The enqueue half of ``SQL_SCHEDULER_FIRE`` is ``SQL_ENQUEUE``'s
 own request recordset and insert (ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ), with its wake channel and
-horizon; the leader's rollup is ``SQL_ROLLUP_COUNTERS``'s own CTEs (ROLLUP_COUNTERS_CTES).
+horizon; the leader's rollup is ``SQL_ROLLUP_COUNTERS``'s own CTEs (ROLLUP_COUNTERS_CTES), written once
+here.
 """
 
 from __future__ import annotations
 
+from ...records import COUNTER_TIERS
 from ...sql.clauses import LEASE_TAKEOVER
-from .introspect import ROLLUP_COUNTERS_CTES
 from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
@@ -19,10 +21,65 @@ __all__ = [
     "SQL_LEADER_ACQUIRE_ROLLUP",
     "SQL_LEADER_CURRENT",
     "SQL_LEADER_RELEASE",
+    "SQL_ROLLUP_COUNTERS",
     "SQL_SCHEDULER_FIRE",
     "SQL_SCHEDULER_LOAD",
     "SQL_SCHEDULER_WATERMARKS",
 ]
+
+# -- the counter rollup (the leader's upkeep) ------------------------------------------------------
+
+_TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
+
+# The counter rollup's one algorithm, as CTEs every rollup statement shares (SQL_ROLLUP_COUNTERS, and
+# SQL_LEADER_ACQUIRE_ROLLUP below): the statement defines ``rollup_gate`` before them — a
+# relation that is empty when the rollup must not run. Every bucket past its tier's retention
+# (COUNTER_TIERS: 1-minute kept 24 h, 5-minute 7 d, 1-hour 30 d; a bucket is past it once it ENDED
+# keep ms or more before %(now)s) is deleted, and its counts are added into the narrowest wider tier
+# whose bucket containing it is still inside that tier's retention — the state folding tier by tier
+# reaches, in one step — or dropped when none is. A destination bucket is never one the statement
+# deletes, so no row is touched twice. Idempotent: a folded bucket is gone (x_job_counters_bucket_uniq,
+# ON CONFLICT adds). ``expired`` holds the buckets folded or dropped.
+ROLLUP_COUNTERS_CTES = f"""tiers AS (
+    SELECT * FROM (VALUES {_TIERS}) AS t(width_ms, keep_ms)
+),
+expired AS (
+    DELETE FROM x_job_counters c
+    USING tiers t
+    WHERE EXISTS (SELECT 1 FROM rollup_gate) AND c.width_ms = t.width_ms
+      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
+    RETURNING c.job, c.width_ms, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms,
+              c.done, c.retried, c.failed, c.dead, c.duration_ms
+),
+placed AS (
+    SELECT e.*, (
+        SELECT t.width_ms FROM tiers t
+        WHERE t.width_ms > e.width_ms
+          AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
+        ORDER BY t.width_ms
+        LIMIT 1
+    ) AS dest
+    FROM expired e
+),
+folded AS (
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT p.job, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0),
+           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms)
+    FROM placed p
+    WHERE p.dest IS NOT NULL
+    GROUP BY p.job, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest)
+    ON CONFLICT (job, width_ms, bucket) DO UPDATE
+    SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
+        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+)"""
+
+# SQL_ROLLUP_COUNTERS — driver.rollup_counters(): the rollup (ROLLUP_COUNTERS_CTES, always gated
+# open) at %(now)s, in ONE statement. Answers how many buckets were folded or dropped.
+SQL_ROLLUP_COUNTERS = f"""
+WITH rollup_gate AS (SELECT 1),
+{ROLLUP_COUNTERS_CTES}
+SELECT count(*) FROM expired
+"""
 
 # -- the leader lease ------------------------------------------------------------------------------
 

@@ -2,16 +2,18 @@
 module per entity — as the SQL backends keep their statements in ``queries/``.
 
 - :mod:`.prelude` — the key builders, state moves and helpers prepended to every script;
-- :mod:`.jobs` — enqueue, claim, settles, heartbeat, stats, purge, fleet slots (the hot path);
-- :mod:`.introspect` — the operator surface (``driver.introspect``);
-- :mod:`.scheduler` — the leader lease, watermarks and the fire; :mod:`.backfills` — the backfill ledger.
+- :mod:`.jobs` — enqueue, claim, settles, heartbeat, progress, stats, purge, fleet slots (the hot path: the
+  driver's own scripts);
+- :mod:`.operator` — the operator's reads and actions (``driver.operator``);
+- :mod:`.scheduler` — the leader lease, the counter rollup, watermarks and the fire;
+- :mod:`.backfills` — the backfill ledger.
 
 :data:`SCRIPTS` maps the name :meth:`RedisDriver.run` takes to the full source it registers.
 """
 
 from __future__ import annotations
 
-from . import backfills, introspect, jobs, scheduler
+from . import backfills, jobs, operator, scheduler
 from .prelude import HELPERS, PRELUDE
 
 _BODIES: dict[str, str] = {
@@ -25,18 +27,18 @@ _BODIES: dict[str, str] = {
     "stats": jobs.STATS,
     "purge": jobs.PURGE,
     "lease": jobs.LEASE,
-    "list": introspect.LIST,
-    "remove": introspect.REMOVE,
-    "requeue": introspect.REQUEUE,
-    "cancel": introspect.CANCEL,
-    "promote": introspect.PROMOTE,
-    "requeue_many": introspect.REQUEUE_MANY,
-    "remove_many": introspect.REMOVE_MANY,
-    "promote_many": introspect.PROMOTE_MANY,
-    "resume_queue": introspect.RESUME_QUEUE,
-    "rollup": introspect.ROLLUP,
+    "list": operator.LIST,
+    "remove": operator.REMOVE,
+    "requeue": operator.REQUEUE,
+    "cancel": operator.CANCEL,
+    "promote": operator.PROMOTE,
+    "requeue_many": operator.REQUEUE_MANY,
+    "remove_many": operator.REMOVE_MANY,
+    "promote_many": operator.PROMOTE_MANY,
+    "resume_queue": operator.RESUME_QUEUE,
     "leader_acquire": scheduler.LEADER_ACQUIRE,
     "leader_release": scheduler.LEADER_RELEASE,
+    "rollup": scheduler.ROLLUP,
     "scheduler_load": scheduler.SCHEDULER_LOAD,
     "scheduler_fire": scheduler.SCHEDULER_FIRE,
     "backfill_begin": backfills.BACKFILL_BEGIN,

@@ -1,6 +1,6 @@
-"""The Lua behind the Redis driver's scheduler storage: the leader lease (``driver.leader``), and the
-watermarks and one-script fire (``driver.scheduler_state``) — a fire's job rows land in the same script
-as its watermark."""
+"""The Lua behind the Redis driver's scheduler storage: the leader lease (``driver.leader``) and the counter
+rollup its leader owes (``driver.rollup_counters()``, or riding on the lease), and the watermarks and
+one-script fire (``driver.scheduler_state``) — a fire's job rows land in the same script as its watermark."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ local expires = fmt(num(now) + num(ttl))
 redis.call('HSET', k, 'holder', holder, 'acquired', acquired, 'expires', expires)
 if ARGV[5] == '1' then fold_counters(num(now)) end
 return {holder, acquired, expires}
+"""
+
+ROLLUP = r"""
+return fold_counters(num(ARGV[1]))
 """
 
 LEADER_RELEASE = r"""

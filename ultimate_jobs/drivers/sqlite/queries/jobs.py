@@ -5,7 +5,7 @@ An operator debugging a stuck queue can read and run the exact statement (``sqli
 text the caller computed from its own clock (:func:`~.rows.ts`) — no statement reads SQLite's clock; a
 list is a JSON array read with ``json_each``. SQLite runs one writer at a time, so an operation of
 several statements runs in one ``BEGIN IMMEDIATE`` transaction (``SqliteExecutor.write``) and is as
-atomic as Postgres's single statement. The operator statements live in :mod:`.introspect`.
+atomic as Postgres's single statement. The operator statements live in :mod:`.operator`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ VALUES (:id, :host, :pid, :started, :queues, :slots, :in_flight, :heartbeat)
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, queues = excluded.queues,
     slots = excluded.slots, in_flight = excluded.in_flight, heartbeat_at = excluded.heartbeat_at"""
+
+# SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
+SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = :id"
 
 # The columns every statement that inserts jobs sets, in this order.
 INSERT_JOBS_INTO = """INSERT INTO x_jobs (
@@ -207,6 +210,13 @@ WHERE EXISTS (
 ON CONFLICT (job_id, name) DO UPDATE
 SET seq = excluded.seq, status = excluded.status, output = excluded.output, started_at = excluded.started_at,
     finished_at = excluded.finished_at, wake_at = excluded.wake_at, meta = excluded.meta
+RETURNING id
+"""
+
+# SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle. Answers the id.
+SQL_RECORD_PROGRESS = """
+UPDATE x_jobs SET progress = :progress
+WHERE id = :id AND state = 'running' AND worker_id = :worker AND claim = :claim
 RETURNING id
 """
 

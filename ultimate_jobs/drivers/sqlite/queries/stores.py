@@ -1,8 +1,10 @@
-"""Every statement of the SQLite driver's stores — the scheduler's leader lease, watermarks and fires, and
-the backfill ledger — verbatim, one constant each. The conventions of :mod:`.jobs` hold here too."""
+"""Every statement of the SQLite driver's stores — the scheduler's leader lease, the counter rollup its
+leader owes (``driver.rollup_counters()``), watermarks and fires, and the backfill ledger — verbatim, one
+constant each. The conventions of :mod:`.jobs` hold here too."""
 
 from __future__ import annotations
 
+from ...records import COUNTER_TIERS
 from ...sql.clauses import LEASE_TAKEOVER
 
 # -- the leader lease (x_job_scheduler_leases) ------------------------------------------------------
@@ -24,6 +26,35 @@ SQL_LEADER_RELEASE = "DELETE FROM x_job_scheduler_leases WHERE name = :name AND 
 
 # SQL_LEADER_CURRENT — the stored lease of :name, live or lapsed (primary key).
 SQL_LEADER_CURRENT = "SELECT name, holder, acquired_at, expires_at FROM x_job_scheduler_leases WHERE name = :name"
+
+# -- the counter rollup the leader owes (x_job_counters) -------------------------------------------
+
+# A bucket is past its tier's retention once it ENDED keep ms or more before now: bucket <= now - keep -
+# width, one cutoff per tier (:expired_0 …, computed by the caller).
+_PAST_RETENTION = " OR ".join(
+    f"(c.width_ms = {width} AND c.bucket <= :expired_{i})" for i, (width, _) in enumerate(COUNTER_TIERS)
+)
+
+# SQL_ROLLUP_EXPIRED — the rollup's input: every bucket past its tier's retention. The caller places each
+# in the narrowest wider tier still retaining it (or drops it), deletes them (SQL_ROLLUP_DELETE) and adds
+# the folded sums (SQL_COUNTER_ADD), all in one transaction.
+SQL_ROLLUP_EXPIRED = f"""
+SELECT c.id, c.job, c.width_ms, c.bucket, c.done, c.retried, c.failed, c.dead, c.duration_ms
+FROM x_job_counters c
+WHERE {_PAST_RETENTION}
+"""
+
+# SQL_ROLLUP_DELETE — delete the counter rows :ids (a JSON array, primary key).
+SQL_ROLLUP_DELETE = "DELETE FROM x_job_counters WHERE id IN (SELECT value FROM json_each(:ids))"
+
+# SQL_COUNTER_ADD — add counts into the bucket (:job, :width, :bucket) (x_job_counters_bucket_uniq).
+SQL_COUNTER_ADD = """
+INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+VALUES (:job, :width, :bucket, :done, :retried, :failed, :dead, :duration)
+ON CONFLICT (job, width_ms, bucket) DO UPDATE
+SET done = done + excluded.done, retried = retried + excluded.retried, failed = failed + excluded.failed,
+    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
+"""
 
 # -- the watermarks (x_job_task_watermarks) --------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Every statement of the operator surface (``driver.introspect``), verbatim, one constant each.
+"""Every statement of the operator surface (``driver.operator``), verbatim, one constant each.
 
 The conventions of :mod:`.jobs` hold here too: named parameters, the caller's clock injected as epoch
 ms (``to_timestamp(%(now)s / 1000.0)``; no statement compares with the server's ``now()``), times
@@ -9,8 +9,7 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS
-from .jobs import JOB_COLUMNS, LIVE_STATES_SQL, RECORD_WORKER_UPSERT, STEP_COLUMNS, WAKE_CHANNEL
+from .jobs import JOB_COLUMNS, LIVE_STATES_SQL, STEP_COLUMNS, WAKE_CHANNEL
 
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
 
@@ -313,13 +312,6 @@ SQL_PAUSED_TASKS = 'SELECT task FROM x_job_paused_tasks ORDER BY task COLLATE "C
 
 # -- workers ---------------------------------------------------------------------------------------
 
-# SQL_RECORD_WORKER — upsert a worker's registry row (primary key): the whole row is replaced, the
-# heartbeat included. The caller truncates in_flight to MAX_WORKER_IN_FLIGHT ids.
-SQL_RECORD_WORKER = RECORD_WORKER_UPSERT
-
-# SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
-SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = %(id)s"
-
 # SQL_WORKERS — every live worker, oldest first: a row whose last heartbeat is one %(window)s or more
 # old is expired — deleted in the same statement and never answered. x_workers holds one row per
 # running worker process, so the scan is small.
@@ -358,69 +350,7 @@ GROUP BY c.job
 ORDER BY c.job COLLATE "C"
 """
 
-_TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
-
-# The counter rollup's one algorithm, as CTEs every rollup statement shares (SQL_ROLLUP_COUNTERS, and
-# SQL_LEADER_ACQUIRE_ROLLUP in .scheduler): the statement defines ``rollup_gate`` before them — a
-# relation that is empty when the rollup must not run. Every bucket past its tier's retention
-# (COUNTER_TIERS: 1-minute kept 24 h, 5-minute 7 d, 1-hour 30 d; a bucket is past it once it ENDED
-# keep ms or more before %(now)s) is deleted, and its counts are added into the narrowest wider tier
-# whose bucket containing it is still inside that tier's retention — the state folding tier by tier
-# reaches, in one step — or dropped when none is. A destination bucket is never one the statement
-# deletes, so no row is touched twice. Idempotent: a folded bucket is gone (x_job_counters_bucket_uniq,
-# ON CONFLICT adds). ``expired`` holds the buckets folded or dropped.
-ROLLUP_COUNTERS_CTES = f"""tiers AS (
-    SELECT * FROM (VALUES {_TIERS}) AS t(width_ms, keep_ms)
-),
-expired AS (
-    DELETE FROM x_job_counters c
-    USING tiers t
-    WHERE EXISTS (SELECT 1 FROM rollup_gate) AND c.width_ms = t.width_ms
-      AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
-    RETURNING c.job, c.width_ms, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms,
-              c.done, c.retried, c.failed, c.dead, c.duration_ms
-),
-placed AS (
-    SELECT e.*, (
-        SELECT t.width_ms FROM tiers t
-        WHERE t.width_ms > e.width_ms
-          AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
-        ORDER BY t.width_ms
-        LIMIT 1
-    ) AS dest
-    FROM expired e
-),
-folded AS (
-    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-    SELECT p.job, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0),
-           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms)
-    FROM placed p
-    WHERE p.dest IS NOT NULL
-    GROUP BY p.job, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest)
-    ON CONFLICT (job, width_ms, bucket) DO UPDATE
-    SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
-        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
-)"""
-
-# SQL_ROLLUP_COUNTERS — introspect.rollup_counters(): the rollup (ROLLUP_COUNTERS_CTES, always gated
-# open) at %(now)s, in ONE statement. Answers how many buckets were folded or dropped.
-SQL_ROLLUP_COUNTERS = f"""
-WITH rollup_gate AS (SELECT 1),
-{ROLLUP_COUNTERS_CTES}
-SELECT count(*) FROM expired
-"""
-
-# -- progress and task fires -----------------------------------------------------------------------
-
-# SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle (state = 'running'
-# AND worker_id AND claim): a body whose lease lapsed cannot report on the run that replaced it.
-# Primary key. Answers the id when it landed.
-SQL_RECORD_PROGRESS = """
-UPDATE x_jobs j
-SET progress = %(progress)s::jsonb
-WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
-RETURNING j.id
-"""
+# -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name in code-point order,
 # at most %(limit)s rows (primary key).

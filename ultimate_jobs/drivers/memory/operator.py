@@ -1,11 +1,10 @@
-"""The memory driver's operator surface (``driver.introspect``, the ``JobIntrospection`` contract)."""
+"""The memory driver's operator store (``driver.operator``, the ``OperatorStore`` contract): reads and
+operator actions over the driver's rows, its worker registry and its counters (:mod:`.counters`)."""
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ...errors import (
     JobDuplicateError,
@@ -15,22 +14,18 @@ from ...errors import (
     JobNotRequeueableError,
 )
 from ..records import (
-    COUNTER_TIERS,
     LIVE_STATES,
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
-    MAX_WORKER_IN_FLIGHT,
     PROMOTABLE_STATES,
     REQUEUEABLE_STATES,
     BulkFilter,
     BulkResult,
-    ClaimRef,
     CounterBucket,
     CounterTotals,
     JobFilter,
     JobPage,
     JobRecord,
-    Progress,
     StepRecord,
     TaskFire,
     WorkerInfo,
@@ -42,20 +37,16 @@ from .rows import MemoryRow, copy_step
 if TYPE_CHECKING:
     from .driver import MemoryDriver
 
-CounterField = Literal["done", "retried", "failed", "dead"]
 
-
-class MemoryIntrospection:
-    """``driver.introspect`` for the memory driver. Shares the driver's lock and rows."""
+class MemoryOperatorStore:
+    """``driver.operator`` for the memory driver. Shares the driver's lock, rows, registry and counters; holds
+    the pauses and the task fires."""
 
     def __init__(self, driver: MemoryDriver) -> None:
         self._d = driver
         self.paused_queue_set: set[str] = set()
         self.paused_task_set: set[str] = set()  # read by the scheduler store's fire
-        self._workers: dict[str, WorkerInfo] = {}
         self.fires: dict[str, TaskFire] = {}  # written by the scheduler store's fire
-        # (job, width_ms, bucket_ms) -> [done, retried, failed, dead, duration_ms]
-        self._counters: dict[tuple[str, int, int], list[int]] = {}
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -256,81 +247,25 @@ class MemoryIntrospection:
 
     # -- workers -------------------------------------------------------------------------------
 
-    def record_worker(self, info: WorkerInfo) -> None:
-        with self._d.lock:
-            self._workers[info.id] = replace(info, in_flight=tuple(info.in_flight[:MAX_WORKER_IN_FLIGHT]))
-
-    def remove_worker(self, worker_id: str) -> None:
-        with self._d.lock:
-            self._workers.pop(worker_id, None)
-
     def workers(self) -> builtins.list[WorkerInfo]:
         with self._d.lock:
             cutoff = self._d.clock.now_ms() - self._d.visibility_timeout_ms
-            for worker_id in [w.id for w in self._workers.values() if w.heartbeat_at_ms <= cutoff]:
-                del self._workers[worker_id]
-            return sorted(self._workers.values(), key=lambda w: (w.started_at_ms, w.id))
+            registry = self._d.registry
+            for worker_id in [w.id for w in registry.values() if w.heartbeat_at_ms <= cutoff]:
+                del registry[worker_id]
+            return sorted(registry.values(), key=lambda w: (w.started_at_ms, w.id))
 
     # -- counters ------------------------------------------------------------------------------
 
-    def count(self, job: str, outcome: CounterField, duration_ms: int) -> None:
-        """Move one counter in the settling call (callers hold the driver lock)."""
-        width = COUNTER_TIERS[0][0]
-        now = self._d.clock.now_ms()
-        bucket = self._counters.setdefault((job, width, now - now % width), [0, 0, 0, 0, 0])
-        bucket[("done", "retried", "failed", "dead").index(outcome)] += 1
-        bucket[4] += duration_ms
-
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
         with self._d.lock:
-            return sorted(
-                (
-                    _bucket(name, width, start, values)
-                    for (name, width, start), values in self._counters.items()
-                    if name == job and start + width > since_ms
-                ),
-                key=lambda b: (b.bucket_ms, b.width_ms),
-            )
+            return self._d.counters.of(job, since_ms)
 
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
         with self._d.lock:
-            totals: dict[str, list[int]] = {}
-            for (name, width, start), values in self._counters.items():
-                if start + width > since_ms:
-                    into = totals.setdefault(name, [0, 0, 0, 0, 0])
-                    for i, value in enumerate(values):
-                        into[i] += value
-            return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
+            return self._d.counters.totals(since_ms)
 
-    def rollup_counters(self) -> int:
-        with self._d.lock:
-            return self.fold_counters(self._d.clock.now_ms())
-
-    def fold_counters(self, now: int) -> int:
-        """The rollup at ``now`` (callers hold the driver lock) — SQL_ROLLUP_COUNTERS's algorithm: every
-        bucket past its tier's retention is taken out first, then each is added into the narrowest wider
-        tier whose bucket containing it is still retained, or dropped. Answers how many were taken out."""
-        keep = dict(COUNTER_TIERS)
-        expired = [key for key in self._counters if key[2] + key[1] <= now - keep[key[1]]]
-        for job, width, start in expired:
-            values = self._counters.pop((job, width, start))
-            for wider, wider_keep in COUNTER_TIERS:
-                if wider > width and start - start % wider + wider > now - wider_keep:
-                    into = self._counters.setdefault((job, wider, start - start % wider), [0, 0, 0, 0, 0])
-                    for i, value in enumerate(values):
-                        into[i] += value
-                    break
-        return len(expired)
-
-    # -- progress and task fires ---------------------------------------------------------------
-
-    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
-        with self._d.lock:
-            row = self._d.owned_row(job_id, ref, "record_progress")
-            if row is None:
-                return False
-            row.progress = progress
-            return True
+    # -- task fires ----------------------------------------------------------------------------
 
     def task_fires(self) -> builtins.list[TaskFire]:
         with self._d.lock:
@@ -348,8 +283,3 @@ def _matches(row: MemoryRow, flt: JobFilter) -> bool:
         and (flt.created_from_ms is None or row.created_at_ms >= flt.created_from_ms)
         and (flt.created_to_ms is None or row.created_at_ms < flt.created_to_ms)
     )
-
-
-def _bucket(job: str, width: int, start: int, values: Iterable[int]) -> CounterBucket:
-    done, retried, failed, dead, duration = values
-    return CounterBucket(job, start, width, done, retried, failed, dead, duration)

@@ -1,5 +1,5 @@
-"""The Lua behind the Redis driver's operator surface (``driver.introspect``): list, remove, requeue,
-cancel, promote, the bulk forms, a queue's resume and the counters' rollup."""
+"""The Lua behind the Redis driver's operator store (``driver.operator``): list, remove, requeue, cancel,
+promote, the bulk forms and a queue's resume."""
 
 from __future__ import annotations
 
@@ -158,8 +158,4 @@ RESUME_QUEUE = r"""
 redis.call('SREM', T .. ':paused:queues', ARGV[1])
 wake(ARGV[1])
 return 1
-"""
-
-ROLLUP = r"""
-return fold_counters(num(ARGV[1]))
 """

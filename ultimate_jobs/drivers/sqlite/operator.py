@@ -1,5 +1,5 @@
-"""The SQLite driver's operator surface (``JobIntrospection``): the memory driver's semantics, error codes
-included, over the statements of :mod:`.queries.introspect`. An operation that reads before it writes runs in
+"""The SQLite driver's operator store (``OperatorStore``): the memory driver's semantics, error codes
+included, over the statements of :mod:`.queries.operator`. An operation that reads before it writes runs in
 one ``BEGIN IMMEDIATE`` transaction, so the row a refusal names is the row the operation saw."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import builtins
 from typing import Any
 
 from ..records import COUNTER_TIERS, MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
-from ..sql import introspect as shared
-from .queries import introspect as sql
+from ..sql import operator as shared
 from .queries import jobs as sql_hot
-from .rows import dashed, dumps, ms, ts
+from .queries import operator as sql
+from .rows import dashed, dumps, ts
 
 
-class SqliteIntrospection(shared.SqlIntrospection):
-    """``driver.introspect`` for the SQLite driver.
+class SqliteOperatorStore(shared.SqlOperatorStore):
+    """``driver.operator`` for the SQLite driver.
 
-    >>> SqliteDriver(alias="default").introspect.list(JobFilter(state="dead", limit=20))
+    >>> SqliteDriver(alias="default").operator.list(JobFilter(state="dead", limit=20))
     """
 
     sql = sql
@@ -125,42 +125,3 @@ class SqliteIntrospection(shared.SqlIntrospection):
 
     def _ends_after(self, since_ms: int) -> dict[str, Any]:
         return {f"after_{i}": ts(since_ms - width) for i, (width, _) in enumerate(COUNTER_TIERS)}
-
-    def rollup_counters(self) -> int:
-        with self._d.executor.write():
-            return self.rollup_at(self._now())
-
-    def rollup_at(self, now_ms: int) -> int:
-        """The rollup at ``now_ms``, on the caller's transaction (the leader runs it with its renewal)."""
-        cutoffs = {f"expired_{i}": ts(now_ms - keep - width) for i, (width, keep) in enumerate(COUNTER_TIERS)}
-        expired = self._query(sql.SQL_ROLLUP_EXPIRED, cutoffs)
-        if not expired:
-            return 0
-        folded: dict[tuple[str, int, int], list[int]] = {}
-        for _, job, width, bucket, done, retried, failed, dead, duration in expired:
-            bucket_ms = ms(bucket)
-            dest = next(
-                (w for w, keep in sorted(COUNTER_TIERS) if w > width and bucket_ms - bucket_ms % w + w > now_ms - keep),
-                None,
-            )
-            if dest is None:
-                continue  # past every tier's retention: dropped
-            sums = folded.setdefault((job, dest, bucket_ms - bucket_ms % dest), [0, 0, 0, 0, 0])
-            for i, value in enumerate((done, retried, failed, dead, duration)):
-                sums[i] += value
-        self._query(sql.SQL_ROLLUP_DELETE, {"ids": dumps([row[0] for row in expired])})
-        for (job, width, bucket_ms), (done, retried, failed, dead, duration) in folded.items():
-            self._query(
-                sql.SQL_COUNTER_ADD,
-                {
-                    "job": job,
-                    "width": width,
-                    "bucket": ts(bucket_ms),
-                    "done": done,
-                    "retried": retried,
-                    "failed": failed,
-                    "dead": dead,
-                    "duration": duration,
-                },
-            )
-        return len(expired)

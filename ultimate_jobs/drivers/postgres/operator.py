@@ -1,5 +1,5 @@
-"""The Postgres driver's operator surface (``JobIntrospection``): the memory driver's semantics, error
-codes included, over the ``SQL_*`` statements of :mod:`.queries.introspect`.
+"""The Postgres driver's operator store (``OperatorStore``): the memory driver's semantics, error
+codes included, over the ``SQL_*`` statements of :mod:`.queries.operator`.
 
 Every operation is one statement — a refusal is decided in Python from what that statement saw, so
 the row the refusal names is the row the statement locked. A requeue wraps its statement in
@@ -16,8 +16,8 @@ from django.db import IntegrityError, transaction
 
 from ...errors import JobDuplicateError
 from ..records import MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
-from ..sql import introspect as shared
-from .queries import introspect as sql
+from ..sql import operator as shared
+from .queries import operator as sql
 
 LIVE_KEY_INDEX = "x_jobs_name_tenant_idempotency_live_idx"
 """The partial unique index whose violation means "a live job holds this key" (X_JOB_DUPLICATE)."""
@@ -26,10 +26,10 @@ REQUEUE_MANY_TRIES = 3
 """How often requeue_many re-runs after a concurrent enqueue took one of its keys mid-statement."""
 
 
-class PostgresIntrospection(shared.SqlIntrospection):
-    """``driver.introspect`` for the Postgres driver: every operation one statement.
+class PostgresOperatorStore(shared.SqlOperatorStore):
+    """``driver.operator`` for the Postgres driver: every operation one statement.
 
-    >>> PostgresDriver(alias="default").introspect.list(JobFilter(state="dead", limit=20))
+    >>> PostgresDriver(alias="default").operator.list(JobFilter(state="dead", limit=20))
     """
 
     sql = sql
@@ -125,10 +125,6 @@ class PostgresIntrospection(shared.SqlIntrospection):
 
     def _ends_after(self, since_ms: int) -> dict[str, Any]:
         return {"since": since_ms}
-
-    def rollup_counters(self) -> int:
-        [(folded,)] = self._query(sql.SQL_ROLLUP_COUNTERS, {"now": self._now()})
-        return int(folded)
 
 
 def _holds_live_key(exc: IntegrityError) -> bool:

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from tests.helpers import eventually
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.postgres.introspect import PostgresIntrospection
+from ultimate_jobs.drivers.postgres.operator import PostgresOperatorStore
 from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.drivers.records import COUNTER_TIERS, BulkFilter, BulkResult, ClaimRef, JobFilter, Progress
@@ -51,9 +51,9 @@ def driver(clock: FrozenClock) -> PostgresDriver:
 
 
 @pytest.fixture
-def introspect(driver: PostgresDriver) -> PostgresIntrospection:
-    surface = driver.introspect
-    assert isinstance(surface, PostgresIntrospection)
+def operator_store(driver: PostgresDriver) -> PostgresOperatorStore:
+    surface = driver.operator
+    assert isinstance(surface, PostgresOperatorStore)
     return surface
 
 
@@ -100,34 +100,34 @@ def announced(conninfo: str) -> Iterator[Callable[[Callable[[], object]], list[s
 @pytest.mark.django_db(transaction=True)
 def test_operator_statements_announce_their_queue(
     driver: PostgresDriver,
-    introspect: PostgresIntrospection,
+    operator_store: PostgresOperatorStore,
     clock: FrozenClock,
     announced: Callable[[Callable[[], object]], list[str]],
 ) -> None:
     later = clock.now_ms() + 60_000
     delayed = driver.enqueue(request(queue="q-promote", run_at_ms=later)).id
-    assert announced(lambda: introspect.promote(delayed)) == ["q-promote"]
+    assert announced(lambda: operator_store.promote(delayed)) == ["q-promote"]
 
     driver.enqueue_many([request(queue="q-many", run_at_ms=later) for _ in range(3)])
     driver.enqueue(request(queue="q-other", run_at_ms=later))
-    assert sorted(announced(lambda: introspect.promote_many(BulkFilter(state="delayed")))) == ["q-many", "q-other"]
+    assert sorted(announced(lambda: operator_store.promote_many(BulkFilter(state="delayed")))) == ["q-many", "q-other"]
 
     done = enqueue_finished(driver, request(queue="q-requeue"))
-    assert announced(lambda: introspect.requeue(done)) == ["q-requeue"]
+    assert announced(lambda: operator_store.requeue(done)) == ["q-requeue"]
 
     cancelled = [driver.enqueue(request(queue="q-bulk")).id for _ in range(2)]
     for job_id in cancelled:
-        assert introspect.cancel(job_id) is not None
-    assert announced(lambda: introspect.requeue_many(BulkFilter(state="cancelled"))) == ["q-bulk"]
+        assert operator_store.cancel(job_id) is not None
+    assert announced(lambda: operator_store.requeue_many(BulkFilter(state="cancelled"))) == ["q-bulk"]
 
-    introspect.pause_queue("q-paused")
-    assert announced(lambda: introspect.resume_queue("q-paused")) == ["q-paused"]
+    operator_store.pause_queue("q-paused")
+    assert announced(lambda: operator_store.resume_queue("q-paused")) == ["q-paused"]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_refusals_and_quiet_operations_announce_nothing(
     driver: PostgresDriver,
-    introspect: PostgresIntrospection,
+    operator_store: PostgresOperatorStore,
     clock: FrozenClock,
     announced: Callable[[Callable[[], object]], list[str]],
 ) -> None:
@@ -135,14 +135,14 @@ def test_refusals_and_quiet_operations_announce_nothing(
 
     def refused() -> None:
         with pytest.raises(UltimateError):
-            introspect.promote(due)
+            operator_store.promote(due)
         with pytest.raises(UltimateError):
-            introspect.requeue(due)
+            operator_store.requeue(due)
 
     assert announced(refused) == []
-    assert announced(lambda: introspect.promote_many(BulkFilter(state="ready"))) == []
-    assert announced(lambda: introspect.cancel(due)) == []
-    assert announced(lambda: introspect.pause_queue("q-quiet")) == []
+    assert announced(lambda: operator_store.promote_many(BulkFilter(state="ready"))) == []
+    assert announced(lambda: operator_store.cancel(due)) == []
+    assert announced(lambda: operator_store.pause_queue("q-quiet")) == []
 
 
 # -- the live-key race -------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def _blocked_on_a_lock(admin: psycopg.Connection[Any]) -> bool:
 
 @pytest.mark.django_db(transaction=True)
 def test_requeue_that_loses_the_key_to_a_concurrent_enqueue_is_duplicate(
-    driver: PostgresDriver, introspect: PostgresIntrospection, conninfo: str, admin: psycopg.Connection[Any]
+    driver: PostgresDriver, operator_store: PostgresOperatorStore, conninfo: str, admin: psycopg.Connection[Any]
 ) -> None:
     done = enqueue_finished(driver, request(key="raced"))
     other, holder = _hold_key_uncommitted(conninfo, "raced")
@@ -197,9 +197,9 @@ def test_requeue_that_loses_the_key_to_a_concurrent_enqueue_is_duplicate(
         # Inside the caller's transaction: the refusal must leave it usable (a savepoint rolled back).
         with transaction.atomic():
             try:
-                introspect.requeue(done)
+                operator_store.requeue(done)
             except UltimateError as exc:
-                row = introspect.get(done)
+                row = operator_store.get(done)
                 assert row is not None
                 return exc, row.state
         return None, "requeued"
@@ -220,12 +220,12 @@ def test_requeue_that_loses_the_key_to_a_concurrent_enqueue_is_duplicate(
 
 @pytest.mark.django_db(transaction=True)
 def test_requeue_many_that_loses_a_key_runs_again_and_skips_it(
-    driver: PostgresDriver, introspect: PostgresIntrospection, conninfo: str, admin: psycopg.Connection[Any]
+    driver: PostgresDriver, operator_store: PostgresOperatorStore, conninfo: str, admin: psycopg.Connection[Any]
 ) -> None:
     raced = enqueue_finished(driver, request(key="raced-many"))
     free = enqueue_finished(driver, request(key="free-many"))
     other, _holder = _hold_key_uncommitted(conninfo, "raced-many")
-    thread, out = _in_thread(lambda: introspect.requeue_many(BulkFilter(state="done")))
+    thread, out = _in_thread(lambda: operator_store.requeue_many(BulkFilter(state="done")))
     try:
         eventually(lambda: _blocked_on_a_lock(admin), timeout=WAIT)
         other.commit()
@@ -233,7 +233,7 @@ def test_requeue_many_that_loses_a_key_runs_again_and_skips_it(
         other.close()
     thread.join(WAIT)
     assert out == {"value": BulkResult(affected=1, remaining=0)}
-    states = {job_id: record(introspect, job_id).state for job_id in (raced, free)}
+    states = {job_id: record(operator_store, job_id).state for job_id in (raced, free)}
     assert states == {raced: "done", free: "ready"}
 
 
@@ -242,35 +242,38 @@ def test_requeue_many_that_loses_a_key_runs_again_and_skips_it(
 
 @pytest.mark.django_db
 def test_an_id_that_is_not_a_uuid_names_no_row(
-    introspect: PostgresIntrospection, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+    driver: PostgresDriver,
+    operator_store: PostgresOperatorStore,
+    clock: FrozenClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     for bad in ("not-a-uuid", "", "42"):
-        assert introspect.get(bad) is None and introspect.steps(bad) == []
-        assert introspect.cancel(bad) is None
-        for op in (introspect.remove, introspect.requeue, introspect.promote):
+        assert operator_store.get(bad) is None and operator_store.steps(bad) == []
+        assert operator_store.cancel(bad) is None
+        for op in (operator_store.remove, operator_store.requeue, operator_store.promote):
             with raises_code("X_JOB_NOT_FOUND"):
                 op(bad)
     progress = Progress(done=1, total=None, note=None, at_ms=clock.now_ms())
-    assert introspect.record_progress("nope", ClaimRef("w1", "not-a-claim"), progress) is False
+    assert driver.record_progress("nope", ClaimRef("w1", "not-a-claim"), progress) is False
     assert [r.getMessage() for r in caplog.records] == ["jobs.settle.unowned"]
 
 
 @pytest.mark.django_db
-def test_a_claim_that_is_not_a_uuid_misses(driver: PostgresDriver, introspect: PostgresIntrospection) -> None:
+def test_a_claim_that_is_not_a_uuid_misses(driver: PostgresDriver, operator_store: PostgresOperatorStore) -> None:
     driver.enqueue(request())
     job = claim_one(driver)
     progress = Progress(done=1, total=2, note="n", at_ms=0)
-    assert introspect.record_progress(job.id, ClaimRef(job.worker_id, "garbage"), progress) is False
-    assert introspect.record_progress(job.id, job.ref, progress) is True
+    assert driver.record_progress(job.id, ClaimRef(job.worker_id, "garbage"), progress) is False
+    assert driver.record_progress(job.id, job.ref, progress) is True
 
 
 @pytest.mark.django_db
-def test_list_id_prefix_is_exact(driver: PostgresDriver, introspect: PostgresIntrospection) -> None:
+def test_list_id_prefix_is_exact(driver: PostgresDriver, operator_store: PostgresOperatorStore) -> None:
     a = driver.enqueue(request(id=fixed_id("abcdef01", 1))).id
     b = driver.enqueue(request(id=fixed_id("abcdef02", 2))).id
 
     def ids(prefix: str) -> set[str]:
-        return {r.id for r in introspect.list(JobFilter(id_prefix=prefix)).rows}
+        return {r.id for r in operator_store.list(JobFilter(id_prefix=prefix)).rows}
 
     assert ids("") == ids("abcdef0") == {a, b}
     assert ids("abcdef01") == ids("abcdef01-") == ids(a) == {a}
@@ -280,12 +283,12 @@ def test_list_id_prefix_is_exact(driver: PostgresDriver, introspect: PostgresInt
 
 
 @pytest.mark.django_db
-def test_a_wellformed_cursor_whose_id_is_not_a_uuid_is_refused(introspect: PostgresIntrospection) -> None:
+def test_a_wellformed_cursor_whose_id_is_not_a_uuid_is_refused(operator_store: PostgresOperatorStore) -> None:
     import base64
 
     cursor = "jc1." + base64.urlsafe_b64encode(b'{"c":1,"i":"x"}').decode().rstrip("=")
     with raises_code("X_JOB_PAGE_INVALID") as info:
-        introspect.list(JobFilter(after=cursor))
+        operator_store.list(JobFilter(after=cursor))
     assert info.value.meta == {"cursor": "after"}
 
 
@@ -301,8 +304,8 @@ def _month_of_counters(driver: Any, clock: FrozenClock) -> list[list[tuple[int, 
             settle_done(driver, name, duration_ms=step)
             clock.advance(37_000)
         clock.advance(86_400_000 - 23 * 60_000 + step * 61_000)
-        driver.introspect.rollup_counters()
-        buckets = driver.introspect.counters(job=name, since_ms=0)
+        driver.rollup_counters()
+        buckets = driver.operator.counters(job=name, since_ms=0)
         snapshots.append([(b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in buckets])
     return snapshots
 

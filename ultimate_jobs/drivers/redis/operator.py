@@ -1,4 +1,4 @@
-"""The Redis driver's operator surface (``JobIntrospection``): every member a script or one read."""
+"""The Redis driver's operator store (``OperatorStore``): every member a script or one read."""
 
 from __future__ import annotations
 
@@ -21,20 +21,18 @@ from ..records import (
     REQUEUEABLE_STATES,
     BulkFilter,
     BulkResult,
-    ClaimRef,
     CounterBucket,
     CounterTotals,
     JobFilter,
     JobPage,
     JobRecord,
-    Progress,
     StepRecord,
     TaskFire,
     WorkerInfo,
     check_page,
     decode_cursor,
 )
-from .rows import job_record, pairs, progress_json, steps_in_order, text
+from .rows import job_record, pairs, steps_in_order, text
 
 if TYPE_CHECKING:
     from .driver import RedisDriver
@@ -52,8 +50,8 @@ def _bulk_doc(flt: BulkFilter) -> str:
     return json.dumps({"state": flt.state, "queue": flt.queue, "name": flt.name, "tenant": flt.tenant_id})
 
 
-class RedisIntrospection:
-    """``driver.introspect`` for the Redis driver."""
+class RedisOperatorStore:
+    """``driver.operator`` for the Redis driver."""
 
     def __init__(self, driver: RedisDriver) -> None:
         self._d = driver
@@ -195,24 +193,6 @@ class RedisIntrospection:
 
     # -- workers -------------------------------------------------------------------------------
 
-    def record_worker(self, info: WorkerInfo) -> None:
-        from .driver import worker_doc
-
-        trimmed = WorkerInfo(
-            id=info.id,
-            host=info.host,
-            pid=info.pid,
-            started_at_ms=info.started_at_ms,
-            queues=info.queues,
-            slots=info.slots,
-            in_flight=tuple(info.in_flight[:MAX_WORKER_IN_FLIGHT]),
-            heartbeat_at_ms=info.heartbeat_at_ms,
-        )
-        self._read(lambda c: c.hset(self._d.key("workers"), info.id, worker_doc(trimmed)))
-
-    def remove_worker(self, worker_id: str) -> None:
-        self._read(lambda c: c.hdel(self._d.key("workers"), worker_id))
-
     def workers(self) -> builtins.list[WorkerInfo]:
         stored = self._read(lambda c: c.hgetall(self._d.key("workers")))
         cutoff = self._d.clock.now_ms() - self._d.visibility_timeout_ms
@@ -269,16 +249,7 @@ class RedisIntrospection:
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
 
-    def rollup_counters(self) -> int:
-        return int(self._d.run("rollup", str(self._d.clock.now_ms())))
-
-    # -- progress and task fires ---------------------------------------------------------------
-
-    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
-        landed = bool(self._d.run("record_progress", job_id, ref.worker_id, ref.claim, progress_json(progress)))
-        if not landed:
-            self._d._unowned(job_id, ref, "record_progress")
-        return landed
+    # -- task fires ----------------------------------------------------------------------------
 
     def task_fires(self) -> builtins.list[TaskFire]:
         stored = self._read(lambda c: c.hgetall(self._d.key("fires")))

@@ -1,4 +1,4 @@
-"""Every statement of the SQLite driver's operator surface (``driver.introspect``), verbatim, one constant
+"""Every statement of the SQLite driver's operator surface (``driver.operator``), verbatim, one constant
 each. The conventions of :mod:`.jobs` hold here too. An optional filter is ``(:x IS NULL OR col = :x)``.
 An operation of several statements (a requeue: read, check, move, cut its steps) runs in one
 ``BEGIN IMMEDIATE`` transaction, so the row a refusal names is the row it read."""
@@ -6,7 +6,6 @@ An operation of several statements (a requeue: read, check, move, cut its steps)
 from __future__ import annotations
 
 from ...records import COUNTER_TIERS
-from . import jobs
 from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 
 # -- reads -----------------------------------------------------------------------------------------
@@ -191,12 +190,6 @@ SQL_PAUSED_TASKS = "SELECT task FROM x_job_paused_tasks ORDER BY task"
 
 # -- workers ---------------------------------------------------------------------------------------
 
-# SQL_RECORD_WORKER — upsert a worker's registry row (the hot path's statement, run by record_worker too).
-SQL_RECORD_WORKER = jobs.SQL_RECORD_WORKER
-
-# SQL_REMOVE_WORKER — drop a worker's registry row (a clean shutdown); an unknown id is a no-op.
-SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = :id"
-
 # SQL_EXPIRE_WORKERS — drop registry rows whose last heartbeat is :cutoff or older.
 SQL_EXPIRE_WORKERS = "DELETE FROM x_workers WHERE heartbeat_at <= :cutoff"
 
@@ -235,41 +228,7 @@ GROUP BY c.job
 ORDER BY c.job
 """
 
-# A bucket is past its tier's retention once it ENDED keep ms or more before now: bucket <= now - keep -
-# width, one cutoff per tier (:expired_0 …, computed by the caller).
-_PAST_RETENTION = " OR ".join(
-    f"(c.width_ms = {width} AND c.bucket <= :expired_{i})" for i, (width, _) in enumerate(COUNTER_TIERS)
-)
-
-# SQL_ROLLUP_EXPIRED — the rollup's input: every bucket past its tier's retention. The caller places each
-# in the narrowest wider tier still retaining it (or drops it), deletes them (SQL_ROLLUP_DELETE) and adds
-# the folded sums (SQL_COUNTER_ADD), all in one transaction.
-SQL_ROLLUP_EXPIRED = f"""
-SELECT c.id, c.job, c.width_ms, c.bucket, c.done, c.retried, c.failed, c.dead, c.duration_ms
-FROM x_job_counters c
-WHERE {_PAST_RETENTION}
-"""
-
-# SQL_ROLLUP_DELETE — delete the counter rows :ids (a JSON array, primary key).
-SQL_ROLLUP_DELETE = "DELETE FROM x_job_counters WHERE id IN (SELECT value FROM json_each(:ids))"
-
-# SQL_COUNTER_ADD — add counts into the bucket (:job, :width, :bucket) (x_job_counters_bucket_uniq).
-SQL_COUNTER_ADD = """
-INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-VALUES (:job, :width, :bucket, :done, :retried, :failed, :dead, :duration)
-ON CONFLICT (job, width_ms, bucket) DO UPDATE
-SET done = done + excluded.done, retried = retried + excluded.retried, failed = failed + excluded.failed,
-    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
-"""
-
-# -- progress and task fires -----------------------------------------------------------------------
-
-# SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle. Answers the id.
-SQL_RECORD_PROGRESS = """
-UPDATE x_jobs SET progress = :progress
-WHERE id = :id AND state = 'running' AND worker_id = :worker AND claim = :claim
-RETURNING id
-"""
+# -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name, at most :limit rows.
 SQL_TASK_FIRES = "SELECT task, occurrence_at, fired_at FROM x_job_task_fires ORDER BY task LIMIT :limit"

@@ -1,16 +1,14 @@
-"""The operator surface (``JobIntrospection``) both SQL drivers share: the memory driver's semantics and
+"""The operator's store (``OperatorStore``) both SQL drivers share: the memory driver's semantics and
 error codes, over the driver's executor, dialect and the catalogue named by ``sql``. The operations whose
-algorithm differs (a requeue, a promote, the bulk moves, the rollup) are the backend's own."""
+algorithm differs (a requeue, a promote, the bulk moves, the workers' read) are the backend's own."""
 
 from __future__ import annotations
 
 import builtins
-import logging
 from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any
 
-from ...core.logs import log_event
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
@@ -25,29 +23,27 @@ from ..records import (
     PROMOTABLE_STATES,
     REQUEUEABLE_STATES,
     BulkFilter,
-    ClaimRef,
     CounterBucket,
     CounterTotals,
     JobFilter,
     JobPage,
     JobRecord,
-    Progress,
     StepRecord,
     TaskFire,
     WorkerInfo,
     check_page,
     decode_cursor,
 )
-from .dialect import Dialect, dumps
-from .rows import JobRow, StepRow, WorkerRow, job_record, step_record, worker_info, worker_params
+from .dialect import Dialect
+from .rows import JobRow, StepRow, WorkerRow, job_record, step_record, worker_info
 
 _UUID_LOW = "00000000-0000-0000-0000-000000000000"
 _UUID_HIGH = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 _HEX = frozenset("0123456789abcdef")
 
 
-class SqlIntrospection(ABC):
-    """``driver.introspect`` for an SQL driver: reads ``driver.executor``, ``driver.dialect``,
+class SqlOperatorStore(ABC):
+    """``driver.operator`` for an SQL driver: reads ``driver.executor``, ``driver.dialect``,
     ``driver.clock`` and ``driver.visibility_timeout_ms``."""
 
     sql: ModuleType
@@ -155,12 +151,6 @@ class SqlIntrospection(ABC):
 
     # -- workers -------------------------------------------------------------------------------
 
-    def record_worker(self, info: WorkerInfo) -> None:
-        self._query(self.sql.SQL_RECORD_WORKER, worker_params(info, self._dialect))
-
-    def remove_worker(self, worker_id: str) -> None:
-        self._query(self.sql.SQL_REMOVE_WORKER, {"id": worker_id})
-
     def _workers(self, rows: builtins.list[tuple[Any, ...]]) -> builtins.list[WorkerInfo]:
         return [worker_info(WorkerRow._make(row), self._dialect) for row in rows]
 
@@ -180,20 +170,7 @@ class SqlIntrospection(ABC):
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
         return [CounterTotals(*row) for row in self._query(self.sql.SQL_COUNTER_TOTALS, self._ends_after(since_ms))]
 
-    # -- progress and task fires ---------------------------------------------------------------
-
-    def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
-        fenced = self._d._fence(job_id, ref.claim)
-        landed: builtins.list[tuple[Any, ...]] = []
-        if fenced is not None:
-            value = {"done": progress.done, "total": progress.total, "note": progress.note, "at_ms": progress.at_ms}
-            params = {"id": fenced[0], "worker": ref.worker_id, "claim": fenced[1], "progress": dumps(value)}
-            landed = self._query(self.sql.SQL_RECORD_PROGRESS, params)
-        if not landed:
-            log_event(
-                logging.WARNING, "jobs.settle.unowned", job_id=job_id, op="record_progress", worker_id=ref.worker_id
-            )
-        return bool(landed)
+    # -- task fires ----------------------------------------------------------------------------
 
     def task_fires(self) -> builtins.list[TaskFire]:
         rows = self._query(self.sql.SQL_TASK_FIRES, {"limit": MAX_TASK_FIRES})

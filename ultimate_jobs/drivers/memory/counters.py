@@ -1,0 +1,63 @@
+"""The memory driver's ``x_job_counters``: per job, settle counts in time buckets of every tier
+(:data:`~ultimate_jobs.drivers.records.COUNTER_TIERS`). The driver moves them in the settling call and folds
+them (``driver.rollup_counters()``, the leader's renewal); ``driver.operator`` reads them. Callers hold the
+driver's lock."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..records import COUNTER_TIERS, CounterBucket, CounterTotals
+
+CounterField = Literal["done", "retried", "failed", "dead"]
+
+
+class CounterBuckets:
+    """The buckets, keyed ``(job, width_ms, bucket_ms)``, each ``[done, retried, failed, dead, duration_ms]``."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, int, int], list[int]] = {}
+
+    def count(self, job: str, outcome: CounterField, duration_ms: int, *, now: int) -> None:
+        """Move one counter of ``job``'s 1-minute bucket containing ``now``."""
+        width = COUNTER_TIERS[0][0]
+        bucket = self._buckets.setdefault((job, width, now - now % width), [0, 0, 0, 0, 0])
+        bucket[("done", "retried", "failed", "dead").index(outcome)] += 1
+        bucket[4] += duration_ms
+
+    def fold(self, now: int) -> int:
+        """The rollup at ``now`` — SQL_ROLLUP_COUNTERS's algorithm: every bucket past its tier's retention is
+        taken out first, then each is added into the narrowest wider tier whose bucket containing it is still
+        retained, or dropped. Answers how many were taken out."""
+        keep = dict(COUNTER_TIERS)
+        expired = [key for key in self._buckets if key[2] + key[1] <= now - keep[key[1]]]
+        for job, width, start in expired:
+            values = self._buckets.pop((job, width, start))
+            for wider, wider_keep in COUNTER_TIERS:
+                if wider > width and start - start % wider + wider > now - wider_keep:
+                    into = self._buckets.setdefault((job, wider, start - start % wider), [0, 0, 0, 0, 0])
+                    for i, value in enumerate(values):
+                        into[i] += value
+                    break
+        return len(expired)
+
+    def of(self, job: str, since_ms: int) -> list[CounterBucket]:
+        """``job``'s buckets that end after ``since_ms``, oldest first."""
+        return sorted(
+            (
+                CounterBucket(name, start, width, *values)
+                for (name, width, start), values in self._buckets.items()
+                if name == job and start + width > since_ms
+            ),
+            key=lambda b: (b.bucket_ms, b.width_ms),
+        )
+
+    def totals(self, since_ms: int) -> list[CounterTotals]:
+        """Per job, the sums of every bucket that ends after ``since_ms``, by job name."""
+        totals: dict[str, list[int]] = {}
+        for (name, width, start), values in self._buckets.items():
+            if start + width > since_ms:
+                into = totals.setdefault(name, [0, 0, 0, 0, 0])
+                for i, value in enumerate(values):
+                    into[i] += value
+        return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
