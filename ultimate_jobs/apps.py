@@ -1,5 +1,5 @@
 """The Django app: autodiscovery of ``<app>/jobs.py`` and ``<app>/tasks.py``, the outbox ``OUTBOX`` asks
-for, and the settings check."""
+for, the settings check and the migrations check (a database check)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ class UltimateJobsConfig(AppConfig):
         install_outbox_from_settings()
         _add_django_tasks_source()
         checks.register(check_settings, "ultimate_jobs")
+        checks.register(check_migrations, checks.Tags.database)
         from .guards import row_security
 
         row_security.install()
@@ -56,3 +57,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     from .checks import settings_messages
 
     return settings_messages()
+
+
+def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``manage.py check --database <alias>`` (and ``migrate``) warns when the jobs database lacks
+    ultimate_jobs migrations (:func:`ultimate_jobs.checks.migration_messages`)."""
+    from .checks import migration_messages
+
+    return migration_messages(databases)

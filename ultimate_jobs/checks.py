@@ -15,11 +15,16 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
   capability of the driver contract undeclared), ``X_DRIVER_UNAVAILABLE`` (the redis driver without
   redis-py installed) and
   ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
+
+One database check (it runs for the databases Django names: ``check --database <alias>``, ``migrate``)
+warns ``X_SCHEMA_NOT_MIGRATED`` when the jobs database lacks ultimate_jobs migrations: a Warning, not an
+Error, because ``migrate`` runs the database checks before it applies them, and an Error would stop it.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
+from typing import Any
 
 from django.core import checks
 from django.db import connections
@@ -27,6 +32,7 @@ from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
 from .drivers.protocol import DECLARED_CAPABILITIES
+from .integration.schema import migrate_command, unapplied_migrations, unapplied_text
 
 OBJ = "settings.ULTIMATE_JOBS"
 CHECK_DATABASE_UNKNOWN = "X_SETTINGS_DATABASE_UNKNOWN"
@@ -36,6 +42,7 @@ CHECK_CONTEXT_UNIMPORTABLE = "X_SETTINGS_CONTEXT_UNIMPORTABLE"
 CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
 CHECK_DRIVER_UNDECLARED = "X_SETTINGS_DRIVER_UNDECLARED"
 CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+CHECK_SCHEMA_NOT_MIGRATED = "X_SCHEMA_NOT_MIGRATED"
 
 
 def _error(check: str, problem: str, fix: str) -> checks.Error:
@@ -53,6 +60,25 @@ def settings_messages() -> list[checks.CheckMessage]:
     if values.get("context") is not None:
         found += _context(values["context"])
     return found
+
+
+def migration_messages(databases: Any) -> list[checks.CheckMessage]:
+    """A Warning when the jobs database is one of ``databases`` (the ones Django lets a check query) and
+    lacks ultimate_jobs migrations — the role commands would refuse to start (``X_SCHEMA_NOT_MIGRATED``)."""
+    alias = read_settings()[0].get("database")
+    if alias is None or not databases or alias not in databases or alias not in connections.settings:
+        return []
+    missing = unapplied_migrations(alias)
+    if not missing:
+        return []
+    return [
+        checks.Warning(
+            f"{unapplied_text(alias, missing)}: jobs_worker, jobs_scheduler, jobs_relay and jobs_dev refuse to "
+            "start until they are applied",
+            hint=migrate_command(alias),
+            id=f"ultimate_jobs.{CHECK_SCHEMA_NOT_MIGRATED}",
+        )
+    ]
 
 
 def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks.CheckMessage]:

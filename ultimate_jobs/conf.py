@@ -367,17 +367,40 @@ def resolve_driver(alias: str) -> str:
     )
 
 
-def driver_resolution() -> str:
-    """One line saying which driver the settings resolve to and why — what ``manage.py check`` prints."""
+@dataclass(frozen=True, slots=True)
+class DriverResolution:
+    """Which driver the settings resolve to and why: what ``manage.py jobs driver`` prints.
+
+    >>> str(driver_resolution())
+    "driver 'sqlite' (DRIVER unset; DATABASES['default'] is sqlite)"
+    """
+
+    driver: str | None
+    """``None`` when no driver resolves (``manage.py check`` says why)."""
+    database: str
+    """The ``DATABASE`` alias: where an SQL driver's rows and the outbox live."""
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape."""
+        return {"driver": self.driver, "database": self.database, "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"driver {self.driver!r} ({self.reason})" if self.driver else f"no driver resolves ({self.reason})"
+
+
+def driver_resolution() -> DriverResolution:
+    """Which driver the settings resolve to and why: ``ULTIMATE_JOBS['DRIVER']``, or the vendor of the
+    ``DATABASE`` alias when ``DRIVER`` is unset."""
     values, _ = read_settings()
-    if "driver" not in values:
-        return "ultimate_jobs: no driver resolves; see the errors above"
-    raw = getattr(settings, "ULTIMATE_JOBS", None) or {}
     database = values.get("database", "default")
+    if "driver" not in values:
+        return DriverResolution(None, database, "a setting is invalid; python manage.py check says which")
+    raw = getattr(settings, "ULTIMATE_JOBS", None) or {}
     if isinstance(raw, Mapping) and "DRIVER" in raw:
-        return f"ultimate_jobs: driver {values['driver']!r} (ULTIMATE_JOBS['DRIVER'])"
+        return DriverResolution(values["driver"], database, "ULTIMATE_JOBS['DRIVER']")
     vendor = connections[database].vendor if database in connections.settings else "unknown"
-    return f"ultimate_jobs: driver {values['driver']!r} (DRIVER unset; DATABASES[{database!r}] is {vendor})"
+    return DriverResolution(values["driver"], database, f"DRIVER unset; DATABASES[{database!r}] is {vendor}")
 
 
 def jobs_settings() -> JobsSettings:

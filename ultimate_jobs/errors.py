@@ -274,6 +274,14 @@ class StepDuplicateError(CodedError):
     default_code = "X_STEP_DUPLICATE"
 
 
+class SchemaNotMigratedError(CodedError):
+    """A role (``jobs_worker``, ``jobs_scheduler``, ``jobs_relay``, ``jobs_dev``) was started on a database
+    that lacks ultimate_jobs migrations: its tables are missing or out of date. Run ``python manage.py
+    migrate``, then start the role again."""
+
+    default_code = "X_SCHEMA_NOT_MIGRATED"
+
+
 class ExportPartTooLargeError(CodedError):
     """One page of an export encoded past ``max_part_bytes``: lower ``batch``."""
 

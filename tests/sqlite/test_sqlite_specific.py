@@ -113,13 +113,13 @@ def test_an_enqueue_in_this_process_wakes_its_subscriber_once_per_due_queue() ->
     assert driver.wake_is_live() is False  # no watch: the worker keeps its 2 s idle ceiling
 
 
-def test_an_unset_driver_on_sqlite_builds_the_sqlite_driver_and_check_says_so() -> None:
+def test_an_unset_driver_on_sqlite_builds_the_sqlite_driver_and_jobs_driver_says_so() -> None:
     with override_settings(ULTIMATE_JOBS={}):
         assert jobs_settings().driver == "sqlite"
         assert isinstance(build_driver(), SqliteDriver)
         out = io.StringIO()
-        call_command("check", stdout=out)
-    assert "ultimate_jobs: driver 'sqlite' (DRIVER unset; DATABASES['default'] is sqlite)" in out.getvalue()
+        call_command("jobs", "driver", stdout=out)
+    assert out.getvalue() == "driver 'sqlite' (DRIVER unset; DATABASES['default'] is sqlite)\n"
 
 
 def test_the_event_bus_on_sqlite_publishes_finds_expires_and_purges() -> None:

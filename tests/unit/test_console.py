@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from tests.conftest import JobsEnv
 from tests.helpers import command
@@ -66,7 +67,10 @@ def test_each_attempt_outcome_is_one_line_with_name_id_duration_and_attempt(
     assert not any("ultimate_jobs/execute.py" in line for line in tracebacks)  # starts at the body's frame
 
 
-def test_a_row_whose_job_the_worker_does_not_know_is_a_loud_line(jobs: JobsEnv, console: io.StringIO) -> None:
+@pytest.mark.parametrize("debug", [False, True], ids=["production", "development"])
+def test_a_row_whose_job_the_worker_does_not_know_is_a_loud_line(
+    jobs: JobsEnv, console: io.StringIO, debug: bool
+) -> None:
     @job(idempotency_key=lambda i: "x", tenant="none")
     def renamed_since(run: JobRun[Any]) -> None:
         return None
@@ -74,10 +78,15 @@ def test_a_row_whose_job_the_worker_does_not_know_is_a_loud_line(jobs: JobsEnv, 
     enqueued = renamed_since.enqueue({})
     from ultimate_jobs.core import registry
 
-    registry.unregister("renamed_since")
-    run_jobs(jobs.driver, clock=jobs.clock, advance=False)
+    registry.unregister("renamed_since")  # as if declared after the worker started: this process never loaded it
+    with override_settings(DEBUG=debug):
+        run_jobs(jobs.driver, clock=jobs.clock, advance=False)
     (line,) = [line for line in console.getvalue().splitlines() if "UNKNOWN JOB" in line]
     assert "'renamed_since'" in line and enqueued.id[:18] in line and "deploy the module" in line
+    # In development (DEBUG on) the fix for a job added while the worker runs is a restart, or jobs_dev --reload.
+    dev_hint = "restart it, or run python manage.py jobs_dev --reload"
+    assert (dev_hint in line) is debug, line
+    assert line.endswith("the row waits and is offered again in a minute")
 
 
 def test_json_format_is_one_object_per_record() -> None:

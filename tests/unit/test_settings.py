@@ -4,7 +4,6 @@ start-up, and the settings this repository runs under pass the check."""
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -12,10 +11,11 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.core.checks import Error
-from django.core.management import call_command
+from django.core.management import ManagementUtility, call_command, get_commands
 from django.test import override_settings
 
 from tests.conftest import JobsEnv
+from tests.helpers import command
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
 from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, driver_resolution, jobs_settings
@@ -286,12 +286,29 @@ def test_an_unset_driver_follows_the_database(vendor: str, driver: str, monkeypa
     monkeypatch.setattr("ultimate_jobs.conf.connections", VendorConnections(vendor))
     with override_settings(ULTIMATE_JOBS={}):
         assert jobs_settings().driver == driver
-        assert (
-            driver_resolution() == f"ultimate_jobs: driver {driver!r} (DRIVER unset; DATABASES['default'] is {vendor})"
-        )
+        assert str(driver_resolution()) == f"driver {driver!r} (DRIVER unset; DATABASES['default'] is {vendor})"
     with override_settings(ULTIMATE_JOBS={"DRIVER": "memory"}):  # a DRIVER set is taken as it is
         assert jobs_settings().driver == "memory"
-        assert driver_resolution() == "ultimate_jobs: driver 'memory' (ULTIMATE_JOBS['DRIVER'])"
+        assert str(driver_resolution()) == "driver 'memory' (ULTIMATE_JOBS['DRIVER'])"
+
+
+def test_the_app_leaves_djangos_check_command_alone() -> None:
+    assert get_commands()["check"] == "django.core"  # not shadowed by a command of the app's own
+    help_text = ManagementUtility(["manage.py", "help"]).main_help_text()
+    ours = help_text.partition("[ultimate_jobs]")[2].partition("\n\n")[0].split()
+    assert "jobs_worker" in ours and "check" not in ours, help_text
+    out = command("check").out
+    assert "System check identified no issues" in out and "ultimate_jobs" not in out, out
+
+
+def test_jobs_driver_says_which_driver_the_settings_resolve_to_and_why() -> None:
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "memory"}):
+        shown = command("jobs", "driver")
+        assert (shown.code, shown.out) == (0, "driver 'memory' (ULTIMATE_JOBS['DRIVER'])\n")
+        as_json = command("jobs", "driver", "--json")
+        assert as_json.json == {"driver": "memory", "database": "default", "reason": "ULTIMATE_JOBS['DRIVER']"}
+    with override_settings(ULTIMATE_JOBS={"DRIVER": "postgress"}):  # the check fails first; this says so too
+        assert str(driver_resolution()).startswith("no driver resolves (a setting is invalid; python manage.py check")
 
 
 def test_an_unset_driver_on_another_vendor_fails_the_check_naming_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -308,11 +325,10 @@ def test_the_sqlite_driver_on_another_database_is_refused() -> None:
     assert "the sqlite driver needs SQLite" in error.msg and "'postgres'" in error.hint
 
 
-def test_manage_py_check_says_which_driver_it_resolved() -> None:
-    out = io.StringIO()
+def test_jobs_driver_says_an_unset_driver_followed_the_database() -> None:
     with override_settings(ULTIMATE_JOBS={}):
-        call_command("check", stdout=out)
-    assert "ultimate_jobs: driver 'postgres' (DRIVER unset; DATABASES['default'] is postgresql)" in out.getvalue()
+        out = command("jobs", "driver").out
+    assert out == "driver 'postgres' (DRIVER unset; DATABASES['default'] is postgresql)\n"
 
 
 def test_the_redis_driver_passes_the_check() -> None:

@@ -1,4 +1,5 @@
-"""The subcommands of ``manage.py jobs``: each calls one operator function and prints its record."""
+"""The subcommands of ``manage.py jobs``: each calls one operator function (``driver`` reads the settings)
+and prints its record."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import operator
+from ..conf import driver_resolution
 from ..errors import JobArgumentInvalidError, JobIdAmbiguousError, JobIdInvalidError, JobNotFoundError, UltimateError
 from ..operator.arguments import check_job_id
 from . import render
@@ -230,6 +232,11 @@ def _outbox(ctx: Invocation) -> int | None:
     return EXIT_ERROR if result.missed else None  # some ids named no set-aside row: say so by the exit code
 
 
+def _driver(ctx: Invocation) -> None:
+    resolved = driver_resolution()
+    ctx.emit(resolved.as_dict(), str(resolved))
+
+
 def _stats(ctx: Invocation) -> None:
     view = operator.inspect_stats(since=ctx.options["since"])
     ctx.emit(view.as_dict(), render.stats(view, ctx.options["since"]))
@@ -255,4 +262,5 @@ _HANDLERS: dict[str, Callable[[Invocation], int | None]] = {
     "manifest": _manifest,
     "stats": _stats,
     "outbox": _outbox,
+    "driver": _driver,
 }

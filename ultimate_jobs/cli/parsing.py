@@ -104,6 +104,7 @@ def add_subcommands(parser: CommandParser) -> None:
     outbox.add_argument("action", nargs="?", choices=("list", "retry", "remove"), default="list")
     outbox.add_argument("ids", nargs="*", metavar="id", help="the set-aside rows to retry or remove")
     outbox.add_argument("--limit", type=int, default=100, help="set-aside rows to list (default 100, at most 1000)")
+    command("driver", "which driver the settings resolve to, and why (ULTIMATE_JOBS['DRIVER'] or the database)")
     stats = command("stats", "settles per job — done, retried, failed, dead, mean run time")
     stats.add_argument("--since", type=duration, default="24h", help="the window, e.g. 1h, 7d (default 24h)")
 

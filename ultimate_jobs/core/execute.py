@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from django.conf import settings
+
 from ..drivers.protocol import JobDriver
 from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import (
@@ -258,6 +260,18 @@ def _run_tenant(handle: JobHandle[Any, Any], parsed: Any, claimed: ClaimedJob) -
     return derived
 
 
+UNKNOWN_JOB_FIX = "deploy the module that declares this job to the worker, or remove the row"
+UNKNOWN_JOB_DEV_FIX = (
+    "; in development (DEBUG on) a worker knows only the jobs declared when it started: restart it, or run "
+    "python manage.py jobs_dev --reload, which restarts the roles when a Python file changes"
+)
+"""What :data:`UNKNOWN_JOB_FIX` adds with ``DEBUG`` on: a job added while the worker runs needs a restart."""
+
+
+def _unknown_job_fix() -> str:
+    return UNKNOWN_JOB_FIX + (UNKNOWN_JOB_DEV_FIX if settings.DEBUG else "")
+
+
 def _hand_back_unknown(claimed: ClaimedJob, driver: JobDriver, clock: Clock) -> JobExecution:
     log_event(
         logging.ERROR,
@@ -266,7 +280,7 @@ def _hand_back_unknown(claimed: ClaimedJob, driver: JobDriver, clock: Clock) -> 
         name=claimed.name,
         queue=claimed.queue,
         attempt=claimed.attempt,
-        fix="deploy the module that declares this job to the worker, or remove the row",
+        fix=_unknown_job_fix(),
     )
     options = NackOptions(count_attempt=False, run_at_ms=clock.now_ms() + UNREGISTERED_RECHECK_MS)
     landed = driver.nack(claimed.id, claimed.ref, options)

@@ -18,7 +18,8 @@ class OperatorExit(CommandError):
 class Command(BaseCommand):
     help = (
         "Operate the job queues: list, show, retry, cancel, remove and promote jobs; requeue, remove or "
-        "promote them in bulk; pause and resume queues and tasks; workers, queues, tasks, manifest, stats. "
+        "promote them in bulk; pause and resume queues and tasks; workers, queues, tasks, manifest, stats, "
+        "outbox; which driver the settings resolve to (driver). "
         "--json on every subcommand; exit 0 ok, 1 an operator error (its code and fix printed), 2 usage."
     )
 

@@ -13,6 +13,7 @@ from ...conf import jobs_settings
 from ...core.durations import parse_duration
 from ...features.metrics import serve_counters
 from ...integration.console import worker_start_line
+from ...integration.schema import require_migrated
 from ...outbox.boot import outbox_supported, relay_from_settings
 from ...runtime.lifecycle import Role, Roles
 from ...scheduler.boot import scheduler_from_settings
@@ -35,6 +36,8 @@ class Command(RoleCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not under_reloader():  # the reloader checked before it started the roles' process
+            require_migrated(role="jobs_dev", outbox=outbox_supported())
         if not options.pop("reload"):
             self.roles(**options).run()
         elif under_reloader():

@@ -8,6 +8,7 @@ from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, duration_flag, whole_number
 from ...drivers.records import MAX_BULK_ROWS
+from ...integration.schema import require_migrated
 from ...outbox.boot import relay_from_settings
 
 
@@ -43,5 +44,6 @@ class Command(RoleCommand):
             claim_lease=options["claim_lease"],
             drain_deadline=options["drain_deadline"],
         )
+        require_migrated(role="jobs_relay", outbox=True)
         self.stdout.write(f"relay {relay.relay_id} publishing {relay.store.name} outbox to {relay.driver.name}")
         relay.run()

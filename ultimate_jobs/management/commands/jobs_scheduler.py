@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, duration_flag
+from ...integration.schema import require_migrated
 from ...scheduler.boot import scheduler_from_settings
 
 
@@ -38,6 +39,7 @@ class Command(RoleCommand):
             drain_deadline=options["drain_deadline"],
         )
         scheduler.check_durable()
+        require_migrated(role="jobs_scheduler")
         names = ", ".join(t.name for t in scheduler.tasks()) or "(no tasks)"
         self.stdout.write(f"scheduler {scheduler.leader.holder} tasks: {names}")
         scheduler.run()

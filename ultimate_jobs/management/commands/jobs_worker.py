@@ -12,6 +12,7 @@ from django.core.management.base import CommandParser
 from ...cli.roles import RoleCommand, add_worker_arguments, port
 from ...features.metrics import serve_counters
 from ...integration.console import worker_start_line
+from ...integration.schema import require_migrated
 from ...worker.boot import parse_concurrency, worker_from_settings
 from ...worker.recycle import RecycleLimits, run_supervised
 from ...worker.supervisor import parse_processes, supervisor_from_options
@@ -45,6 +46,8 @@ class Command(RoleCommand):
         processes = parse_processes(options["processes"])
         limits = RecycleLimits.from_options(max_jobs=options["max_jobs"], max_memory=options["max_memory"])
         supervisor_pid = options["supervisor_pid"]
+        if supervisor_pid is None:  # a supervisor's children start after it has checked
+            require_migrated(role="jobs_worker")
         if supervisor_pid is None and (processes > 1 or limits.any):
             supervisor = supervisor_from_options(
                 options, processes=processes, from_command_line=getattr(self, "_called_from_command_line", False)
