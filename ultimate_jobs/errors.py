@@ -396,7 +396,8 @@ class JobIdInvalidError(CodedError):
 
 
 class JobIdAmbiguousError(CodedError):
-    """An id prefix given to ``jobs show``/``retry``/``cancel`` that more than one job's id starts with."""
+    """A part of an id given to ``jobs show``/``retry``/``cancel``/``promote``/``remove`` — a short id (an
+    end of an id) or a start of one — that names more than one job."""
 
     default_code = "X_JOB_ID_AMBIGUOUS"
 

@@ -7,6 +7,8 @@ a table the test creates, so the test reads which process ran what, and how ofte
   ``running:<job id>`` and then holds its slot — waking every 50 ms on its signal — until the signal
   is aborted (then it raises) or ``HOLD_MAX_S`` passes. A later run of the same job (a re-claim after
   a SIGKILL, a pick-up after a drain) writes ``again:<job id>`` and returns at once.
+- ``work_through`` (3 attempts): writes ``running:<job id>``, then works ``WORK_S`` without ever reading
+  its signal (as most bodies do), then returns — a drain must wait for it, not hand it back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ultimate_jobs import JobRun, job
 
 QUEUE = "e2e-pg"
 HOLD_MAX_S = 20.0
+WORK_S = 4.0
 
 EFFECTS_TABLE_SQL = """
 CREATE TABLE IF NOT EXISTS e2e_effects (
@@ -70,3 +73,10 @@ def hold_retry(run: JobRun[Any]) -> dict[str, Any]:
 @job(idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 1})
 def hold_once(run: JobRun[Any]) -> dict[str, Any]:
     return hold(run)
+
+
+@job(idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 3})
+def work_through(run: JobRun[Any]) -> dict[str, Any]:
+    record(f"running:{run.job_id}", run.attempt)
+    time.sleep(WORK_S)  # the signal is never read: a drain waits for the body to return
+    return {"attempt": run.attempt}

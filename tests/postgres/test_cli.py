@@ -22,6 +22,7 @@ from tests.conftest import Env, installed
 from tests.helpers import Result, command, manage_py
 from ultimate_jobs import JobRun, job, task
 from ultimate_jobs.core.definition import JobHandle
+from ultimate_jobs.core.ids import short_id
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.records import MAX_BULK_ROWS, Fire, JobFilter, QueueStats, WorkerInfo
@@ -29,6 +30,7 @@ from ultimate_jobs.guards.redaction import MASK
 from ultimate_jobs.guards.sealing import is_envelope
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.testing.conformance import request
+from ultimate_jobs.testing.conformance_support import one_millisecond
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -196,6 +198,17 @@ def test_show_unknown_is_not_found(pg: Env[PostgresDriver]) -> None:
     assert as_json.json["error"]["meta"] == {"job_id": UNKNOWN}
     refused("X_JOB_ID_INVALID", "show", "not-a-uuid")
     usage("show")
+
+
+def test_each_job_of_a_burst_enqueued_in_one_millisecond_is_named_by_its_short_id(pg: Env[PostgresDriver]) -> None:
+    with one_millisecond():  # the driver mints every id of the batch in the same millisecond
+        burst = [answer.id for answer in pg.driver.enqueue_many([request("cli.raw", queue="raw") for _ in range(50)])]
+    assert len({job_id[:15] for job_id in burst}) == 1
+    for job_id in burst:
+        assert jobs_cli("show", short_id(job_id), "--json").json["id"] == job_id
+    _, ambiguous = refused("X_JOB_ID_AMBIGUOUS", "show", burst[0][:8])  # the start every id of the burst has
+    assert len(ambiguous.json["error"]["meta"]["matches"]) == 5
+    assert jobs_cli("cancel", short_id(burst[7]), "--json").json["id"] == burst[7]
 
 
 # -- one job -----------------------------------------------------------------------------------

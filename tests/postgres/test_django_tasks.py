@@ -92,6 +92,17 @@ def test_a_failing_task_is_retried_then_failed_with_its_error(any_jobs: AnyJobsE
         _ = result.return_value
 
 
+def test_worker_ids_name_the_worker_that_ran_each_attempt(any_jobs: AnyJobsEnv) -> None:
+    done = tasks.add.enqueue(1, 2)
+    failed = tasks.decline.enqueue("o-9")
+    run_jobs(any_jobs.driver, clock=any_jobs.clock, worker_id="host-1-4242-a1b2c3")
+    done.refresh()
+    failed.refresh()
+    assert (done.status, done.worker_ids) == (TaskResultStatus.SUCCESSFUL, ["host-1-4242-a1b2c3"])
+    assert (failed.status, failed.worker_ids) == (TaskResultStatus.FAILED, ["host-1-4242-a1b2c3"] * 2)
+    assert tasks.add.enqueue(3, 4).worker_ids == []  # not run yet: no attempt, no worker
+
+
 def test_a_retried_task_reads_ready_with_the_error_so_far(any_jobs: AnyJobsEnv) -> None:
     result = tasks.decline.enqueue("o-8")
     run_jobs(any_jobs.driver, clock=any_jobs.clock, advance=False)  # the retry waits 1 s: not due yet

@@ -185,7 +185,7 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn
     assert (dead["attempts"], dead["last_error"], dead["worker_id"], dead["lease_until"]) == (
         1,
         "LEASE_LAPSED_FINAL_ATTEMPT",
-        None,
+        a.worker_id,  # the last attempt's worker stays on the row
         None,
     )
     assert markers(job_id) == [("running", a.pid, 1)], f"the body ran again: {b.describe()}"

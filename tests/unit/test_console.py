@@ -1,6 +1,6 @@
 """The console a role command prints by default: an outcome line per attempt with its traceback, the
-loud unknown-job line, JSON lines on request, the start line; and ``jobs show``/``retry``/``cancel``
-taking a unique id prefix."""
+loud unknown-job line, JSON lines on request, the start line; and ``jobs show``/``retry``/``cancel``/
+``promote``/``remove`` taking the short id a line prints, or a unique start of an id."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from django.test import override_settings
 from tests.conftest import JobsEnv
 from tests.helpers import command
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.ids import short_id
 from ultimate_jobs.core.routing import jobs_router
 from ultimate_jobs.integration.console import ConsoleFormatter, JsonFormatter, install_console, worker_start_line
 from ultimate_jobs.testing import run_jobs
+from ultimate_jobs.testing.conformance_support import minted_id, one_millisecond
 from ultimate_jobs.worker import job_worker
 
 
@@ -55,9 +57,9 @@ def test_each_attempt_outcome_is_one_line_with_name_id_duration_and_attempt(
     run_jobs(jobs.driver, clock=jobs.clock)
     lines = console.getvalue().splitlines()
     completed = [line for line in lines if " completed " in line]
-    assert len(completed) == 1 and f"flaky_charge {good.id[:18]} 0 ms attempt 1/2" in completed[0]
+    assert len(completed) == 1 and f"flaky_charge {short_id(good.id)} 0 ms attempt 1/2" in completed[0]
     retried = next(line for line in lines if " retried " in line)
-    assert f"flaky_charge {bad.id[:18]}" in retried and "attempt 1/2 — retry in" in retried
+    assert f"flaky_charge {short_id(bad.id)}" in retried and "attempt 1/2 — retry in" in retried
     assert retried.endswith(": card declined")
     dead = next(line for line in lines if " dead-lettered " in line)
     assert "attempt 2/2: card declined" in dead
@@ -82,7 +84,7 @@ def test_a_row_whose_job_the_worker_does_not_know_is_a_loud_line(
     with override_settings(DEBUG=debug):
         run_jobs(jobs.driver, clock=jobs.clock, advance=False)
     (line,) = [line for line in console.getvalue().splitlines() if "UNKNOWN JOB" in line]
-    assert "'renamed_since'" in line and enqueued.id[:18] in line and "deploy the module" in line
+    assert "'renamed_since'" in line and f"(id {short_id(enqueued.id)}," in line and "deploy the module" in line
     # In development (DEBUG on) the fix for a job added while the worker runs is a restart, or jobs_dev --reload.
     dev_hint = "restart it, or run python manage.py jobs_dev --reload"
     assert (dev_hint in line) is debug, line
@@ -140,3 +142,50 @@ def test_show_retry_and_cancel_take_a_unique_id_prefix(jobs: JobsEnv) -> None:
     assert missing.code == 1 and missing.json["error"]["code"] == "X_JOB_NOT_FOUND"
     invalid = command("jobs", "show", "zz", "--json")
     assert invalid.code == 1 and invalid.json["error"]["code"] == "X_JOB_ID_INVALID"
+
+
+def test_each_job_of_a_burst_is_shown_by_the_short_id_its_line_printed(jobs: JobsEnv, console: io.StringIO) -> None:
+    @job(idempotency_key=lambda i: i["k"], tenant="none")
+    def burst_job(run: JobRun[Any]) -> None:
+        return None
+
+    router = jobs_router()
+    with one_millisecond():  # ids as a driver mints them, all in one millisecond: they share their start
+        ids = [router.enqueue(burst_job.build_request({"k": f"k{n}"}, id=minted_id())).id for n in range(50)]
+    run_jobs(jobs.driver, clock=jobs.clock)
+    printed = [line.split()[3] for line in console.getvalue().splitlines() if " completed " in line]
+    assert sorted(printed) == sorted(short_id(job_id) for job_id in ids)
+    for short in printed:
+        shown = command("jobs", "show", short, "--json")
+        assert shown.code == 0 and short_id(shown.json["id"]) == short, shown
+    start = ids[0][:8]  # what a console that printed the start of an id showed: every job of the burst has it
+    ambiguous = command("jobs", "show", start, "--json")
+    assert ambiguous.code == 1 and ambiguous.json["error"]["code"] == "X_JOB_ID_AMBIGUOUS"
+    assert len(ambiguous.json["error"]["meta"]["matches"]) == 5 and "and more" in ambiguous.json["error"]["message"]
+
+
+def test_the_end_of_an_id_names_a_job_for_every_one_job_command_and_a_part_of_several_is_listed(
+    jobs: JobsEnv,
+) -> None:
+    @job(idempotency_key=lambda i: i["k"], tenant="none")
+    def tailed(run: JobRun[Any]) -> None:
+        return None
+
+    router = jobs_router()
+    first = router.enqueue(tailed.build_request({"k": "a"}, id="0badcafe-0000-7000-8000-0000c0ffee01")).id
+    second = router.enqueue(tailed.build_request({"k": "b"}, id="1badcafe-0000-7000-8000-0000c0ffee02")).id
+    third = router.enqueue(tailed.build_request({"k": "c"}, id="2badcafe-0000-7000-8000-00000fee0bad")).id
+    assert command("jobs", "show", "0000C0FFEE01", "--json").json["id"] == first  # either case
+    assert command("jobs", "show", "8000-0000c0ffee02", "--json").json["id"] == second  # dashed where the id is
+    both = command("jobs", "show", "0bad", "--json")  # the start of the first, the end of the third
+    assert both.code == 1 and both.json["error"]["code"] == "X_JOB_ID_AMBIGUOUS"
+    assert both.json["error"]["meta"]["matches"] == [third, first]  # newest first (one instant: by id)
+    assert f"{first} (tailed, ready)" in both.json["error"]["message"]
+    assert command("jobs", "cancel", "c0ffee02", "--json").json["job"]["state"] == "cancelled"
+    assert command("jobs", "remove", "c0ffee02", "--json").json == {"action": "remove", "id": second, "job": None}
+    assert command("jobs", "promote", "fee0bad", "--json").json["error"]["code"] == "X_JOB_NOT_PROMOTABLE"
+    missing = command("jobs", "show", "cafe", "--json")  # a start and an end that no id has
+    assert missing.code == 1 and missing.json["error"]["code"] == "X_JOB_NOT_FOUND"
+    assert "no job id starts or ends with 'cafe'" in missing.json["error"]["message"]
+    nothing = command("jobs", "show", "0000c0ffee-01", "--json")  # no id is dashed there
+    assert nothing.code == 1 and nothing.json["error"]["code"] == "X_JOB_ID_INVALID"

@@ -9,8 +9,7 @@ from typing import Any, Protocol
 
 from .. import operator
 from ..conf import driver_resolution
-from ..errors import JobArgumentInvalidError, JobIdAmbiguousError, JobIdInvalidError, JobNotFoundError, UltimateError
-from ..operator.arguments import check_job_id
+from ..errors import JobArgumentInvalidError, UltimateError
 from . import render
 from .parsing import EXIT_ERROR, EXIT_OK
 
@@ -105,45 +104,8 @@ def _list(ctx: Invocation) -> None:
     ctx.emit(page.as_dict(), render.job_page(page, again))
 
 
-MIN_ID_PREFIX = 4
-AMBIGUOUS_SHOWN = 5
-"""The shortest id prefix ``jobs show``/``retry``/``cancel`` take (fewer digits would match most rows)."""
-_ID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-"""A job id as printed: a prefix must follow it (hex digits, dashes where the id has them)."""
-_HEX = frozenset("0123456789abcdef")
-
-
-def resolve_job_id(value: str) -> str:
-    """``value`` itself when it is a whole job id, else the one job id that starts with it (the console's
-    ``01a2338b-c131-7234``, as the admin's search takes it): ``X_JOB_ID_AMBIGUOUS`` naming the matches
-    when several do, ``X_JOB_NOT_FOUND`` when none does, ``X_JOB_ID_INVALID`` for text no id starts with."""
-    try:
-        return check_job_id(value)
-    except JobIdInvalidError:
-        if not (isinstance(value, str) and MIN_ID_PREFIX <= len(value) < len(_ID_SHAPE)):
-            raise
-        prefix = value.lower()
-        if not all(ch == "-" if want == "-" else ch in _HEX for ch, want in zip(prefix, _ID_SHAPE, strict=False)):
-            raise
-
-    page = operator.list_jobs(id_prefix=prefix, limit=AMBIGUOUS_SHOWN)
-    ids = [row.id for row in page.rows]
-    if not ids:
-        raise JobNotFoundError(
-            f"no job id starts with {prefix!r}. Fix: python manage.py jobs list --id-prefix {prefix}",
-            {"prefix": prefix},
-        )
-    if len(ids) > 1:
-        more = " (and more)" if len(ids) == AMBIGUOUS_SHOWN else ""
-        raise JobIdAmbiguousError(
-            f"{prefix!r} is the start of {len(ids)} job ids{more}: {', '.join(ids)}. Fix: give more of the id",
-            {"prefix": prefix, "matches": ids},
-        )
-    return ids[0]
-
-
 def _show(ctx: Invocation) -> None:
-    detail = operator.inspect_job(resolve_job_id(ctx.options["id"]))
+    detail = operator.inspect_job(operator.resolve_job_id(ctx.options["id"]))
     ctx.emit(detail.as_dict(), render.job_detail(detail))
 
 
@@ -245,10 +207,10 @@ def _stats(ctx: Invocation) -> None:
 _HANDLERS: dict[str, Callable[[Invocation], int | None]] = {
     "list": _list,
     "show": _show,
-    "retry": _action(lambda o: operator.retry_job(resolve_job_id(o["id"]), from_step=o["from_step"])),
-    "cancel": _action(lambda o: operator.cancel_job(resolve_job_id(o["id"]), o["reason"])),
-    "remove": _action(lambda o: operator.remove_job(o["id"])),
-    "promote": _action(lambda o: operator.promote_job(o["id"])),
+    "retry": _action(lambda o: operator.retry_job(operator.resolve_job_id(o["id"]), from_step=o["from_step"])),
+    "cancel": _action(lambda o: operator.cancel_job(operator.resolve_job_id(o["id"]), o["reason"])),
+    "remove": _action(lambda o: operator.remove_job(operator.resolve_job_id(o["id"]))),
+    "promote": _action(lambda o: operator.promote_job(operator.resolve_job_id(o["id"]))),
     "requeue-many": _bulk(operator.requeue_many),
     "remove-many": _bulk(operator.remove_many),
     "promote-many": _bulk(operator.promote_many),

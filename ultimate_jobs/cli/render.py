@@ -147,7 +147,9 @@ def job_page(page: JobPageView, filters: str) -> str:
 
 def job_detail(detail: JobDetail) -> str:
     j = detail.job
-    worker = f"{j.worker_id} (lease until {when(j.lease_until_ms)})" if j.worker_id else None
+    worker = j.worker_id  # a running row's holder; after a settle, the worker of its last attempt
+    if worker is not None:
+        worker += f" (lease until {when(j.lease_until_ms)})" if j.state == "running" else " (the last attempt)"
     out = _block(
         [
             ("job", j.id),

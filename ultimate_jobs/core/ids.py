@@ -40,3 +40,41 @@ def new_id() -> str:
     """A fresh job or run id as text (``str(uuid7())``, formatted without building the UUID object)."""
     h = f"{_uuid7_int():032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+ID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+"""A job id's canonical text: lowercase hex digits (``x``), dashed 8-4-4-4-12."""
+_HEX = frozenset("0123456789abcdef")
+
+SHORT_ID_CHARS = 12
+"""How many characters of a job id its short form keeps: the last group of the canonical text. A UUIDv7
+begins with its millisecond, so every job enqueued near one instant shares the start; its end is random
+(48 bits), so the short form names one job in practice, as a shortened hash does in git."""
+
+
+def short_id(job_id: str) -> str:
+    """The short form of a job id that the console prints and ``jobs show``/``retry``/``cancel``/``promote``/
+    ``remove`` take: its last :data:`SHORT_ID_CHARS` characters.
+
+    >>> short_id("01a23394-407b-72a5-9f2e-3b4c5d6e7f80")
+    '3b4c5d6e7f80'
+    """
+    return job_id[-SHORT_ID_CHARS:]
+
+
+def starts_an_id(text: str) -> bool:
+    """Whether some job id's canonical text starts with ``text`` (hex digits, dashes where the id has them)."""
+    return len(text) <= len(ID_SHAPE) and _fits(text, ID_SHAPE[: len(text)])
+
+
+def ends_an_id(text: str) -> bool:
+    """Whether some job id's canonical text ends with ``text`` (hex digits, dashes where the id has them).
+
+    >>> ends_an_id("3b4c5d6e7f80"), ends_an_id("2e3b4c5d6e7f80"), ends_an_id("9f2e-3b4c5d6e7f80")
+    (True, False, True)
+    """
+    return len(text) <= len(ID_SHAPE) and _fits(text, ID_SHAPE[len(ID_SHAPE) - len(text) :])
+
+
+def _fits(text: str, shape: str) -> bool:
+    return all(ch == "-" if want == "-" else ch in _HEX for ch, want in zip(text, shape, strict=True))

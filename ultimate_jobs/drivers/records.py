@@ -282,13 +282,17 @@ class JobRecord:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """``list()``'s filter and page: newest first; ``after``/``before`` are cursors from :func:`job_cursor`."""
+    """``list()``'s filter and page: newest first; ``after``/``before`` are cursors from :func:`job_cursor`.
+    ``id_prefix`` and ``id_suffix`` are the start and the end of an id's canonical text (lowercase, dashed
+    8-4-4-4-12); text no id starts or ends with matches no row. A prefix rides the primary key; no index
+    serves a suffix, so a driver reads every row (a short id's lookup, ``jobs show 3b4c5d6e7f80``)."""
 
     queue: str | None = None
     name: str | None = None
     state: JobState | None = None
     tenant_id: str | None = None
     id_prefix: str | None = None
+    id_suffix: str | None = None
     idempotency_key: str | None = None
     created_from_ms: int | None = None
     created_to_ms: int | None = None
@@ -297,7 +301,9 @@ class JobFilter:
     before: str | None = None
 
     def __post_init__(self) -> None:
-        check_filter_text(self, ("queue", "name", "tenant_id", "id_prefix", "idempotency_key", "after", "before"))
+        check_filter_text(
+            self, ("queue", "name", "tenant_id", "id_prefix", "id_suffix", "idempotency_key", "after", "before")
+        )
         check_instants(self, ("created_from_ms", "created_to_ms"))
 
 

@@ -1,6 +1,6 @@
 """What the role commands print at the console when the app has not routed the ``ultimate_jobs`` logger.
 
-One line per attempt outcome — time, outcome, job name, id prefix, duration, attempt n/m — and the
+One line per attempt outcome — time, outcome, job name, short id, duration, attempt n/m — and the
 traceback under a failure; a row whose job the worker does not know is a loud ``UNKNOWN JOB`` line.
 ``--log-format json`` prints one JSON object per record instead; ``-v 2`` adds the debug events,
 ``--quiet`` (or ``-v 0``) keeps warnings and errors only.
@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from django.db import connections
 
+from ..core.ids import short_id
+
 if TYPE_CHECKING:
     from ..drivers.protocol import JobDriver
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
-ID_PREFIX = 18
-"""How much of a job id a line shows: ids are UUIDv7, whose first 12 hex digits are the enqueue's
-millisecond, so the prefix runs into the per-millisecond counter (``01a2338b-c131-7234``); ``jobs show``
-takes it as a unique prefix."""
 
 _OUTCOME_EVENTS = {"jobs.job.completed", "jobs.attempt.failed", "jobs.job.suspended", "jobs.job.interrupted"}
 _installed: logging.Handler | None = None
@@ -34,6 +32,13 @@ _installed: logging.Handler | None = None
 
 def _clock(record: logging.LogRecord) -> str:
     return datetime.fromtimestamp(record.created, tz=UTC).strftime("%H:%M:%S")
+
+
+def _short(job_id: object) -> str:
+    """A job id as a line shows it: its short form (:func:`~ultimate_jobs.core.ids.short_id`, the random
+    end of the id — its start is the enqueue's millisecond, shared by every job of a burst), which ``jobs
+    show``/``retry``/``cancel`` take."""
+    return short_id(str(job_id))
 
 
 def _duration(ms: object) -> str:
@@ -53,7 +58,7 @@ class ConsoleFormatter(logging.Formatter):
             return self._outcome(record, event, fields)
         if event == "jobs.job.unregistered":
             return (
-                f"{_clock(record)} !! UNKNOWN JOB {fields.get('name')!r} (id {str(fields.get('job_id'))[:ID_PREFIX]}, "
+                f"{_clock(record)} !! UNKNOWN JOB {fields.get('name')!r} (id {_short(fields.get('job_id'))}, "
                 f"queue {fields.get('queue')}): no @job or Django task by that name is loaded in this worker — "
                 f"{fields.get('fix')}; the row waits and is offered again in a minute"
             )
@@ -73,7 +78,7 @@ class ConsoleFormatter(logging.Formatter):
         }.get(event) or str(fields.get("outcome") or "failed")
         attempt = f"attempt {fields.get('attempt')}/{fields.get('max_attempts', '?')}"
         line = (
-            f"{_clock(record)} {outcome:<13} {fields.get('name')} {str(fields.get('job_id'))[:ID_PREFIX]} "
+            f"{_clock(record)} {outcome:<13} {fields.get('name')} {_short(fields.get('job_id'))} "
             f"{_duration(fields.get('duration_ms'))} {attempt}"
         )
         if event == "jobs.attempt.failed":

@@ -32,6 +32,7 @@ from .jobs import (
     retry_from_step,
     retry_job,
 )
+from .lookup import resolve_job_id
 from .outbox import OutboxActionResult, OutboxView, inspect_outbox, remove_outbox_rows, retry_outbox_rows
 from .queues import inspect_queues, inspect_stats, inspect_workers, passes_in_flight, pause_queue, resume_queue
 from .records import (
@@ -101,6 +102,7 @@ __all__ = [
     "remove_many",
     "remove_outbox_rows",
     "requeue_many",
+    "resolve_job_id",
     "resume_queue",
     "resume_task",
     "retry_from_step",

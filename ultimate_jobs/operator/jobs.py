@@ -34,6 +34,7 @@ def list_jobs(
     state: JobState | None = None,
     tenant_id: str | None = None,
     id_prefix: str | None = None,
+    id_suffix: str | None = None,
     idempotency_key: str | None = None,
     created_from_ms: int | None = None,
     created_to_ms: int | None = None,
@@ -44,7 +45,8 @@ def list_jobs(
 ) -> JobPageView:
     """One page of jobs, newest first, inputs redacted. ``after=page.next`` pages older,
     ``before=page.previous`` newer; ``created_to_ms`` is exclusive; ``id_prefix`` is the start of an
-    id's canonical text (lowercase, dashed), ``idempotency_key`` an exact key.
+    id's canonical text (lowercase, dashed), ``id_suffix`` its end (a short id: every row is read),
+    ``idempotency_key`` an exact key.
 
     >>> page = list_jobs(state="dead", name="charge_order", limit=50)
     >>> older = list_jobs(state="dead", name="charge_order", limit=50, after=page.next)
@@ -59,6 +61,7 @@ def list_jobs(
         state=state,
         tenant_id=tenant_id,
         id_prefix=id_prefix,
+        id_suffix=id_suffix,
         idempotency_key=idempotency_key,
         created_from_ms=created_from_ms,
         created_to_ms=created_to_ms,

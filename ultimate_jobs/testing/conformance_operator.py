@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ..core.ids import short_id
 from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import (
     COUNTER_TIERS,
@@ -45,7 +46,9 @@ from .conformance_support import (
     enqueue_finished,
     finish,
     fixed_id,
+    minted_id,
     new_id,
+    one_millisecond,
     raises_code,
     record,
     request,
@@ -227,6 +230,50 @@ class OperatorContract:
         done = record(operator_store, answer.id)
         assert (done.state, done.finished_at_ms) == ("done", clock.now_ms())
 
+    @pytest.mark.parametrize("ending", ["ack", "retry", "park", "dead_letter", "fail", "cancel", "buried"])
+    def test_a_settled_row_keeps_the_worker_of_its_last_attempt(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock, ending: str
+    ) -> None:
+        job_id = driver.enqueue(request(max_attempts=1 if ending == "buried" else 3)).id
+        job = claim_one(driver, worker="w7")
+        later = clock.now_ms() + 1_000
+        nacks = {
+            "retry": NackOptions(error="e", run_at_ms=later),
+            "park": NackOptions(park=True, count_attempt=False, run_at_ms=later),
+            "dead_letter": NackOptions(error="e", dead_letter=True),
+            "fail": NackOptions(error="e", fail=True),
+        }
+        if ending == "ack":
+            assert driver.ack(job.id, job.ref)
+        elif ending == "cancel":
+            assert operator_store.cancel(job_id, "by the suite") is not None
+        elif ending == "buried":
+            clock.advance(VT)
+            assert [b.id for b in driver.claim(queues=[QUEUE], limit=5, worker_id="w8").buried] == [job_id]
+        else:
+            assert driver.nack(job.id, job.ref, nacks[ending])
+        row = record(operator_store, job_id)
+        assert (row.worker_id, row.lease_until_ms) == ("w7", None)  # the claim and its lease are gone
+        clock.advance(1_000)
+        again = claim(driver, worker="w9")  # the kept worker holds nothing: any worker takes a waiting row
+        if ending in ("retry", "park"):
+            assert [j.id for j in again] == [job_id]
+            assert record(operator_store, job_id).worker_id == "w9"
+        else:
+            assert again == []  # a finished row is claimed by nobody, whoever ran it last
+
+    def test_a_requeue_clears_the_worker_with_the_attempts(
+        self, driver: JobDriver, operator_store: OperatorStore
+    ) -> None:
+        job_id = enqueue_finished(driver, request(), "dead")
+        assert record(operator_store, job_id).worker_id == "w1"
+        operator_store.requeue(job_id)
+        row = record(operator_store, job_id)
+        assert (row.state, row.attempts, row.worker_id) == ("ready", 0, None)
+        bulk = enqueue_finished(driver, request(queue="conformance-b"), "dead")
+        assert operator_store.requeue_many(BulkFilter(state="dead", queue="conformance-b")).affected == 1
+        assert record(operator_store, bulk).worker_id is None
+
     def test_get_answers_delayed_and_unknown(
         self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
@@ -284,7 +331,22 @@ class OperatorContract:
         assert ids(tenant_id="org-2") == {b}
         assert ids(id_prefix="aaaaaaaa") == {a, c}
         assert ids(id_prefix=b[:13]) == {b}
+        assert ids(id_suffix=short_id(a)) == {a}
+        assert ids(id_suffix=b[-17:]) == {b}  # dashed where the id is: "8000-000000000002"
+        assert ids(id_suffix="800000000000002") == set()  # no id ends so: the dash is missing
+        assert ids(id_suffix="0000000003", queue="conformance-q1") == {c}
         assert ids(queue="conformance-none") == set()
+
+    def test_a_short_id_names_one_job_of_a_burst_enqueued_in_one_millisecond(
+        self, driver: JobDriver, operator_store: OperatorStore
+    ) -> None:
+        with one_millisecond():
+            burst = [minted_id() for _ in range(50)]
+        driver.enqueue_many([request(id=job_id) for job_id in burst])
+        assert len({job_id[:15] for job_id in burst}) == 1  # the start is the millisecond: all share it
+        assert len(operator_store.list(JobFilter(id_prefix=burst[0][:8])).rows) == 50
+        for job_id in burst:
+            assert [r.id for r in operator_store.list(JobFilter(id_suffix=short_id(job_id))).rows] == [job_id]
 
     def test_list_idempotency_key_is_exact(self, driver: JobDriver, operator_store: OperatorStore) -> None:
         finished = enqueue_finished(driver, request(key="order:7"))

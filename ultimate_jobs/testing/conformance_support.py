@@ -7,13 +7,17 @@ written with it runs unchanged on every driver.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Literal, TypeVar
+from unittest import mock
 
 import pytest
 
+from ..core import ids as core_ids
 from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import ClaimedJob, EnqueueRequest, JobRecord, NackOptions
 from ..errors import UltimateError
@@ -45,6 +49,24 @@ def fixed_id(prefix: str, n: int) -> str:
 def new_id() -> str:
     """A fresh job id nobody has used."""
     return str(uuid.uuid4())
+
+
+@contextmanager
+def one_millisecond() -> Iterator[None]:
+    """Inside the block, every id :mod:`ultimate_jobs.core.ids` mints is stamped with the same millisecond:
+    a burst of jobs enqueued at once, whose ids share their first 15 characters.
+
+    >>> with one_millisecond():
+    ...     ids = [minted_id() for _ in range(50)]
+    """
+    frozen = time.time_ns()
+    with mock.patch.object(core_ids, "time", SimpleNamespace(time_ns=lambda: frozen)):
+        yield
+
+
+def minted_id() -> str:
+    """A job id as a driver mints one (:func:`ultimate_jobs.core.ids.new_id`, a UUIDv7)."""
+    return core_ids.new_id()
 
 
 def request(

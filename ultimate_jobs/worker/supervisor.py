@@ -8,7 +8,8 @@ with its own slots, heartbeat and two-phase drain. The supervisor:
   (:data:`~ultimate_jobs.worker.recycle.EXIT_RECYCLED`), else after a backoff that doubles per quick
   crash (1 s, 2 s, 4 s … 30 s) and resets once a child lived 30 s;
 - on SIGTERM/SIGINT forwards SIGTERM to every child, waits for them up to the drain deadline plus
-  :data:`STOP_MARGIN_S`, SIGKILLs the stragglers and returns (a second signal SIGKILLs at once).
+  :data:`STOP_MARGIN_S`, SIGKILLs the stragglers and returns (a second signal SIGKILLs at once, within a
+  :data:`TICK_S`). The handler only notes the signal; the loop of :meth:`Supervisor.run` acts on it.
 
 Lifecycle: :meth:`Supervisor.start`, :meth:`Supervisor.run_once` (reap and restart; tests drive it),
 :meth:`Supervisor.stop`, and :meth:`Supervisor.run` for the command.
@@ -116,8 +117,9 @@ class Supervisor:
         self._env = dict(env) if env is not None else None
         self._slots = [_Slot(i) for i in range(self.processes)]
         self._stop = threading.Event()
-        self._force = threading.Event()
         self._reason = "stop"
+        # (signal, whether a stop was already asked for): noted by the handler, acted on by run() and stop()
+        self._signals: list[tuple[int, bool]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -129,16 +131,27 @@ class Supervisor:
                 os_signal.signal(signum, self._on_signal)
         self.start()
         while not self._stop.wait(TICK_S):
-            self.run_once()
+            if self._signals:
+                self.request_stop(os_signal.Signals(self._signals[0][0]).name)
+            else:
+                self.run_once()
         return self.stop()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self._stop.is_set():
-            self._force.set()  # a second signal: SIGKILL what still runs
-        self.request_stop(os_signal.Signals(signum).name)
+        """Only note the signal: Python runs a handler on the main thread between two bytecodes, possibly
+        inside a lock the main thread holds (the one of the ``Event`` :meth:`run` waits on) or inside the
+        first signal's handler, so a handler that took a lock could deadlock the process it should stop.
+        A list append takes none, and ``Event.is_set()`` reads a flag without its lock."""
+        self._signals.append((signum, self._stop.is_set()))
+
+    def _forced(self) -> bool:
+        """Whether a signal came on top of a stop — a second Ctrl-C, or one after :meth:`request_stop` —
+        which SIGKILLs what still runs."""
+        noted = list(self._signals)
+        return len(noted) > 1 or any(after_stop for _, after_stop in noted)
 
     def request_stop(self, reason: str = "stop") -> None:
-        """Ask :meth:`run` to stop the children (what the signal handler does)."""
+        """Ask :meth:`run` to stop the children (what a noted signal makes it do)."""
         if not self._stop.is_set():
             self._reason = reason
         self._stop.set()
@@ -169,8 +182,8 @@ class Supervisor:
         for popen in live:
             popen.send_signal(os_signal.SIGTERM)  # a no-op for a child already reaped
         deadline = time.monotonic() + self.drain_deadline_ms / 1000 + STOP_MARGIN_S
-        while self._live() and time.monotonic() < deadline and not self._force.is_set():
-            self._force.wait(TICK_S)
+        while self._live() and time.monotonic() < deadline and not self._forced():
+            time.sleep(TICK_S)
         stragglers = self._live()
         for popen in stragglers:
             popen.kill()

@@ -131,7 +131,8 @@ class MemoryDriver:
 
     def set_state(self, row: MemoryRow, state: JobState) -> None:
         """Move ``row`` to ``state``, keeping the live-key and claim indexes in step (callers hold the
-        lock, and set a new run time, or a running row's lease, before the call)."""
+        lock, and set a new run time, or a running row's lease, before the call). A row leaving
+        ``running`` loses its claim and lease and keeps its worker: the worker of its last attempt."""
         was_live, is_live = row.state in LIVE_STATES, state in LIVE_STATES
         row.state = state
         row.updated_at_ms = self.clock.now_ms()
@@ -140,7 +141,7 @@ class MemoryDriver:
         elif is_live and not was_live:
             self.live[row.live_key] = row.id
         if state != "running":
-            row.worker_id = row.claim = row.lease_until_ms = None
+            row.claim = row.lease_until_ms = None
             row.finished_at_ms = None if is_live else row.updated_at_ms
         self._index.file(row)
 

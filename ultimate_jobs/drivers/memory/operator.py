@@ -125,7 +125,7 @@ class MemoryOperatorStore:
     def _reset(self, row: MemoryRow) -> None:
         row.attempts = 0
         row.run_at_ms = self._d.clock.now_ms()
-        row.progress = None
+        row.progress = row.worker_id = None
         self._d.set_state(row, "ready")
 
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
@@ -279,6 +279,7 @@ def _matches(row: MemoryRow, flt: JobFilter) -> bool:
         and (flt.state is None or row.state == flt.state)
         and (flt.tenant_id is None or row.tenant_id == flt.tenant_id)
         and (flt.id_prefix is None or row.id.startswith(flt.id_prefix))
+        and (flt.id_suffix is None or row.id.endswith(flt.id_suffix))
         and (flt.idempotency_key is None or row.idempotency_key == flt.idempotency_key)
         and (flt.created_from_ms is None or row.created_at_ms >= flt.created_from_ms)
         and (flt.created_to_ms is None or row.created_at_ms < flt.created_to_ms)

@@ -79,6 +79,7 @@ class RedisOperatorStore:
             "state": flt.state,
             "tenant": flt.tenant_id,
             "prefix": flt.id_prefix,
+            "suffix": flt.id_suffix or None,  # "" ends every id
             "key": flt.idempotency_key,
             "from": None if flt.created_from_ms is None else str(flt.created_from_ms),
             "to": None if flt.created_to_ms is None else str(flt.created_to_ms),

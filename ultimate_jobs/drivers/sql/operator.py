@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any
 
+from ...core.ids import ends_an_id
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
@@ -80,7 +81,8 @@ class SqlOperatorStore(ABC):
         after = self._cursor(flt.after, "after")
         before = self._cursor(flt.before, "before")
         id_range = id_range_of(flt.id_prefix)
-        if id_range is None:  # a prefix no uuid's text starts with
+        tail = id_tail_of(flt.id_suffix)
+        if id_range is None or tail is None:  # a prefix no uuid's text starts with, a suffix none ends with
             return JobPage(rows=(), limit=flt.limit)
         cursor = after or before
         params = {
@@ -90,6 +92,7 @@ class SqlOperatorStore(ABC):
             "tenant_id": flt.tenant_id,
             "id_low": None if id_range[0] is None else d.uid_param(id_range[0]),
             "id_high": None if id_range[1] is None else d.uid_param(id_range[1]),
+            "id_tail": tail or None,
             "idempotency_key": flt.idempotency_key,
             "created_from": d.at_or_none(flt.created_from_ms),
             "created_to": d.at_or_none(flt.created_to_ms),
@@ -189,6 +192,14 @@ def id_range_of(prefix: str | None) -> tuple[str | None, str | None] | None:
         if (shape == "-") != (ch == "-") or (ch != "-" and ch not in _HEX):
             return None
     return prefix + _UUID_LOW[len(prefix) :], prefix + _UUID_HIGH[len(prefix) :]
+
+
+def id_tail_of(suffix: str | None) -> str | None:
+    """The hex digits a uuid's canonical text ends with when it ends with ``suffix``: ``""`` for no suffix,
+    ``None`` for a suffix no uuid's canonical text ends with (ids print lowercase, dashed)."""
+    if suffix is None:
+        return ""
+    return suffix.replace("-", "") if ends_an_id(suffix) else None
 
 
 def not_found(job_id: str) -> JobNotFoundError:

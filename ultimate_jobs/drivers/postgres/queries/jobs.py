@@ -156,7 +156,8 @@ SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 # workers never take one row twice. Second arm (x_jobs_lease_idx): running rows
 # whose lease lapsed (their worker died) are re-taken — except a row already at attempts >=
 # max_attempts, which is BURIED in the same statement: dead (failed when its name is in %(drop)s),
-# last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out. A queue with a row in
+# last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out (worker_id keeps the worker whose
+# lease lapsed). A queue with a row in
 # x_job_paused_queues is read by no claim. Claimed rows get attempts + 1, this worker, a fresh claim
 # token and a lease to now + %(vt)s; their completed steps ride back with them. Answers 'claimed' and
 # 'buried' rows. When %(record)s is true the same statement upserts the claiming worker's registry row
@@ -214,7 +215,7 @@ buried AS (
     SET state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
         last_error = 'LEASE_LAPSED_FINAL_ATTEMPT', last_code = NULL,
         finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
-        worker_id = NULL, claim = NULL, lease_until = NULL
+        claim = NULL, lease_until = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM exhausted))
     RETURNING j.*
 ),
@@ -244,14 +245,16 @@ FROM buried j
 """
 
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id
-# AND claim): a body whose lease lapsed cannot settle the run that replaced it. Moves the 1-minute
+# AND claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are
+# cleared; worker_id keeps the worker of this last attempt (what `jobs show` and django.tasks'
+# worker_ids report) until the next claim replaces it. Moves the 1-minute
 # x_job_counters bucket (done, duration) in the same statement. Takes arrays, so one statement
 # settles a batch. Answers the ids that landed.
 SQL_ACK = """
 WITH acked AS (
     UPDATE x_jobs j
     SET state = 'done', finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
-        worker_id = NULL, claim = NULL, lease_until = NULL
+        claim = NULL, lease_until = NULL
     FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[], %(durations)s::bigint[])
          AS a(id, worker_id, claim, duration_ms)
     WHERE j.id = a.id AND j.state = 'running' AND j.worker_id = a.worker_id AND j.claim::text = a.claim
@@ -268,10 +271,11 @@ SELECT id FROM acked
 """
 
 # SQL_NACK — settle one running row by nack_state() (%(state)s: ready, suspended, failed or dead),
-# fenced on the claim. %(uncount)s hands the attempt back (a suspension, a drain, a shed). %(run_at)s
-# is when it is due again (NULL: now for ready, unchanged otherwise). %(counter)s names the counter
-# column moved in the same statement (NULL for an uncounted hand-back). Announces the queue when the
-# row is ready and due now. Answers the id when it landed.
+# fenced on the claim; the claim and lease are cleared, worker_id kept (as SQL_ACK). %(uncount)s hands
+# the attempt back (a suspension, a drain, a shed). %(run_at)s is when it is due again (NULL: now for
+# ready, unchanged otherwise). %(counter)s names the counter column moved in the same statement (NULL
+# for an uncounted hand-back). Announces the queue when the row is ready and due now. Answers the id
+# when it landed.
 SQL_NACK = f"""
 WITH nacked AS (
     UPDATE x_jobs j
@@ -283,7 +287,7 @@ WITH nacked AS (
         last_code = CASE WHEN %(error)s IS NULL THEN j.last_code ELSE %(code)s END,
         finished_at = CASE WHEN %(state)s IN ('dead', 'failed') THEN to_timestamp(%(now)s / 1000.0) END,
         updated_at = to_timestamp(%(now)s / 1000.0),
-        worker_id = NULL, claim = NULL, lease_until = NULL
+        claim = NULL, lease_until = NULL
     WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
     RETURNING j.id, j.name, j.queue, j.state, j.run_at
 ),

@@ -33,7 +33,9 @@ ORDER BY s.seq, s.id
 # SQL_LIST_JOBS — one page, newest first by (created_at, id); with a cursor, only rows strictly older
 # than it (the "after" page). Walks x_jobs_created_idx (created_at DESC, id DESC) in its own order,
 # or x_jobs_state_queue_idx when a state is given. The id prefix is a uuid range [%(id_low)s,
-# %(id_high)s] the caller computed, so it rides the primary key. The created range is half-open. The
+# %(id_high)s] the caller computed, so it rides the primary key. The id suffix (%(id_tail)s, the hex
+# digits a short id ends with) has no index: with it, the walk reads every row the other filters leave
+# (an operator's lookup of one short id, not a hot path). The created range is half-open. The
 # idempotency key is an exact match with no index of its own (x_jobs_name_tenant_idempotency_live_idx
 # covers live rows only): the created or state index bounds the walk.
 SQL_LIST_JOBS = f"""
@@ -44,6 +46,7 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(state)s::text IS NULL OR j.state = %(state)s)
   AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
   AND (%(id_low)s::uuid IS NULL OR j.id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
+  AND (%(id_tail)s::text IS NULL OR right(replace(j.id::text, '-', ''), length(%(id_tail)s)) = %(id_tail)s)
   AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
   AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
   AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
@@ -64,6 +67,7 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(state)s::text IS NULL OR j.state = %(state)s)
   AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
   AND (%(id_low)s::uuid IS NULL OR j.id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
+  AND (%(id_tail)s::text IS NULL OR right(replace(j.id::text, '-', ''), length(%(id_tail)s)) = %(id_tail)s)
   AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
   AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
   AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
@@ -94,7 +98,7 @@ SELECT t.state, (SELECT count(*) FROM gone) FROM target t
 """
 
 # SQL_JOB_REQUEUE — re-queue ONE finished row (done, failed, dead, cancelled) in ONE statement: ready,
-# attempts 0, due now, progress cleared; with %(from_step)s, that step and every later one by seq are
+# attempts 0, due now, progress and worker cleared; with %(from_step)s, that step and every later one by seq are
 # deleted in the same statement. Moves nothing when the row is live, when a live row holds its key
 # (x_jobs_name_tenant_idempotency_live_idx), or when %(from_step)s names no step of it. A live row
 # that commits the key after this snapshot makes the update raise a unique violation on that index,
@@ -150,11 +154,12 @@ LIMIT 1
 
 # SQL_CANCEL_JOB — stop one LIVE row (ready, delayed, running, suspended): cancelled, finished now,
 # its claim cleared, so the running body's settles, heartbeats and steps (all fenced on the claim)
-# land nowhere. A finished row is left exactly as it ended and answers no row. Primary key.
+# land nowhere; worker_id keeps the worker of its last attempt. A finished row is left exactly as it
+# ended and answers no row. Primary key.
 SQL_CANCEL_JOB = f"""
 UPDATE x_jobs j
 SET state = 'cancelled', updated_at = to_timestamp(%(now)s / 1000.0), finished_at = to_timestamp(%(now)s / 1000.0),
-    worker_id = NULL, claim = NULL, lease_until = NULL, last_error = %(error)s, last_code = 'X_JOB_CANCELLED'
+    claim = NULL, lease_until = NULL, last_error = %(error)s, last_code = 'X_JOB_CANCELLED'
 WHERE j.id = %(id)s AND j.state IN {LIVE_STATES_SQL}
 RETURNING {JOB_COLUMNS}
 """

@@ -17,6 +17,7 @@ local function match(id)
   if opt(f.tenant) and h[4] ~= f.tenant then return false end
   if opt(f.key) and h[5] ~= f.key then return false end
   if opt(f.prefix) and string.sub(id, 1, #f.prefix) ~= f.prefix then return false end
+  if opt(f.suffix) and string.sub(id, -#f.suffix) ~= f.suffix then return false end
   return true
 end
 local lo, hi = '-inf', '+inf'

@@ -91,7 +91,8 @@ local function set_state(id, new, now)
     redis.call('ZADD', stk(new), h[3], id)
   end
   if old == 'done' then redis.call('ZREM', T .. ':done', id) end
-  if new ~= 'running' and old == 'running' then redis.call('HDEL', jk(id), 'worker', 'claim', 'lease') end
+  -- a settled row keeps its last attempt's worker (until a claim or a reset replaces it), never its claim
+  if new ~= 'running' and old == 'running' then redis.call('HDEL', jk(id), 'claim', 'lease') end
   if LIVE[new] then
     if not LIVE[old] then  -- a live row has no finish to clear
       redis.call('HDEL', jk(id), 'finished')
@@ -250,7 +251,7 @@ end
 
 local function reset(id, now)
   redis.call('HSET', jk(id), 'attempts', '0', 'run_at', now)
-  redis.call('HDEL', jk(id), 'progress')
+  redis.call('HDEL', jk(id), 'progress', 'worker')
   set_state(id, 'ready', now)
 end
 

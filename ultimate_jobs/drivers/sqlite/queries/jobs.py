@@ -113,13 +113,14 @@ LIMIT :cap
 """
 
 # SQL_BURY — bury the lapsed final attempts :ids (a JSON array, primary key): dead (failed when the
-# name is in :drop), last_error LEASE_LAPSED_FINAL_ATTEMPT, finished now, never handed out. Answers the
+# name is in :drop), last_error LEASE_LAPSED_FINAL_ATTEMPT, finished now, never handed out (worker_id
+# keeps the worker whose lease lapsed). Answers the
 # buried rows; the caller counts them (SQL_COUNT) in the same transaction.
 SQL_BURY = f"""
 UPDATE x_jobs AS j
 SET state = CASE WHEN j.name IN (SELECT value FROM json_each(:drop)) THEN 'failed' ELSE 'dead' END,
     last_error = 'LEASE_LAPSED_FINAL_ATTEMPT', last_code = NULL, finished_at = :now, updated_at = :now,
-    worker_id = NULL, claim = NULL, lease_until = NULL
+    claim = NULL, lease_until = NULL
 WHERE j.id IN (SELECT value FROM json_each(:ids)) AND j.state = 'running'
 RETURNING {RETURNING_JOB_COLUMNS}
 """
@@ -155,12 +156,13 @@ SET done = done + excluded.done, retried = retried + excluded.retried, failed = 
 """
 
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id AND
-# claim): a body whose lease lapsed cannot settle the run that replaced it. :acks is a JSON array of
+# claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are
+# cleared; worker_id keeps the worker of this last attempt until the next claim replaces it. :acks is a JSON array of
 # {id, worker, claim}; one statement settles a batch. Answers (id, name) of the rows that landed; the
 # caller moves their counters (SQL_COUNT) in the same transaction.
 SQL_ACK = """
 UPDATE x_jobs AS j
-SET state = 'done', finished_at = :now, updated_at = :now, worker_id = NULL, claim = NULL, lease_until = NULL
+SET state = 'done', finished_at = :now, updated_at = :now, claim = NULL, lease_until = NULL
 FROM (SELECT json_extract(a.value, '$.id') AS id, json_extract(a.value, '$.worker') AS worker,
              json_extract(a.value, '$.claim') AS claim
       FROM json_each(:acks) a) AS a
@@ -169,9 +171,10 @@ RETURNING id, name
 """
 
 # SQL_NACK — settle one running row by nack_state() (:state: ready, suspended, failed or dead), fenced on
-# the claim. :uncount hands the attempt back (a suspension, a drain, a shed). :run_at is when it is due
-# again (NULL: now for ready, unchanged otherwise). Answers (name, queue, state, run_at) when it landed;
-# the caller moves the counter (SQL_COUNT) in the same transaction.
+# the claim; the claim and lease are cleared, worker_id kept (as SQL_ACK). :uncount hands the attempt
+# back (a suspension, a drain, a shed). :run_at is when it is due again (NULL: now for ready, unchanged
+# otherwise). Answers (name, queue, state, run_at) when it landed; the caller moves the counter
+# (SQL_COUNT) in the same transaction.
 SQL_NACK = """
 UPDATE x_jobs AS j
 SET state = :state,
@@ -180,7 +183,7 @@ SET state = :state,
     last_error = coalesce(:error, j.last_error),
     last_code = CASE WHEN :error IS NULL THEN j.last_code ELSE :code END,
     finished_at = CASE WHEN :state IN ('dead', 'failed') THEN :now END,
-    updated_at = :now, worker_id = NULL, claim = NULL, lease_until = NULL
+    updated_at = :now, claim = NULL, lease_until = NULL
 WHERE j.id = :id AND j.state = 'running' AND j.worker_id = :worker AND j.claim = :claim
 RETURNING name, queue, state, run_at
 """

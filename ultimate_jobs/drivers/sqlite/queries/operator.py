@@ -17,12 +17,15 @@ SQL_GET_JOB = f"SELECT {JOB_COLUMNS} FROM x_jobs j WHERE j.id = :id"
 SQL_JOB_STEPS = f"SELECT {STEP_COLUMNS} FROM x_job_steps s WHERE s.job_id = :id ORDER BY s.seq, s.id"
 
 # The filters list() shares between its two directions. The id prefix is an id range [:id_low, :id_high]
-# the caller computed, so it rides the primary key; the created range is half-open.
+# the caller computed, so it rides the primary key. The id suffix (:id_tail, the hex digits a short id
+# ends with) has no index: with it, the walk reads every row the other filters leave. The created range is
+# half-open.
 _LIST_FILTERS = """(:queue IS NULL OR j.queue = :queue)
   AND (:name IS NULL OR j.name = :name)
   AND (:state IS NULL OR j.state = :state)
   AND (:tenant_id IS NULL OR j.tenant_id = :tenant_id)
   AND (:id_low IS NULL OR j.id BETWEEN :id_low AND :id_high)
+  AND (:id_tail IS NULL OR substr(j.id, -length(:id_tail)) = :id_tail)
   AND (:idempotency_key IS NULL OR j.idempotency_key = :idempotency_key)
   AND (:created_from IS NULL OR j.created_at >= :created_from)
   AND (:created_to IS NULL OR j.created_at < :created_to)"""
@@ -72,7 +75,7 @@ LIMIT 1
 # SQL_STEP_SEQ — the seq of a job's step :from_step (x_job_steps_job_name_uniq).
 SQL_STEP_SEQ = "SELECT seq FROM x_job_steps WHERE job_id = :id AND name = :from_step"
 
-# SQL_JOB_REQUEUE — re-queue ONE finished row: ready, attempts 0, due now, progress and claim cleared.
+# SQL_JOB_REQUEUE — re-queue ONE finished row: ready, attempts 0, due now; progress, worker and claim cleared.
 # The caller checked in the same transaction that it is finished and that no live row holds its key.
 SQL_JOB_REQUEUE = f"""
 UPDATE x_jobs AS j
@@ -86,10 +89,11 @@ RETURNING {RETURNING_JOB_COLUMNS}
 SQL_CUT_STEPS = "DELETE FROM x_job_steps WHERE job_id = :id AND seq >= :seq"
 
 # SQL_CANCEL_JOB — stop one LIVE row: cancelled, finished now, its claim cleared, so the running body's
-# settles, heartbeats and steps (all fenced on the claim) land nowhere. A finished row answers no row.
+# settles, heartbeats and steps (all fenced on the claim) land nowhere; worker_id keeps the worker of its
+# last attempt. A finished row answers no row.
 SQL_CANCEL_JOB = f"""
 UPDATE x_jobs AS j
-SET state = 'cancelled', updated_at = :now, finished_at = :now, worker_id = NULL, claim = NULL,
+SET state = 'cancelled', updated_at = :now, finished_at = :now, claim = NULL,
     lease_until = NULL, last_error = :error, last_code = 'X_JOB_CANCELLED'
 WHERE j.id = :id AND j.state IN {LIVE_STATES_SQL}
 RETURNING {RETURNING_JOB_COLUMNS}
