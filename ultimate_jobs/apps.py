@@ -33,6 +33,9 @@ class UltimateJobsConfig(AppConfig):
         install_outbox_from_settings()
         _add_django_tasks_source()
         checks.register(check_settings, "ultimate_jobs")
+        from .checks import row_security_deploy_messages
+
+        checks.register(row_security_deploy_messages, "ultimate_jobs", checks.Tags.security, deploy=True)
         from .guards import row_security
 
         row_security.install()
