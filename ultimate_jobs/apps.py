@@ -34,6 +34,9 @@ class UltimateJobsConfig(AppConfig):
         _add_django_tasks_source()
         checks.register(check_settings, "ultimate_jobs")
         checks.register(check_migrations, checks.Tags.database)
+        from .checks import row_security_deploy_messages
+
+        checks.register(row_security_deploy_messages, "ultimate_jobs", checks.Tags.security, deploy=True)
         from .guards import row_security
 
         row_security.install()

@@ -19,6 +19,13 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
 One database check (it runs for the databases Django names: ``check --database <alias>``, ``migrate``)
 warns ``X_SCHEMA_NOT_MIGRATED`` when the jobs database lacks ultimate_jobs migrations: a Warning, not an
 Error, because ``migrate`` runs the database checks before it applies them, and an Error would stop it.
+
+``manage.py check --deploy`` adds one more, :func:`row_security_deploy_messages`:
+``X_TENANCY_ROW_SECURITY_UNENFORCED``, an error for each PostgreSQL database a tenant-scoped model lives on
+whose role skips row-level security (a superuser or ``BYPASSRLS``), and for each tenant-scoped table there
+without forced row-level security and the policy. Without ``--deploy`` the same findings are the warnings
+``X_TENANCY_ROW_SECURITY_BYPASSED`` and ``X_TENANCY_ROW_SECURITY_OFF`` of ``check --database`` and
+``migrate`` (:func:`ultimate_jobs.guards.row_security.check_row_security`).
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from importlib import import_module
 from typing import Any
 
 from django.core import checks
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
 from .drivers.protocol import DECLARED_CAPABILITIES
+from .guards.row_security import SQL_ROLE_BYPASSES, SQL_TABLES_WITHOUT_POLICY, scoped_aliases, scoped_models
 from .integration.schema import migrate_command, unapplied_migrations, unapplied_text
 
 OBJ = "settings.ULTIMATE_JOBS"
@@ -43,6 +51,11 @@ CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
 CHECK_DRIVER_UNDECLARED = "X_SETTINGS_DRIVER_UNDECLARED"
 CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 CHECK_SCHEMA_NOT_MIGRATED = "X_SCHEMA_NOT_MIGRATED"
+CHECK_ROW_SECURITY_UNENFORCED = "X_TENANCY_ROW_SECURITY_UNENFORCED"
+APP_ROLE_FIX = (
+    "connect the app as a role with neither — CREATE ROLE app LOGIN PASSWORD '…' NOSUPERUSER NOBYPASSRLS — that "
+    "owns the database (or is granted its tables); the README, Tenancy, 'The app's database role', shows the setup"
+)
 
 
 def _error(check: str, problem: str, fix: str) -> checks.Error:
@@ -207,3 +220,54 @@ def _context(path: str) -> list[checks.CheckMessage]:
             )
         ]
     return []
+
+
+def row_security_deploy_messages(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:
+    """``check --deploy``: an error (``X_TENANCY_ROW_SECURITY_UNENFORCED``) for each PostgreSQL database a
+    tenant-scoped model lives on whose role bypasses row-level security, and for each tenant-scoped table
+    there without forced row-level security and the policy — each means a run's raw SQL, subqueries and joins
+    reach every org's rows. Unlike a plain database check it asks those databases whatever ``--database``
+    names: a deploy check must fail the deploy on its own. A database it cannot ask is an error too."""
+    found: list[checks.CheckMessage] = []
+    for alias in scoped_aliases():
+        models = scoped_models(alias)
+        by_table = {m._meta.db_table: m for m in models}
+        try:
+            with connections[alias].cursor() as cursor:
+                cursor.execute(SQL_ROLE_BYPASSES)
+                role = cursor.fetchone()
+                cursor.execute(SQL_TABLES_WITHOUT_POLICY, [list(by_table)])
+                missing = [name for (name,) in cursor.fetchall()]
+        except DatabaseError as exc:
+            found.append(
+                _unenforced(
+                    f"database {alias!r} holds tenant-scoped models and could not be asked whether row-level "
+                    f"security holds there ({type(exc).__name__}: {str(exc).strip()[:200]})",
+                    "run check --deploy where the database is reachable, with the credentials the app uses",
+                )
+            )
+            continue
+        if role is not None and role[1]:
+            found.append(
+                _unenforced(
+                    f"database {alias!r}: the app connects as role {role[0]!r}, a superuser or BYPASSRLS role, so "
+                    "Postgres ignores every tenant row-level security policy and only the Python guard confines a run",
+                    APP_ROLE_FIX,
+                )
+            )
+        for table in missing:
+            model = by_table[table]
+            found.append(
+                _unenforced(
+                    f"{model._meta.label}: table {table!r} has no forced tenant row-level security policy, so a "
+                    "run's raw SQL, subqueries and joins into it reach every org's rows",
+                    f"add EnableTenantRowSecurity({model.__name__!r}) to a migration of "
+                    f"{model._meta.app_label!r} and migrate",
+                    obj=model,
+                )
+            )
+    return found
+
+
+def _unenforced(problem: str, fix: str, obj: Any = None) -> checks.Error:
+    return checks.Error(problem, hint=fix, obj=obj, id=f"ultimate_jobs.{CHECK_ROW_SECURITY_UNENFORCED}")

@@ -44,6 +44,7 @@ from .core.run import JobRun
 from .defaults import DEFAULT_EVENT_POLL_MS
 from .drivers.records import EnqueueRequest, JobRecord, StepRecord
 from .errors import InvariantError
+from .guards.org_boundary import check_job_org
 
 if TYPE_CHECKING:  # mypy reads the typed backport; Django 6's module has the same names and shapes
     from django_tasks import TaskResult
@@ -218,7 +219,8 @@ class JobsBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any]:
         """The task's result read from its row: status, the last attempt's error, the return value once
         SUCCESSFUL. ``TaskResultDoesNotExist`` when no row has that id (never enqueued, or purged by
-        retention) or the row is a ``@job``'s, not a Django task's."""
+        retention) or the row is a ``@job``'s, not a Django task's. Inside a run, a result of another org's
+        task is ``X_TENANCY_ACTOR_MISMATCH`` (:mod:`ultimate_jobs.guards.org_boundary`)."""
         from .core.installed import job_driver
 
         try:
@@ -231,6 +233,7 @@ class JobsBackend(BaseTaskBackend):
         record = surface.get(job_id)
         if record is None:
             raise TaskResultDoesNotExist(f"no task result {job_id} (never enqueued, or removed by retention)")
+        check_job_org(record.tenant_id, job_id=job_id)  # inside a run: the run's org's results only
         task = _task_at(record.name)
         if task is None:
             raise TaskResultDoesNotExist(f"{job_id} is the job {record.name!r}, not a Django task")

@@ -155,7 +155,8 @@ class JobDrainedError(CodedError):
 
 
 class JobDuplicateError(CodedError):
-    """An enqueue collided with a live key under on_conflict='error'."""
+    """An enqueue collided with a live key under on_conflict='error', or its explicit id names a job of
+    another tenant (the refusal then says nothing of that job)."""
 
     default_code = "X_JOB_DUPLICATE"
 
@@ -376,13 +377,15 @@ class JobRequestInvalidError(CodedError):
 
 
 class TenancyActorMismatchError(CodedError):
-    """A tenant-scoped row belongs to another org than the acting one."""
+    """A tenant-scoped row belongs to another org than the acting one; or, inside a run, an enqueue, a job
+    or a task result is another org's, or an operator view spans every org."""
 
     default_code = "X_TENANCY_ACTOR_MISMATCH"
 
 
 class TenancyActorOrgRequiredError(CodedError):
-    """A tenant-scoped read ran with no org; wrap it in cross_tenant()."""
+    """A tenant-scoped read, or an enqueue or a job read for an org, ran with no org (a tenant='none' run);
+    wrap it in cross_tenant()."""
 
     default_code = "X_TENANCY_ACTOR_ORG_REQUIRED"
 

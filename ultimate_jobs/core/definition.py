@@ -265,9 +265,11 @@ class JobHandle(Generic[InputT, ResultT]):
         tenant_id = self.derive_tenant(parsed)
         if actor is not None and actor.org_id is not None:
             if tenant_id is not None and tenant_id != actor.org_id:
+                # never name the input's org: the refusal must not echo which other org a caller tried
                 raise JobTenantMismatchError(
-                    f"{self.name}: the input names org {tenant_id}, the actor acts under {actor.org_id}",
-                    {"job": self.name, "input_org": tenant_id, "actor_org": actor.org_id},
+                    f"{self.name}: the input's org differs from the org the actor acts under ({actor.org_id}); "
+                    "enqueue_as stamps the actor's org on the row, so pass an input of that org",
+                    {"job": self.name, "actor_org": actor.org_id},
                 )
             tenant_id = actor.org_id
         if on_conflict not in ("dedupe", "error"):

@@ -254,8 +254,9 @@ def _run_tenant(handle: JobHandle[Any, Any], parsed: Any, claimed: ClaimedJob) -
     derived = handle.derive_tenant(parsed)
     if derived is not None and claimed.tenant_id is not None and derived != claimed.tenant_id:
         raise JobTenantMismatchError(
-            f"{handle.name}: the payload names org {derived}, the row is queued under {claimed.tenant_id}",
-            {"job": handle.name, "payload_org": derived, "row_org": claimed.tenant_id},
+            f"{handle.name}: the payload's org differs from the org the row is queued under ({claimed.tenant_id}); "
+            "the row cannot run as either — enqueue the work again with an input of the row's org",
+            {"job": handle.name, "row_org": claimed.tenant_id},
         )
     return derived
 

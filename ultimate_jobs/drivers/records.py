@@ -18,7 +18,7 @@ from typing import Any, Literal
 # re-exported: the drivers read these defaults here
 from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS as DEFAULT_VISIBILITY_TIMEOUT_MS
 from ..defaults import PURGE_BATCH as PURGE_BATCH
-from ..errors import InvariantError, JobRowStatusUnknownError
+from ..errors import InvariantError, JobDuplicateError, JobRowStatusUnknownError
 
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"]
 JobOutcome = Literal["completed", "suspended", "retried", "dead-lettered", "dropped", "interrupted", "refused"]
@@ -75,6 +75,22 @@ class EnqueueRequest:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None
+
+
+def same_tenant(stored: str | None, requested: str | None) -> bool:
+    """Whether a stored row and a request are under the same tenant (no tenant and ``""`` are one, as in
+    the live-key index ``x_jobs_name_tenant_idempotency_live_idx``)."""
+    return (stored or "") == (requested or "")
+
+
+def id_taken(request: EnqueueRequest) -> JobDuplicateError:
+    """``X_JOB_DUPLICATE`` for a request whose ``id`` names a row of another tenant. Every driver answers
+    it the same way and it says nothing of that row — no run id, no tenant, no state — so a caller cannot
+    read another org's job through an id (a row of the request's own tenant answers ``deduped=True``)."""
+    return JobDuplicateError(
+        f"{request.name}: id {request.id} is already in use; leave id= out (one is allocated) or pass a fresh UUID",
+        {"job": request.name, "field": "id"},
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ Every path that writes a job row — ``handle.enqueue()``, ``enqueue_as()``, a r
 fire (``TaskHandle.admit``) — passes :func:`check_request` first, so a request no driver can store is
 refused at the caller with ``X_JOB_REQUEST_INVALID`` naming the field and the fix, and never reaches
 the database: inside ``transaction.atomic()`` the caller's transaction is untouched, and the outbox
-never holds a row its relay cannot publish. What a step stores passes :func:`check_json` the same way.
+never holds a row its relay cannot publish. Inside a run the request must be for the run's org
+(:mod:`ultimate_jobs.guards.org_boundary`). What a step stores passes :func:`check_json` the same way.
 
 >>> check_request(charge.build_request({"order_id": "A-1"}))  # silent when the request can be stored
 """
@@ -22,6 +23,7 @@ from typing import Any
 from ..core.durations import parse_duration
 from ..drivers.records import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
 from ..errors import InvariantError, JobRequestInvalidError, UltimateError
+from .org_boundary import check_enqueue_org
 
 MAX_JSON_DEPTH = 64
 """How deep a job's input or a step's output may nest (a dict or a list inside another is one level).
@@ -39,7 +41,8 @@ def check_request(request: EnqueueRequest) -> None:
     """Refuse a request no driver can store (``X_JOB_REQUEST_INVALID``): NUL bytes anywhere in its text
     (input values and keys, the queue, the idempotency, tenant and concurrency keys), input nested more
     than :data:`MAX_JSON_DEPTH` levels, a run_at outside years 1 to 9999, a run_id or id that is not a UUID,
-    a blank or over-long queue name."""
+    a blank or over-long queue name. Inside a run, a request for another org than the run's is
+    ``X_TENANCY_ACTOR_MISMATCH`` (:func:`~ultimate_jobs.guards.org_boundary.check_enqueue_org`)."""
     job = request.name
     refuse = _refusal(job)
     check_text(request.queue, field="queue", refuse=refuse)
@@ -66,6 +69,7 @@ def check_request(request: EnqueueRequest) -> None:
     if request.run_at_ms is not None:
         check_instant(request.run_at_ms, field="run_at", refuse=refuse)
     check_json(request.input, field="input", refuse=refuse)
+    check_enqueue_org(request.tenant_id, job=job)
 
 
 def scheduled_ms(delay: object, run_at: object, *, now: Callable[[], int], job: str) -> int | None:

@@ -15,6 +15,12 @@ Secrets never leave in clear: a job's input fields typed ``SecretStr``/``SecretB
 are stored sealed (:mod:`ultimate_jobs.guards.sealing`), and every record here carries them as
 ``"**********"`` — and scrubs their values out of errors, step outputs and progress notes
 (:mod:`ultimate_jobs.guards.redaction`).
+
+Called from inside a run (outside ``cross_tenant()``), the surface answers for the run's org only
+(:mod:`ultimate_jobs.guards.org_boundary`): a job of another org is ``X_TENANCY_ACTOR_MISMATCH``, lists and
+bulk actions hold the run's org's jobs, and the views over every org (queues, stats, workers, tasks, the
+outbox, the backfill ledger, pauses) are refused. The CLI, the admin and the JSON views run outside any
+run, where none of this applies.
 """
 
 from .backfills import BackfillRow, inspect_backfills

@@ -9,6 +9,7 @@ from ..core.installed import job_driver
 from ..drivers.protocol import JobDriver, OperatorStore
 from ..drivers.records import JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
+from ..guards.org_boundary import check_job_org, guarded
 from ..guards.redaction import redact, scrub, secret_values
 from .records import ErrorDetail, JobRow, StepRow
 
@@ -29,6 +30,16 @@ def require_operator(driver: JobDriver, capability: str) -> OperatorStore:
             {"driver": driver.name, "capability": capability},
         )
     return surface
+
+
+def confine_job(surface: OperatorStore, job_id: str) -> None:
+    """Inside a run, refuse acting on a job of another org (``X_TENANCY_ACTOR_MISMATCH``) before the action
+    runs: one read of the row there, none outside a run. An id no queue holds is the action's to report."""
+    if not guarded():
+        return
+    record = surface.get(job_id)
+    if record is not None:
+        check_job_org(record.tenant_id, job_id=job_id)
 
 
 def not_found(job_id: str) -> JobNotFoundError:

@@ -10,6 +10,7 @@ from ..drivers.protocol import BackfillStore, JobDriver
 from ..drivers.records import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..features.backfills import registered_backfills
+from ..guards.org_boundary import refuse_fleet_view
 from ._support import resolve
 from .arguments import check_name, shown
 
@@ -43,6 +44,7 @@ def inspect_backfills(
     A malformed name, status or limit is ``X_JOB_ARGUMENT_INVALID``; a driver without a ledger is
     ``X_NOT_IMPLEMENTED``.
     """
+    refuse_fleet_view("inspect_backfills")
     active = resolve(driver)
     store: BackfillStore | None = active.backfills
     if store is None:

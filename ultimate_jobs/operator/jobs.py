@@ -18,7 +18,8 @@ from ..drivers.records import (
 )
 from ..errors import CancelUnsupportedError, JobNotCancellableError
 from ..features.backfills import registered_backfills
-from ._support import Redactor, error_detail, not_found, require_operator, resolve, step_row
+from ..guards.org_boundary import check_job_org, confine_tenant_filter
+from ._support import Redactor, confine_job, error_detail, not_found, require_operator, resolve, step_row
 from .arguments import check_job_id, check_name, check_reason
 from .backfills import BackfillRow
 from .records import BulkAction, BulkOutcome, JobActionResult, JobDetail, JobPageView
@@ -52,8 +53,10 @@ def list_jobs(
     >>> older = list_jobs(state="dead", name="charge_order", limit=50, after=page.next)
 
     A limit over ``MAX_JOB_PAGE`` (200), both cursors, or a cursor no page produced is
-    ``X_JOB_PAGE_INVALID``.
+    ``X_JOB_PAGE_INVALID``. Inside a run the page holds the run's org's jobs only (a ``tenant_id`` of
+    another org is ``X_TENANCY_ACTOR_MISMATCH``; see :mod:`ultimate_jobs.guards.org_boundary`).
     """
+    tenant_id = confine_tenant_filter(tenant_id, what="list_jobs")
     surface = require_operator(resolve(driver), "list")
     flt = JobFilter(
         queue=queue,
@@ -115,6 +118,7 @@ def inspect_job(job_id: str, *, driver: JobDriver | None = None) -> JobDetail:
     record = surface.get(job_id)
     if record is None:
         raise not_found(job_id)
+    check_job_org(record.tenant_id, job_id=job_id)
     redactor = Redactor()
     secrets = redactor.secrets(record)
     return JobDetail(
@@ -150,7 +154,9 @@ def retry_job(job_id: str, *, from_step: str | None = None, driver: JobDriver | 
     """
     job_id = check_job_id(job_id)
     from_step = None if from_step is None else check_name(from_step, what="step")
-    record = require_operator(resolve(driver), "retry").requeue(job_id, from_step=from_step)
+    surface = require_operator(resolve(driver), "retry")
+    confine_job(surface, job_id)
+    record = surface.requeue(job_id, from_step=from_step)
     return JobActionResult(action="retry", id=record.id, job=Redactor().row(record))
 
 
@@ -179,6 +185,7 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
             f"the {resolved.name!r} driver has no cancel (no operator store)",
             {"job_id": job_id},
         )
+    confine_job(surface, job_id)
     record = surface.cancel(job_id, reason)
     if record is None:
         current = surface.get(job_id)
@@ -200,7 +207,9 @@ def remove_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionResu
     A running job is ``X_JOB_NOT_REMOVABLE`` (cancel it first); an unknown id ``X_JOB_NOT_FOUND``.
     """
     job_id = check_job_id(job_id)
-    require_operator(resolve(driver), "remove").remove(job_id)
+    surface = require_operator(resolve(driver), "remove")
+    confine_job(surface, job_id)
+    surface.remove(job_id)
     return JobActionResult(action="remove", id=job_id, job=None)
 
 
@@ -212,7 +221,9 @@ def promote_job(job_id: str, *, driver: JobDriver | None = None) -> JobActionRes
     A job not waiting on its run time is ``X_JOB_NOT_PROMOTABLE``; an unknown id ``X_JOB_NOT_FOUND``.
     """
     job_id = check_job_id(job_id)
-    record = require_operator(resolve(driver), "promote").promote(job_id)
+    surface = require_operator(resolve(driver), "promote")
+    confine_job(surface, job_id)
+    record = surface.promote(job_id)
     return JobActionResult(action="promote", id=record.id, job=Redactor().row(record))
 
 
@@ -233,6 +244,7 @@ def requeue_many(
 
     A live ``state`` is ``X_JOB_NOT_REQUEUEABLE``.
     """
+    tenant_id = confine_tenant_filter(tenant_id, what="requeue_many")
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
     surface = require_operator(resolve(driver), "requeue-many")
     return _bulk("requeue-many", flt, surface.requeue_many, until_done, on_progress)
@@ -254,6 +266,7 @@ def remove_many(
 
     ``state="running"`` is ``X_JOB_NOT_REMOVABLE``.
     """
+    tenant_id = confine_tenant_filter(tenant_id, what="remove_many")
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
     surface = require_operator(resolve(driver), "remove-many")
     return _bulk("remove-many", flt, surface.remove_many, until_done, on_progress)
@@ -276,6 +289,7 @@ def promote_many(
 
     A ``state`` other than delayed or ready is ``X_JOB_NOT_PROMOTABLE``.
     """
+    tenant_id = confine_tenant_filter(tenant_id, what="promote_many")
     flt = BulkFilter(state=state, queue=queue, name=name, tenant_id=tenant_id)
     surface = require_operator(resolve(driver), "promote-many")
     return _bulk("promote-many", flt, surface.promote_many, until_done, on_progress)

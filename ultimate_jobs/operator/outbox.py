@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ..drivers.records import DEFAULT_JOB_PAGE
 from ..errors import JobArgumentInvalidError
+from ..guards.org_boundary import refuse_fleet_view
 from ..outbox.boot import outbox_store
 from ..outbox.store import FailedOutboxRow, OutboxStore
 from .arguments import check_job_id
@@ -63,6 +64,7 @@ class OutboxActionResult:
 
 def inspect_outbox(*, limit: int = DEFAULT_JOB_PAGE, store: OutboxStore | None = None) -> OutboxView:
     """Pending and set-aside counts, and the set-aside rows, oldest first (``limit`` of 1 to 1,000)."""
+    refuse_fleet_view("inspect_outbox")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_OUTBOX_ROWS:
         raise JobArgumentInvalidError(
             f"limit={limit!r}: list between 1 and {MAX_OUTBOX_ROWS} set-aside rows at a time",
@@ -76,6 +78,7 @@ def inspect_outbox(*, limit: int = DEFAULT_JOB_PAGE, store: OutboxStore | None =
 
 def retry_outbox_rows(ids: Sequence[str], *, store: OutboxStore | None = None) -> OutboxActionResult:
     """Put set-aside rows back in line to publish (they keep their place, ahead of later rows)."""
+    refuse_fleet_view("retry_outbox_rows")
     wanted = _ids(ids)
     landed = (store or outbox_store()).retry_failed(wanted)
     return _result("retry", wanted, landed)
@@ -83,6 +86,7 @@ def retry_outbox_rows(ids: Sequence[str], *, store: OutboxStore | None = None) -
 
 def remove_outbox_rows(ids: Sequence[str], *, store: OutboxStore | None = None) -> OutboxActionResult:
     """Delete set-aside rows for good: their jobs will never exist. Pending or published rows are kept."""
+    refuse_fleet_view("remove_outbox_rows")
     wanted = _ids(ids)
     landed = (store or outbox_store()).remove_failed(wanted)
     return _result("remove", wanted, landed)

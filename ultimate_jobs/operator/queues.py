@@ -11,6 +11,7 @@ from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
 from ..drivers.records import MAX_JOB_PAGE, MIN_INSTANT_MS
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
+from ..guards.org_boundary import refuse_fleet_view
 from ._support import require_operator, resolve
 from .arguments import check_name
 from .backfills import BackfillRow, inspect_backfills
@@ -49,6 +50,7 @@ def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
     Reads ``driver.stats()``, so it answers on a driver with no operator store too (pauses then come
     from the stats alone).
     """
+    refuse_fleet_view("inspect_queues")
     resolved = resolve(driver)
     stats = {s.queue: s for s in resolved.stats()}
     paused = set(resolved.operator.paused_queues()) if resolved.operator is not None else set()
@@ -80,6 +82,7 @@ def pause_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
 
     A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
+    refuse_fleet_view("pause_queue")
     queue = check_name(queue, what="queue")
     require_operator(resolve(driver), "pause").pause_queue(queue)
     return PauseState(kind="queue", name=queue, paused=True, declared=queue in declared_queues())
@@ -90,6 +93,7 @@ def resume_queue(queue: str, *, driver: JobDriver | None = None) -> PauseState:
 
     >>> resume_queue("payments")
     """
+    refuse_fleet_view("resume_queue")
     queue = check_name(queue, what="queue")
     require_operator(resolve(driver), "resume").resume_queue(queue)
     return PauseState(kind="queue", name=queue, paused=False, declared=queue in declared_queues())
@@ -100,6 +104,7 @@ def inspect_workers(*, driver: JobDriver | None = None) -> list[WorkerRow]:
 
     >>> [(w.host, w.pid, len(w.in_flight)) for w in inspect_workers()]
     """
+    refuse_fleet_view("inspect_workers")
     return [
         WorkerRow(
             id=w.id,
@@ -126,6 +131,7 @@ def inspect_stats(
     A window that is no duration is ``X_INVARIANT``; one over ten years (``MAX_STATS_WINDOW_MS``), or a
     ``since_ms`` that is no instant before now, ``X_JOB_ARGUMENT_INVALID``.
     """
+    refuse_fleet_view("inspect_stats")
     surface = require_operator(resolve(driver), "stats")
     now = job_clock().now_ms()
     start = since_ms if since_ms is not None else now - stats_window_ms(since)

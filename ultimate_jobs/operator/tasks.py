@@ -10,6 +10,7 @@ from ..core.definition import JobHandle
 from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
 from ..errors import JobArgumentInvalidError
+from ..guards.org_boundary import refuse_fleet_view
 from ..scheduler.task import TaskHandle, next_task_run
 from ._support import require_operator, resolve
 from .arguments import check_name, shown
@@ -30,6 +31,7 @@ def inspect_tasks(*, driver: JobDriver | None = None) -> list[TaskRow]:
 
     >>> [(t.name, t.paused, t.next_run_ms) for t in inspect_tasks()]
     """
+    refuse_fleet_view("inspect_tasks")
     surface = require_operator(resolve(driver), "tasks")
     declared = declared_tasks()
     paused = set(surface.paused_tasks())
@@ -59,6 +61,7 @@ def pause_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
 
     A blank name, a NUL byte or over 500 characters is ``X_JOB_ARGUMENT_INVALID`` (so for resume).
     """
+    refuse_fleet_view("pause_task")
     task = check_name(task, what="task")
     require_operator(resolve(driver), "pause-task").pause_task(task)
     return PauseState(kind="task", name=task, paused=True, declared=task in declared_tasks())
@@ -69,6 +72,7 @@ def resume_task(task: str, *, driver: JobDriver | None = None) -> PauseState:
 
     >>> resume_task("nightly_digest")
     """
+    refuse_fleet_view("resume_task")
     task = check_name(task, what="task")
     require_operator(resolve(driver), "resume-task").resume_task(task)
     return PauseState(kind="task", name=task, paused=False, declared=task in declared_tasks())

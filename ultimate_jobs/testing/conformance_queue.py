@@ -8,6 +8,7 @@ for a driver with no ``operator`` too.
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -107,6 +108,24 @@ class QueueContract:
         again = driver.enqueue(request(id=job_id, key="k", on_conflict="error"))  # a relay's repeat publish
         assert again.id == job_id and again.deduped
         assert claimed_ids(driver) == {job_id}
+
+    def test_enqueue_an_id_of_another_tenants_row_is_refused_and_says_nothing_of_it(self, driver: JobDriver) -> None:
+        job_id = new_id()
+        theirs = driver.enqueue(request(id=job_id, key="theirs", tenant_id="org-2"))
+        for tenant in ("org-1", None):  # another org, and no org, are other tenants alike
+            with raises_code("X_JOB_DUPLICATE") as info:
+                driver.enqueue(request(id=job_id, key="mine", tenant_id=tenant))
+            said = f"{info.value.message} {info.value.meta!r}"
+            assert theirs.run_id not in said and "org-2" not in said and not re.search(r"\bready\b", said)
+        with raises_code("X_JOB_DUPLICATE"):  # all or nothing: the batch's other row is not written either
+            driver.enqueue_many([request(key="fresh", tenant_id="org-1"), request(id=job_id, tenant_id="org-1")])
+        assert claimed_ids(driver) == {job_id}
+
+    def test_enqueue_an_id_of_the_same_tenants_row_answers_it(self, driver: JobDriver) -> None:
+        job_id = new_id()
+        first = driver.enqueue(request(id=job_id, key="k1", tenant_id="org-1"))
+        again = driver.enqueue(request(id=job_id, key="k2", tenant_id="org-1"))
+        assert (again.id, again.run_id, again.deduped) == (job_id, first.run_id, True)
 
     def test_enqueue_key_treats_no_tenant_as_empty_tenant(self, driver: JobDriver) -> None:
         first = driver.enqueue(request(key="k"))

@@ -258,10 +258,10 @@ class _Delivery:
         org = run.input.org_id
         if org is not None and org != run.tenant_id:
             raise JobTenantMismatchError(
-                f"{name}: the delivery names org {org}, and the run is under "
-                f"{run.tenant_id if run.tenant_id is not None else 'no org (tenant=none)'}; enqueue it with the "
+                f"{name}: the delivery's org_id differs from the org the run is under "
+                f"({run.tenant_id if run.tenant_id is not None else 'no org: tenant=none'}); enqueue it with the "
                 "org that owns the endpoint, and declare tenant=lambda i: i.org_id",
-                {"job": name, "payload_org": org, "run_org": run.tenant_id},
+                {"job": name, "run_org": run.tenant_id},
             )
         endpoint = self._endpoint()
         event = self._event()

@@ -40,8 +40,10 @@ from ..records import (
     StepRecord,
     WorkerInfo,
     finished_cutoffs,
+    id_taken,
     nack_counter,
     nack_state,
+    same_tenant,
 )
 from .counters import CounterBuckets
 from .index import ClaimEntry, ClaimIndex, claim_order
@@ -174,6 +176,8 @@ class MemoryDriver:
         for request in requests:
             existing = None if request.id is None else self.rows.get(request.id) or fresh.get(request.id)
             if existing is not None:  # an id that already names a row, live or finished, inserts nothing
+                if not same_tenant(existing.tenant_id, request.tenant_id):
+                    raise id_taken(request)  # another tenant's row: refused, never answered
                 answers.append(Enqueued(existing.id, existing.run_id, True))
                 continue
             key = (request.name, request.tenant_id or "", request.idempotency_key)

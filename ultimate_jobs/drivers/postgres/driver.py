@@ -59,11 +59,12 @@ class PostgresDriver(SqlDriver):
         if len(requests) == 1:
             return [self._enqueue_one(requests[0])]
         rows = enqueue_rows(requests)
-        # One statement is atomic on its own; a batch that may refuse a member needs a transaction so a
-        # refused request inserts no row of its batch (all or nothing).
+        # One statement is atomic on its own; a batch that may refuse a member — on_conflict="error", or a
+        # caller's id that may name another tenant's row — needs a transaction so a refused request inserts
+        # no row of its batch (all or nothing).
         guard = (
             transaction.atomic(using=self.alias)
-            if len(requests) > 1 and any(r.on_conflict == "error" for r in requests)
+            if len(requests) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)
             else nullcontext()
         )
         with guard:
@@ -99,10 +100,11 @@ class PostgresDriver(SqlDriver):
             return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
         return self._held(request, canonical_id(rows[0]["id"]), self._holders(rows)[0])
 
-    def _holders(self, rows: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
-        """The holder (id, run_id) of each request row that inserted nothing, by ``ord``."""
+    def _holders(self, rows: list[dict[str, Any]]) -> dict[int, tuple[Any, Any, bool]]:
+        """The holder (id, run_id, whether it holds the id under another tenant) of each request row that
+        inserted nothing, by ``ord``."""
         found = self.executor.query(sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}, binding="server")
-        return {ord_: (job_id, run_id) for ord_, job_id, run_id in found}
+        return {ord_: (job_id, run_id, bool(other)) for ord_, job_id, run_id, other in found}
 
     # -- claim: one statement ------------------------------------------------------------------
 

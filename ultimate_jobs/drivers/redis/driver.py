@@ -45,6 +45,7 @@ from ..records import (
     StepRecord,
     WorkerInfo,
     finished_cutoffs,
+    id_taken,
     nack_counter,
     nack_state,
 )
@@ -246,6 +247,8 @@ class RedisDriver:
             return []
         docs = [request_doc(r) for r in requests]
         status, body = self.run("enqueue", str(self.clock.now_ms()), json.dumps(docs, separators=(",", ":")))
+        if status == "refused" and body[0] == "id-taken":
+            raise id_taken(requests[[doc["id"] for doc in docs].index(body[2])])
         if status == "refused":
             _, name, key, holder = body
             raise JobDuplicateError(

@@ -33,6 +33,7 @@ from ..records import (
     StepRecord,
     WorkerInfo,
     finished_cutoffs,
+    id_taken,
     nack_state,
 )
 from ..wake_hub import WakeHub
@@ -150,8 +151,11 @@ class SqlDriver(ABC):
 
     def _held(self, request: EnqueueRequest, own_id: str, holder: Sequence[Any] | None) -> Enqueued:
         """The answer to a request that inserted nothing: ``holder`` (the id and run id columns of the row
-        holding its id or live key; ``None`` or NULLs when none does) deduped, ``X_JOB_DUPLICATE`` when the
-        caller asked for an error, or when the holder is gone already."""
+        holding its id or live key, and whether that row holds the id under another tenant; ``None`` or
+        NULLs when none does) deduped, ``X_JOB_DUPLICATE`` when the caller asked for an error, when the
+        holder is gone already, or when the id names another tenant's row (:func:`id_taken`)."""
+        if holder is not None and holder[2]:
+            raise id_taken(request)
         if holder is None or holder[0] is None:
             raise JobDuplicateError(
                 f"{request.name}: key {request.idempotency_key!r} conflicted with a row that is gone; enqueue again",

@@ -173,9 +173,9 @@ class SqliteDriver(SqlDriver):
     def insert_rows(self, rows: list[dict[str, Any]], requests: Sequence[EnqueueRequest], now: int) -> list[Enqueued]:
         """Insert request rows built by ``_row`` (one statement; a transaction when a refusal must undo the
         batch) and answer each request. The scheduler's fire calls it inside its own transaction."""
-        guard = (
+        guard = (  # a caller's id may name another tenant's row: refused, so the batch inserts nothing
             self.executor.write()
-            if len(rows) > 1 and any(r.on_conflict == "error" for r in requests)
+            if len(rows) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)
             else nullcontext()
         )
         with guard:

@@ -107,11 +107,14 @@ SELECT id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 # row holding each one's id (primary key), else its live key (x_jobs_name_tenant_idempotency_live_idx) —
 # a row of the same batch, or one a concurrent enqueue committed after SQL_ENQUEUE's snapshot (its ON
 # CONFLICT waited for that commit; this new statement sees it). NULL when the holder is gone already.
+# The third column says the id is held under another tenant: the driver refuses that request and
+# answers nothing of the row (a live key is per tenant already, so only an id can cross tenants).
 SQL_ENQUEUE_HOLDERS = f"""
-SELECT r.ord, coalesce(e.id, l.id), coalesce(e.run_id, l.run_id)
+SELECT r.ord, coalesce(e.id, l.id), coalesce(e.run_id, l.run_id),
+       e.id IS NOT NULL AND coalesce(e.tenant_id, '') <> coalesce(r.tenant_id, '')
 FROM {ENQUEUE_RECORDSET}
 LEFT JOIN LATERAL (
-    SELECT x.id, x.run_id FROM x_jobs x WHERE x.id = r.id
+    SELECT x.id, x.run_id, x.tenant_id FROM x_jobs x WHERE x.id = r.id
     LIMIT 1  -- keeps the probe a subquery: pulled up into a join, it would hash a scan of x_jobs
 ) e ON true
 LEFT JOIN LATERAL (

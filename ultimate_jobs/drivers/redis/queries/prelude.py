@@ -183,10 +183,16 @@ local function insert(reqs, now)
     local rid = opt(r.id)
     local existing = nil
     if rid then
-      local run = redis.call('HGET', jk(rid), 'run_id')
-      if run then existing = {rid, run} elseif fresh[rid] then existing = {rid, fresh[rid].run_id} end
+      local h = redis.call('HMGET', jk(rid), 'run_id', 'tenant')
+      if h[1] then
+        existing = {rid, h[1], h[2] or ''}
+      elseif fresh[rid] then
+        existing = {rid, fresh[rid].run_id, opt(fresh[rid].tenant) or ''}
+      end
     end
     if existing then
+      -- an id held under another tenant: refused, and nothing of that row is answered
+      if existing[3] ~= (opt(r.tenant) or '') then return {false, {'id-taken', r.name, rid}} end
       answers[i] = {existing[1], existing[2], 1}
     else
       local lk = livekey(r.name, opt(r.tenant), r.key)

@@ -71,12 +71,15 @@ ON CONFLICT DO NOTHING
 RETURNING id"""
 
 # SQL_ENQUEUE_HOLDER — for a request that inserted nothing: the row holding its id (primary key), else
-# its live key (x_jobs_name_tenant_idempotency_live_idx). No row when the holder is gone already.
+# its live key (x_jobs_name_tenant_idempotency_live_idx). No row when the holder is gone already. The
+# third column says the id is held under another tenant: the driver refuses that request and answers
+# nothing of the row (a live key is per tenant already, so only an id can cross tenants).
 SQL_ENQUEUE_HOLDER = f"""
-SELECT id, run_id FROM (
-    SELECT 0 AS rank, x.id, x.run_id FROM x_jobs x WHERE x.id = :id
+SELECT id, run_id, other_tenant FROM (
+    SELECT 0 AS rank, x.id, x.run_id, coalesce(x.tenant_id, '') <> coalesce(:tenant_id, '') AS other_tenant
+    FROM x_jobs x WHERE x.id = :id
     UNION ALL
-    SELECT 1, x.id, x.run_id FROM x_jobs x
+    SELECT 1, x.id, x.run_id, 0 FROM x_jobs x
     WHERE x.name = :name AND coalesce(x.tenant_id, '') = coalesce(:tenant_id, '')
       AND x.idempotency_key = :idempotency_key AND x.state IN {LIVE_STATES_SQL}
 )
