@@ -220,7 +220,7 @@ ID_COMMANDS = [("show",), ("retry",), ("cancel",), ("remove",), ("promote",), ("
 
 # show, retry and cancel take the start of an id (as the worker's console prints it): text shaped like
 # one that starts no row's id is not found, never a lookup of something else
-CLI_PREFIX_COMMANDS = {"show", "retry", "cancel"}
+CLI_PREFIX_COMMANDS = {"show", "retry", "cancel", "remove", "promote"}  # a start or a short id is looked up
 
 
 def cli_code(command: str, bad: str) -> str:
