@@ -8,17 +8,12 @@ Drives Debian's ``chromium`` through Playwright's Python package — ``make brow
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from django.contrib.auth.models import User
-from django.db import connections
 from django.urls import reverse
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests.admin_scenario import Scenario, build_scenario, postgres_env
+from tests.admin_scenario import Scenario, build_scenario
+from tests.browser.conftest import ARTIFACTS, log_in, shoot
 from tests.conftest import Env
 from tests.secapp.models import Post
 from ultimate_jobs import backfill, operator
@@ -27,65 +22,15 @@ from ultimate_jobs.testing import run_jobs
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = Path(__file__).parent / "artifacts"
-PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture
-def pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env[PostgresDriver]]:
-    with postgres_env(monkeypatch) as env:
-        yield env
-
-
-@pytest.fixture
-def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Page]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is not installed: run `make browser` (make test does)")
-    # Playwright's sync API keeps an event loop running in this thread; the test's own ORM calls
-    # (the scenario, run_jobs, the checks) are synchronous and safe, and Django must be told so.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_page(viewport={"width": 1440, "height": 900})
-        finally:
-            browser.close()
-            # Under the sync API the test's ORM calls run in a context of their own (the greenlet's
-            # contextvars), so Django opened a connection for them: close it, or the test database
-            # cannot be dropped at the end of the session.
-            connections.close_all()
-
-
-def shoot(page: Page, name: str) -> Path:
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
 
 @pytest.mark.slow
 def test_an_operator_retries_a_dead_letter_and_it_runs(
     live_server: object, pg: Env[PostgresDriver], page: Page
 ) -> None:
     shop: Scenario = build_scenario(pg)
-    User.objects.create_superuser("ops", "ops@example.test", PASSWORD)
     base = str(live_server)
 
-    page.goto(f"{base}{reverse('admin:login')}?next={reverse('admin:index')}")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page.locator("#user-tools")).to_contain_text("ops")
+    log_in(page, base)
     expect(page.locator("#content-main")).to_contain_text("Dead letters")
 
     page.goto(base + reverse("admin:ultimate_jobs_job_changelist"))

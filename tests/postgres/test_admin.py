@@ -7,8 +7,10 @@ import html
 import itertools
 import re
 from collections.abc import Iterator
+from html.parser import HTMLParser
 
 import pytest
+from django.contrib.admin import site
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
@@ -313,3 +315,80 @@ def test_the_overview_pages_render_the_operator_reads(shop: Scenario) -> None:
     assert "web-1:4711:3f9a" in workers and "1 / 8" in workers and shop.done_id in workers
     tasks = client.get(reverse(PAGES["tasks"])).content.decode()
     assert "0 3 * * *" in tasks and "Europe/Paris" in tasks
+
+
+# -- the frame is Django's own -------------------------------------------------------------------
+
+
+class Frame(HTMLParser):
+    """Where a page's breadcrumbs, filter panel, search bar and search help sit: each element's tag, and
+    the ids and classes of the elements around it."""
+
+    VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"})
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.open: list[tuple[str, set[str]]] = []  # tag, {#id, .class…}, outermost first
+        self.seen: dict[str, tuple[str, frozenset[str]]] = {}  # first #id/.class -> its tag, what is around it
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        given = dict(attrs)
+        names = {f"#{given['id']}"} if given.get("id") else set()
+        names |= {f".{c}" for c in (given.get("class") or "").split()}
+        around = frozenset(n for _, outer in self.open for n in outer)
+        for name in names:
+            self.seen.setdefault(name, (tag, around))
+        if tag not in self.VOID:
+            self.open.append((tag, names))
+
+    def handle_endtag(self, tag: str) -> None:
+        for depth in range(len(self.open) - 1, -1, -1):
+            if self.open[depth][0] == tag:
+                del self.open[depth:]
+                return
+
+    def place(self, name: str, *, within: tuple[str, ...]) -> tuple[str, frozenset[str]] | None:
+        """The tag of the first element named ``name`` and which of ``within`` are around it."""
+        if name not in self.seen:
+            return None
+        tag, around = self.seen[name]
+        return tag, around & frozenset(within)
+
+
+FRAME = ("#changelist", ".changelist-form-container", "#toolbar", "#changelist-search", "#content-main")
+
+
+def test_every_page_wears_the_running_djangos_own_frame(shop: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django 5.2 draws a list's breadcrumbs as a <div>, its filter panel as a <nav> after the list's
+    container; Django 6.1 an <ol> and a <search> inside it. Every ultimate_jobs page draws what Django's own
+    user list (or change form) draws, whichever version runs it."""
+    monkeypatch.setattr(site.get_model_admin(User), "search_help_text", "A user name.")  # as the lists have
+    admin = User.objects.create_superuser("root", "root@example.test", "pw")
+    client = Client()
+    client.force_login(admin)
+    django_list = Frame(client.get(reverse("admin:auth_user_changelist"), {"q": "root"}).content.decode())
+    django_form = Frame(client.get(reverse("admin:auth_user_change", args=[admin.pk])).content.decode())
+    crumbs = django_list.place(".breadcrumbs", within=FRAME)
+    assert crumbs is not None and crumbs == django_form.place(".breadcrumbs", within=FRAME)
+
+    lists = {reverse(PAGES["jobs"]): {"q": "order:1042"}, reverse(PAGES["dead letters"]): {"q": "order:1042"}}
+    for url, params in lists.items():
+        ours = Frame(client.get(url, params).content.decode())
+        for name in (".breadcrumbs", "#changelist-filter", "#changelist-search", "#searchbar_helptext", "#toolbar"):
+            assert ours.place(name, within=FRAME) == django_list.place(name, within=FRAME), (url, name)
+        assert ours.place("#result_list", within=FRAME) is not None, url
+    others = [
+        *(reverse(PAGES[p]) for p in ("queues", "workers", "tasks")),
+        reverse("admin:ultimate_jobs_outboxrow_changelist"),
+        reverse("admin:ultimate_jobs_backfill_changelist"),
+        reverse("admin:ultimate_jobs_deadletter_change", args=[shop.dead_id]),
+    ]
+    pages = {url: client.get(url).content.decode() for url in others}
+    dead = reverse(PAGES["dead letters"])
+    for name in ("retry_from_step", "remove"):  # the action's form and confirmation
+        asked = client.post(dead, {"action": name, "_selected_action": [shop.dead_id]})
+        pages[f"{dead} {name}"] = asked.content.decode()
+    for url, text in pages.items():
+        assert "uj-tabs" in text, url
+        assert Frame(text).place(".breadcrumbs", within=FRAME) == crumbs, url

@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 from ..drivers.records import filter_text_problem
 from ..errors import JobPageInvalidError, UltimateError
 from ..operator.arguments import check_name, shown
+from ._changelist import PageList
 from ._format import now_ms
 
 MAX_FAILURES_SHOWN = 20
@@ -128,11 +129,16 @@ class ReadOnlyAdmin(_ModelAdmin):
     def render_page(
         self, request: HttpRequest, template: str, title: str, context: dict[str, Any] | None = None
     ) -> TemplateResponse:
-        """A page of this admin (the queues overview, a job…) in the admin's frame, with its sidebar."""
+        """A page of this admin (the queues overview, a job…) in the admin's frame, with its sidebar. The
+        templates extend Django's ``change_list.html`` (whose breadcrumbs read ``cl.opts``) or
+        ``change_form.html`` (whose last breadcrumb is ``original``, here the title)."""
         page = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "app_label": self.opts.app_label,
+            "cl": PageList(opts=self.opts),
+            "has_view_permission": self.has_view_or_change_permission(request),
+            "original": title,
             "title": title,
             "now_ms": now_ms(),
             "can_operate": self.has_operate_permission(request),

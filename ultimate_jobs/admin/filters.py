@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from django.http import QueryDict
@@ -194,11 +194,43 @@ def _ms(at: datetime) -> int:
 # -- the filters beside the table ----------------------------------------------------------------
 
 
-def sidebar(query: ListQuery, *, with_state: bool) -> list[dict[str, Any]]:
-    """The filters the template renders, in order: state (unless the page has its own), queue, job,
-    tenant, idempotency key, created. A choice filter carries ``choices`` (label, link, selected); a
-    typed one ``inputs`` (name, value, placeholder) and the parameters its form carries along."""
-    found = []
+@dataclass(frozen=True)
+class ChoiceFilter:
+    """A filter of links (All, then one per value), in the shape Django's ``{% admin_list_filter %}``
+    reads of a ``ListFilter`` — ``template``, ``title``, ``choices(cl)`` — so Django's own
+    ``admin/filter.html`` renders it, as the running Django version draws it."""
+
+    title: str
+    links: tuple[dict[str, Any], ...]  # each: display, query_string, selected (filter.html's names)
+    template: ClassVar[str] = "admin/filter.html"
+
+    def choices(self, changelist: object) -> list[dict[str, Any]]:
+        """The links, as ``ListFilter.choices`` answers them."""
+        return list(self.links)
+
+
+@dataclass(frozen=True)
+class TypedFilter:
+    """A filter typed into boxes (a tenant, a key, dates): a small GET form in the filter panel, drawn by
+    ``admin/ultimate_jobs/includes/typed_filter.html``. ``hidden`` are the other filters the form carries
+    along; ``clear`` drops this one (and ``also``'s parameters) when it is set."""
+
+    title: str
+    inputs: tuple[dict[str, str], ...]  # each: name, value, placeholder
+    hidden: tuple[tuple[str, str], ...]
+    clear: str | None
+    note: str | None = None
+    template: ClassVar[str] = "admin/ultimate_jobs/includes/typed_filter.html"
+
+    def choices(self, changelist: object) -> list[dict[str, Any]]:
+        """None: the boxes are the choice."""
+        return []
+
+
+def sidebar(query: ListQuery, *, with_state: bool) -> list[ChoiceFilter | TypedFilter]:
+    """The filters beside the table, in order: state (unless the page has its own), queue, job, tenant,
+    idempotency key, created."""
+    found: list[ChoiceFilter | TypedFilter] = []
     if with_state:
         found.append(_choices(query, "state", STATE, list(JOB_STATES)))
     found.append(_choices(query, "queue", "queue", sorted(declared_queues())))
@@ -207,34 +239,34 @@ def sidebar(query: ListQuery, *, with_state: bool) -> list[dict[str, Any]]:
     found.append(_typed(query, "tenant", [("tenant_id", "exact tenant id")]))
     found.append(_typed(query, "idempotency key", [("idempotency_key", "exact key")]))
     created = [("created_from", "from: 2026-01-31 or …T09:30Z"), ("created_to", "before: 2026-02-01")]
-    found.append(_typed(query, "created", created, also=DRILL_DOWN))
     drilled = "-".join(query.params[k].zfill(2) for k in DRILL_DOWN if k in query.params)
-    found[-1]["note"] = f"in {drilled} ({timezone.get_current_timezone_name()})" if drilled else None
+    note = f"in {drilled} ({timezone.get_current_timezone_name()})" if drilled else None
+    found.append(_typed(query, "created", created, also=DRILL_DOWN, note=note))
     return found
 
 
-def _choices(query: ListQuery, title: str, param: str, values: list[str]) -> dict[str, Any]:
+def _choices(query: ListQuery, title: str, param: str, values: list[str]) -> ChoiceFilter:
     current = query.params.get(param)
     if current and current not in values:
         values = sorted([*values, current])  # a queue nothing declares now still shows as selected
-    choices = [{"label": "All", "url": query.url(**{param: None}), "selected": current is None}]
-    choices += [{"label": v, "url": query.url(**{param: v}), "selected": v == current} for v in values]
-    return {"title": title, "choices": choices}
+    links = [{"display": "All", "query_string": query.url(**{param: None}), "selected": current is None}]
+    links += [{"display": v, "query_string": query.url(**{param: v}), "selected": v == current} for v in values]
+    return ChoiceFilter(title=title, links=tuple(links))
 
 
 def _typed(
-    query: ListQuery, title: str, fields: list[tuple[str, str]], *, also: tuple[str, ...] = ()
-) -> dict[str, Any]:
+    query: ListQuery,
+    title: str,
+    fields: list[tuple[str, str]],
+    *,
+    also: tuple[str, ...] = (),
+    note: str | None = None,
+) -> TypedFilter:
     """A filter typed into boxes; ``also`` names parameters its clear link drops too."""
     names = [name for name, _ in fields]
-    keep = [(k, v) for k, v in query.params.items() if k not in names and k not in CURSORS]
-    inputs = [{"name": n, "value": query.params.get(n, ""), "placeholder": p} for n, p in fields]
+    keep = tuple((k, v) for k, v in query.params.items() if k not in names and k not in CURSORS)
+    inputs = tuple({"name": n, "value": query.params.get(n, ""), "placeholder": p} for n, p in fields)
     dropped = [*names, *also]
     active = any(k in query.params for k in dropped)
-    return {
-        "title": title,
-        "inputs": inputs,
-        "hidden": keep,
-        "clear": query.url(**dict.fromkeys(dropped)) if active else None,
-        "note": None,
-    }
+    clear = query.url(**dict.fromkeys(dropped)) if active else None
+    return TypedFilter(title=title, inputs=inputs, hidden=keep, clear=clear, note=note)

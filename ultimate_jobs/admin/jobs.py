@@ -11,12 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models.fields import BLANK_CHOICE_DASH
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from .. import operator
@@ -25,11 +28,13 @@ from ..errors import JobArgumentInvalidError, JobNotFoundError, UltimateError
 from ..models import DeadLetter, Job
 from ..operator import BulkOutcome, JobActionResult, JobDetail, JobRow
 from ..operator.arguments import check_job_id, check_name, shown
+from ._changelist import PageList
 from ._format import now_ms
 from ._support import Outcome, ReadOnlyAdmin, bad_dates, bad_query, per_row, refusal, report
-from .filters import CURSORS, SEARCH, ListQuery, parse_query, sidebar
+from .filters import CURSORS, ListQuery, parse_query, sidebar
 from .job_page import job_page, step_choices
 
+SEARCHED = ("id", "=idempotency_key")  # what the search box matches: an id's start, or a whole key
 MAX_STEP_PICK = 50  # rows the retry-from-step form inspects at once
 OPERATED = "through ultimate_jobs.operator"
 NOTHING_SELECTED = "Items must be selected in order to perform actions on them. No items have been changed."
@@ -83,6 +88,25 @@ class JobPagesAdmin(ReadOnlyAdmin):
         """The actions this user may run here: every one with the change permission, none without."""
         return dict(self.job_actions) if self.has_operate_permission(request) else {}
 
+    def action_menu(self, offered: dict[str, str], listed: PageList) -> dict[str, Any]:
+        """The context Django's change list and ``admin/actions.html`` read to draw the action menu:
+        Django's own ``ActionForm`` over the ``offered`` actions (``None`` without any, and no menu),
+        the selection counter, and ``actions.js`` as the page's media."""
+        if not offered:
+            return {"action_form": None, "media": forms.Media()}
+        form = self.action_form(auto_id=None)
+        menu = form.fields["action"]
+        assert isinstance(menu, forms.ChoiceField)  # ActionForm's action is a choice
+        menu.choices = [*BLANK_CHOICE_DASH, *offered.items()]
+        return {
+            "action_form": form,
+            "media": forms.Media(js=["admin/js/actions.js"]),
+            "actions_on_top": self.actions_on_top,
+            "actions_on_bottom": self.actions_on_bottom,
+            "actions_selection_counter": self.actions_selection_counter,
+            "selection_note": gettext("0 of %(cnt)s selected") % {"cnt": len(listed.result_list)},
+        }
+
     def list_page(
         self, request: HttpRequest, query: ListQuery, offered: dict[str, str], extra: dict[str, Any] | None
     ) -> HttpResponse:
@@ -97,15 +121,23 @@ class JobPagesAdmin(ReadOnlyAdmin):
                 problem = exc  # X_NOT_IMPLEMENTED on a driver with no operator store, an unreachable database
         rows = page.rows if page is not None else ()
         across = bool(set(offered) & set(BULK)) and query.bulk_filter(self.page_state) is not None
+        listed = PageList(
+            opts=self.opts,
+            filter_specs=sidebar(query, with_state=self.page_state is None),
+            search_fields=SEARCHED,
+            search_help_text=self.search_help_text,
+            query=query.term,
+            params={k: v for k, v in query.params.items() if k not in CURSORS},
+            has_active_filters=query.filtered,
+            result_list=rows,
+        )
         context = {
+            "cl": listed,
             "rows": [{"row": r, "url": self.url("change", r.id)} for r in rows],
             "page": page,
             "problem": problem,
             "query": query,
-            "filters": sidebar(query, with_state=self.page_state is None),
-            "search_hidden": [(k, v) for k, v in query.params.items() if k not in (SEARCH, *CURSORS)],
-            "search_help_text": self.search_help_text,
-            "action_choices": list(offered.items()),
+            **self.action_menu(offered, listed),
             "can_across": across and page is not None and page.next is not None,
             "newer_url": query.url(before=page.previous) if page is not None and page.previous else None,
             "older_url": query.url(after=page.next) if page is not None and page.next else None,
@@ -306,7 +338,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
             if exc.code == "X_JOB_NOT_FOUND":
                 messages.warning(request, f"No queue holds job {job_id} (removed?).")
                 return HttpResponseRedirect(self.url("changelist"))
-            page = "admin/ultimate_jobs/includes/page_base.html"  # the operator's refusal, in the page's frame
+            page = "admin/ultimate_jobs/includes/object_base.html"  # the operator's refusal, in the page's frame
             return self.render_page(request, page, f"Job {job_id}", {"problem": exc})
         title = f"{detail.job.name} {job_id}"
         context = job_page(detail, now_ms(), self.url)
