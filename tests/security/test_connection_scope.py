@@ -229,11 +229,11 @@ def test_a_thread_started_inside_a_run_acts_as_a_run_with_no_org(rows: dict[str,
 
 
 def test_a_savepoint_rolled_back_inside_a_run_does_not_widen_it(rows: dict[str, Any], guard: str) -> None:
-    """``transaction.savepoint()`` taken outside the run, rolled back by hand inside it: the setting made
-    after the savepoint is undone with it, and the next statement sets it again."""
+    """A savepoint taken outside the run, rolled back by hand inside it (``transaction.savepoint_rollback``):
+    the setting made after the savepoint is undone with it, and the next statement sets it again."""
     with transaction.atomic():
         assert_acts_as(session(), ("all", ""), EVERY, guard)
-        sid = transaction.savepoint()
+        sid = connection.savepoint()  # transaction.savepoint() on 5.2, savepoint_create() on 6.1
         with acting_as(Actor(org_id=A)):
             assert_acts_as(session(), ("org", A), ONLY_A, guard)
             transaction.savepoint_rollback(sid)
