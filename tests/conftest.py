@@ -51,10 +51,9 @@ _DATABASE_FIXTURES = {
 
 @pytest.fixture(autouse=True)
 def _no_connection_left_open_for_a_test_without_the_database(request: pytest.FixtureRequest) -> None:
-    """A test without database access starts with this thread's connections closed. An earlier test can
-    leave one open, and a job body run under a tenant scope mirrors the scope into every OPEN connection
-    (row-level security) — which pytest-django refuses in a test that may not touch the database, so the
-    outcome would depend on test order. (A connection opened later takes the scope as it connects.)"""
+    """A test without database access starts with this thread's connections closed, so that nothing it
+    does reaches a connection an earlier test left open: pytest-django refuses database access in such a
+    test only when a connection has to be opened, so whether it noticed would depend on test order."""
     if isinstance(request.instance, TransactionTestCase):  # Django's own TestCase classes hold the database
         return
     if request.node.get_closest_marker("django_db") is None and not _DATABASE_FIXTURES & set(request.fixturenames):

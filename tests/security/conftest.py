@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.backends.signals import connection_created
+
+from tests.security.attacks import two_orgs
 
 SCOPED_TABLES = ("secapp_bucket", "secapp_item", "shop_order")
 
@@ -52,3 +55,35 @@ def as_app_role(app_role: str) -> Iterator[str]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET ROLE")
+
+
+@pytest.fixture
+def app_role_on_every_connection(as_app_role: str) -> Iterator[str]:
+    """This test's connection, and every connection any thread opens meanwhile, act as the application
+    role — as a deployment's do, whose settings name that role."""
+    quoted = connection.ops.quote_name(as_app_role)
+
+    def as_the_app(sender: Any, connection: Any, **_: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {quoted}")
+
+    connection_created.connect(as_the_app, dispatch_uid="tests.security.app-role-on-every-connection")
+    try:
+        yield as_app_role
+    finally:
+        connection_created.disconnect(dispatch_uid="tests.security.app-role-on-every-connection")
+
+
+@pytest.fixture(params=["python guard", "row-level security"])
+def guard(request: pytest.FixtureRequest) -> str:
+    """Which layers hold: the Python guard alone (the superuser's connections, which Postgres exempts from
+    row-level security), or it and row-level security together (every connection acts as the app role)."""
+    if request.param == "row-level security":
+        request.getfixturevalue("app_role_on_every_connection")
+    return str(request.param)
+
+
+@pytest.fixture
+def rows(guard: str) -> dict[str, Any]:
+    """One bucket, item and note per org, stored outside any scope (under either ``guard``)."""
+    return two_orgs()

@@ -47,23 +47,39 @@ def tenancy_section() -> str:
 # -- 8. what row-level security does not stop --------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "injected", ["SELECT set_config('ultimate_jobs.tenant_scope', '', false)", "RESET ultimate_jobs.tenant_scope"]
-)
-def test_sql_that_resets_the_session_setting_reopens_every_row_as_the_readme_says(role: str, injected: str) -> None:
+def injected_read(injected: str) -> list[str]:
+    """What SQL injection inside a run can send: ``injected``, then a read, as two statements in one."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"{injected}; SELECT secret FROM secapp_item ORDER BY secret")
+        cursor.nextset()  # the second statement's rows
+        return [secret for (secret,) in cursor.fetchall()]
+
+
+def test_sql_that_sets_the_scope_to_all_reopens_every_row_as_the_readme_says(role: str) -> None:
     two_orgs()
+    injected = "SELECT set_config('ultimate_jobs.tenant_scope', 'all', false)"
     with acting_as(Actor(org_id=A)):
         before = secrets_seen()
-        with connection.cursor() as cursor:  # what SQL injection inside a run can send: two statements in one
-            cursor.execute(f"{injected}; SELECT secret FROM secapp_item ORDER BY secret")
-            cursor.nextset()  # the second statement's rows
-            after = [secret for (secret,) in cursor.fetchall()]
+        after = injected_read(injected)
     assert before == (["secret of org-A"] if role == "app role" else EVERY_SECRET)
     assert after == EVERY_SECRET  # the policy is lifted
     section = " ".join(tenancy_section().split())
     assert "whatever the SQL" not in section
-    for said in ("set_config('ultimate_jobs.tenant_scope', '', false)", "RESET", "SQL injection"):
+    for said in (injected.removeprefix("SELECT "), "SQL injection"):
         assert said in section, f"the README does not say {said!r}"
+
+
+@pytest.mark.parametrize(
+    "injected", ["SELECT set_config('ultimate_jobs.tenant_scope', '', false)", "RESET ultimate_jobs.tenant_scope"]
+)
+def test_sql_that_clears_the_scope_closes_every_row_as_the_readme_says(role: str, injected: str) -> None:
+    two_orgs()
+    with acting_as(Actor(org_id=A)):
+        after = injected_read(injected)
+    # The policy fails closed: a session whose scope nobody set sees no scoped row (a superuser skips it).
+    assert after == ([] if role == "app role" else EVERY_SECRET)
+    section = " ".join(tenancy_section().split())
+    assert "RESET" in section and "fails closed" in section
 
 
 def test_the_readme_says_what_a_team_does_about_it() -> None:

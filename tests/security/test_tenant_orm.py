@@ -24,24 +24,10 @@ from asgiref.sync import async_to_sync
 from django.db.models import Sum
 
 from tests.secapp.models import Bucket, Item, Note
-from tests.security.attacks import A, B, denied, refused, stored, two_orgs
+from tests.security.attacks import A, B, denied, refused, stored
 from ultimate_jobs.core.scope import Actor, acting_as, cross_tenant
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(params=["python guard", "row-level security"])
-def guard(request: pytest.FixtureRequest) -> str:
-    """Which layers hold: the Python guard alone, or it and Postgres's row-level security together."""
-    if request.param == "row-level security":
-        request.getfixturevalue("as_app_role")
-    return str(request.param)
-
-
-@pytest.fixture
-def rows(guard: str) -> dict[str, Any]:
-    """One bucket, item and note per org, stored outside any scope."""
-    return two_orgs()
 
 
 # -- writes by primary key: the SQL acts on the stored row, so the check does too ---------------

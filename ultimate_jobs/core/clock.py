@@ -7,6 +7,7 @@ thread; :class:`ultimate_jobs.testing.FrozenClock` runs them when a test advance
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import logging
@@ -130,7 +131,11 @@ class SystemClock:
     def _kick(self) -> None:
         with self._wake:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="ultimate-jobs-timers", daemon=True)
+                # a fresh context: the thread may be started inside a run, and outlives it (no scope of any run)
+                fresh = contextvars.Context()
+                self._thread = threading.Thread(
+                    target=fresh.run, args=(self._loop,), name="ultimate-jobs-timers", daemon=True
+                )
                 self._thread.start()
             self._wake.notify()
 

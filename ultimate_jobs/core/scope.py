@@ -4,11 +4,21 @@ Outside any scope (a migration, the admin, a shell) the guard is off. Inside a j
 installs the job's declared tenant: a row of another org is ``X_TENANCY_ACTOR_MISMATCH``, and a
 tenant-scoped read in a ``tenant="none"`` job outside :func:`cross_tenant` is
 ``X_TENANCY_ACTOR_ORG_REQUIRED``.
+
+The scope lives in a context variable, so it follows the code wherever ``contextvars`` carry it: into
+``sync_to_async`` and ``async_to_sync`` (asgiref copies the context both ways), asyncio tasks and
+``asyncio.to_thread``. A ``threading.Thread`` starts with an empty context; one started inside a scope
+would otherwise run "outside any scope", with the guard off. So, once :func:`start_threads_with_no_org`
+is on (the tenancy guard turns it on when a tenant-scoped model is installed), a thread started inside
+any scope starts as a run with no org: its tenant-scoped reads are ``X_TENANCY_ACTOR_ORG_REQUIRED`` and,
+on Postgres, row-level security shows it no scoped row, until it installs a scope itself (run the
+thread's work in ``contextvars.copy_context().run``, or under ``acting_as``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,38 +42,44 @@ class Actor:
 class _Scope:
     actor: Actor
     cross_tenant_reason: str | None = None
+    thread_started_in_scope: bool = False
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("ultimate_jobs_tenancy", default=None)
 
-_followers: list[Callable[..., None]] = []
-
 UNGUARDED = object()
 """What :func:`guarded_scope_org` answers where the guard is off."""
 
+_THREAD_WITH_NO_ORG = _Scope(Actor(), thread_started_in_scope=True)
+"""The scope a thread started inside another scope begins with: a run with no org."""
 
-def follow_scope(follower: Callable[..., None]) -> None:
-    """Call ``follower(leaving=…)`` after every scope change (row-level security mirrors the scope into
-    the database session). Entering, a follower that raises stops the scope before its block runs."""
-    if follower not in _followers:
-        _followers.append(follower)
-
-
-def _enter(scope: _Scope) -> contextvars.Token[_Scope | None]:
-    token = _scope.set(scope)
-    try:
-        for follower in _followers:
-            follower(leaving=False)
-    except BaseException:
-        _leave(token)
-        raise
-    return token
+_thread_start = threading.Thread.start
+"""``threading.Thread.start`` as the standard library defines it."""
 
 
-def _leave(token: contextvars.Token[_Scope | None]) -> None:
-    _scope.reset(token)
-    for follower in _followers:
-        follower(leaving=True)
+def start_threads_with_no_org() -> None:
+    """From now on, a ``threading.Thread`` started inside a scope starts as a run with no org (see the
+    module's docstring) instead of outside any scope. Idempotent.
+
+    ``Thread.start`` is wrapped (Python 3.11 raises no audit event a hook could catch a thread start
+    with): in the starting thread, while its scope is known, the new thread's ``run`` is wrapped so that
+    the thread's own context begins with no org. A context copied into the thread later (asgiref's
+    executor runs each call in the caller's context) still wins.
+    """
+    if threading.Thread.start is not _start_with_no_org:
+        threading.Thread.start = _start_with_no_org  # type: ignore[method-assign, assignment]
+
+
+def _start_with_no_org(thread: threading.Thread) -> None:
+    if _scope.get() is not None:
+        run = thread.run
+
+        def run_with_no_org() -> None:
+            _scope.set(_THREAD_WITH_NO_ORG)
+            run()
+
+        thread.run = run_with_no_org  # type: ignore[method-assign]
+    _thread_start(thread)
 
 
 def current_actor() -> Actor | None:
@@ -81,11 +97,11 @@ def current_tenant() -> str | None:
 @contextmanager
 def acting_as(actor: Actor) -> Iterator[Actor]:
     """Install ``actor`` as the ambient actor for the block (the executor does this around a body)."""
-    token = _enter(_Scope(actor))
+    token = _scope.set(_Scope(actor))
     try:
         yield actor
     finally:
-        _leave(token)
+        _scope.reset(token)
 
 
 def cross_tenant(reason: str, fn: Callable[[], T]) -> T:
@@ -98,11 +114,11 @@ def cross_tenant(reason: str, fn: Callable[[], T]) -> T:
     refuse_async(fn, what=f"cross_tenant({reason[:40]!r}, fn): fn")
     scope = _scope.get()
     actor = scope.actor if scope else Actor()
-    token = _enter(_Scope(actor, reason))
+    token = _scope.set(_Scope(actor, reason))
     try:
         return fn()
     finally:
-        _leave(token)
+        _scope.reset(token)
 
 
 def check_org(org_id: object, *, model: str) -> None:
@@ -111,6 +127,13 @@ def check_org(org_id: object, *, model: str) -> None:
     if scope is None or scope.cross_tenant_reason is not None:
         return
     if scope.actor.org_id is None:
+        if scope.thread_started_in_scope:
+            raise TenancyActorOrgRequiredError(
+                f"{model}: a tenant-scoped read on a thread started inside a run, which carries no org; run the "
+                "thread's work in contextvars.copy_context().run(fn) (it then acts under the run's org), or "
+                "under acting_as(actor), or say why it spans orgs with cross_tenant(reason, fn)",
+                {"model": model, "thread": threading.current_thread().name},
+            )
         raise TenancyActorOrgRequiredError(
             f"{model}: a tenant-scoped read ran with no org (tenant='none'); wrap it in cross_tenant(reason, fn)",
             {"model": model},

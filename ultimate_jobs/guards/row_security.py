@@ -6,14 +6,15 @@ aggregate over a relation or raw SQL. On Postgres a policy on each scoped table 
 
 - :class:`EnableTenantRowSecurity`, a migration operation, turns on (and forces) row-level security on
   a scoped model's table with one policy keyed on two per-session settings;
-- the ambient scope (``acting_as``, ``cross_tenant``) is mirrored into those settings on every open
-  connection of a database a scoped model lives in, and into every connection opened inside a scope;
+- the ambient scope (a run, ``acting_as``, ``cross_tenant``) is set on a session before each statement
+  that runs under a scope the session does not hold yet, on every connection of a database a scoped model
+  lives in, whichever thread holds it (:mod:`ultimate_jobs.guards.session_scope`);
 - a system check (``manage.py check --database default``, run by ``migrate`` too) warns when the
   database role bypasses the policies (a superuser or ``BYPASSRLS``) or a scoped table has none.
 
 Outside any scope and under ``cross_tenant()`` the policy allows every row, as the Python guard does;
 in a run of org A it shows and accepts org A's rows only; in a ``tenant="none"`` run outside
-``cross_tenant()`` it shows none.
+``cross_tenant()``, on a thread started inside a run, and in a session no one set, it shows none.
 
 >>> class Migration(migrations.Migration):
 ...     dependencies = [("shop", "0001_initial")]
@@ -22,20 +23,19 @@ in a run of org A it shows and accepts org A's rows only; in a ``tenant="none"``
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.db import Error, connections, router
-from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db import connections, router
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
-from django.db.backends.signals import connection_created
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
 from ..core import scope as context
+from . import session_scope
+from .session_scope import scoped_aliases
 
 __all__ = ["EnableTenantRowSecurity"]
 
@@ -44,26 +44,15 @@ log = logging.getLogger("ultimate_jobs.guards.row_security")
 POLICY_NAME = "ultimate_jobs_tenant"
 """The one policy :class:`EnableTenantRowSecurity` puts on a table."""
 
-SETTING_SCOPE = "ultimate_jobs.tenant_scope"
-"""``org`` in a run with an org, ``none`` in a ``tenant="none"`` run, empty (or unset) otherwise."""
-
-SETTING_ORG = "ultimate_jobs.org_id"
-"""The org a run acts under, when :data:`SETTING_SCOPE` is ``org``."""
-
-SQL_SET_TENANT = (
-    "SELECT set_config('ultimate_jobs.tenant_scope', %s, false), set_config('ultimate_jobs.org_id', %s, false)"
-)
-"""Mirror the ambient scope into this session (not ``LOCAL``: it holds across the run's transactions;
-a rollback reverts it to what it was when the transaction began, which is the same scope, because
-scopes and ``atomic()`` blocks nest)."""
-
 SQL_POLICY_PREDICATE = (
     "CASE current_setting('ultimate_jobs.tenant_scope', true) "
     "WHEN 'org' THEN {column}::text = current_setting('ultimate_jobs.org_id', true) "
-    "WHEN 'none' THEN false "
-    "ELSE true END"
+    "WHEN 'all' THEN true "
+    "ELSE false END"
 )
-"""Which rows a session sees and may write: its org's in a run, none in a run with no org, all outside."""
+"""Which rows a session sees and may write: its org's in a run, every row outside any scope (and under
+``cross_tenant()``), and none otherwise — in a run with no org, and in a session no one set (the
+settings are :data:`~ultimate_jobs.guards.session_scope.SETTING_SCOPE` and ``SETTING_ORG``)."""
 
 SQL_ENABLE = "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY"
 SQL_FORCE = "ALTER TABLE {table} FORCE ROW LEVEL SECURITY"
@@ -85,9 +74,6 @@ WHERE NOT (c.relrowsecurity AND c.relforcerowsecurity)
 """
 """The scoped tables (of those named) that exist without forced row-level security or the policy (a table
 not created yet is the migrations' business: ``migrate`` runs this check before it applies them)."""
-
-_ALL = ("", "")
-"""The setting of a session outside any scope: every row."""
 
 
 class EnableTenantRowSecurity(Operation):
@@ -166,23 +152,6 @@ class EnableTenantRowSecurity(Operation):
         return f"tenant_row_security_{self.model_name.lower()}"
 
 
-# -- the session settings follow the ambient scope --------------------------------------------------
-
-
-@functools.cache
-def scoped_aliases() -> tuple[str, ...]:
-    """The Postgres database aliases some tenant-scoped model is written to (computed once)."""
-    from .tenancy import TenantScopedModel
-
-    found = set()
-    for model in apps.get_models():
-        if issubclass(model, TenantScopedModel):
-            alias = router.db_for_write(model)
-            if connections[alias].vendor == "postgresql":
-                found.add(alias)
-    return tuple(sorted(found))
-
-
 def scoped_models(alias: str) -> list[type[Any]]:
     """The tenant-scoped models written to ``alias``."""
     from .tenancy import TenantScopedModel
@@ -190,70 +159,15 @@ def scoped_models(alias: str) -> list[type[Any]]:
     return [m for m in apps.get_models() if issubclass(m, TenantScopedModel) and router.db_for_write(m) == alias]
 
 
-def desired_setting() -> tuple[str, str]:
-    """What the ambient scope asks of a session: ``(scope, org)``."""
-    org = context.guarded_scope_org()
-    if org is context.UNGUARDED:
-        return _ALL
-    if org is None:
-        return ("none", "")
-    return ("org", str(org))
-
-
-def _applied(conn: BaseDatabaseWrapper) -> tuple[str, str] | None:
-    value: tuple[str, str] | None = getattr(conn, "_ultimate_jobs_tenant", None)
-    return value
-
-
-def _apply(conn: BaseDatabaseWrapper, setting: tuple[str, str]) -> None:
-    conn._ultimate_jobs_tenant = None  # type: ignore[attr-defined]  # unknown until the statement lands
-    with conn.cursor() as cursor:
-        cursor.execute(SQL_SET_TENANT, list(setting))
-    conn._ultimate_jobs_tenant = setting  # type: ignore[attr-defined]
-
-
-def follow_scope(*, leaving: bool) -> None:
-    """Mirror the ambient scope into every open connection of a scoped database of this thread.
-
-    Entering a scope, a failure raises (the scope must not run unenforced). Leaving one, it cannot:
-    a failed restore (the transaction already aborted) leaves the connection's setting unknown and the
-    block must roll back — which reverts the setting to the outer scope's — so the connection is marked
-    for rollback, or closed outside a transaction.
-    """
-    aliases = scoped_aliases()
-    if not aliases:
-        return  # no scoped model on a Postgres database: nothing to mirror (asked on every scope change)
-    setting = desired_setting()
-    for alias in aliases:
-        conn = connections[alias]
-        if conn.connection is None or _applied(conn) == setting:
-            continue  # a connection opened later takes the scope as it connects
-        if not leaving:
-            _apply(conn, setting)
-            continue
-        try:
-            _apply(conn, setting)
-        except Error:  # any database error, a connection the server dropped included
-            if conn.in_atomic_block:
-                conn.needs_rollback = True
-            else:
-                conn.close()
-
-
-def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:
-    """A new session starts with every row visible: set the ambient scope when there is one."""
-    if connection.alias not in scoped_aliases():
-        return
-    connection._ultimate_jobs_tenant = _ALL  # type: ignore[attr-defined]
-    setting = desired_setting()
-    if setting != _ALL:
-        _apply(connection, setting)
-
-
 def install() -> None:
-    """Start mirroring scopes into sessions (the app's ``ready()``)."""
-    context.follow_scope(follow_scope)
-    connection_created.connect(_on_connection_created, dispatch_uid="ultimate_jobs.guards.row_security")
+    """Row-level security and the tenant guard at start-up (the app's ``ready()``): every session of a
+    scoped database follows the ambient scope; a thread started inside a run starts with no org; the
+    system check is registered."""
+    from .tenancy import TenantScopedModel
+
+    if any(issubclass(model, TenantScopedModel) for model in apps.get_models()):
+        context.start_threads_with_no_org()
+    session_scope.install()
     checks.register(check_row_security, checks.Tags.database)
 
 

@@ -8,11 +8,12 @@ tenant-scoped read in a ``tenant="none"`` job outside :func:`cross_tenant` is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import reduce
 from operator import or_
 from typing import Any, ClassVar, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import models
 from django.db.models.signals import class_prepared
 
@@ -36,34 +37,46 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
     """A queryset every read and write of which is checked against the ambient org.
 
     Model rows are checked as they load (no extra query); a read that yields no model rows
-    (``values()``, ``values_list()``, ``count()``, ``exists()``, ``aggregate()``, ``iterator()``) and a
-    bulk write (``update()``, ``delete()``) first asks whether the selection reaches another org's rows.
-    The org lives in the model's ``TENANT_FIELD`` (default ``org_id``).
+    (``values()``, ``values_list()``, ``count()``, ``exists()``, ``aggregate()``, ``iterator()``,
+    ``aiterator()``), a read that locks (``select_for_update()``), a bulk write (``update()``,
+    ``delete()``) and a cascade the deletion collector deletes without loading it first ask whether
+    the selection reaches another org's rows. The org lives in the model's ``TENANT_FIELD`` (default
+    ``org_id``).
     """
 
     def _tenant_field(self) -> str:
         return str(getattr(self.model, "TENANT_FIELD", "org_id"))
 
     def _guard_selection(self) -> None:
-        """Refuse when the (unsliced) selection reaches a row of another org, or there is no org."""
+        """Refuse when the (unsliced) selection reaches a row of another org, or there is no org — asked
+        before the statement runs, by a probe that locks nothing. A combined query (``union()``,
+        ``intersection()``, ``difference()``) takes no further filter, so each of its parts is asked."""
         scope = _scope.get()
         if scope is None or scope.cross_tenant_reason is not None:
             return
-        name = self.model.__name__
         org = scope.actor.org_id
         if org is None:
-            check_org(None, model=name)
+            check_org(None, model=self.model.__name__)
             return
-        field = self._tenant_field()
-        probe: models.QuerySet[Any] = models.QuerySet(self.model, query=self.query.chain(), using=self.db)
-        probe.query.clear_limits()
-        probe.query.clear_ordering(force=True)
-        other = probe.exclude(**{field: org}).values_list(field, flat=True)[:1]
-        for org_id in models.QuerySet.iterator(other):
-            check_org(org_id, model=name)
+        for part in _parts(self.query):
+            model = part.model
+            if model is None or not issubclass(model, TenantScopedModel):
+                continue  # a part over a model that is not tenant-scoped: row-level security is its guard
+            field = model.TENANT_FIELD
+            probe: models.QuerySet[Any] = models.QuerySet(model, query=part.chain(), using=self.db)
+            probe.query.clear_limits()
+            probe.query.clear_ordering(force=True)
+            probe.query.select_for_update = False  # select_for_update(): the probe must not lock what it finds
+            other = probe.exclude(**{field: org}).values_list(field, flat=True)[:1]
+            for org_id in models.QuerySet.iterator(other):
+                check_org(org_id, model=model.__name__)
 
     def _fetch_all(self) -> None:
-        if self._result_cache is None and self._iterable_class is not models.query.ModelIterable:
+        if self._result_cache is None and (
+            self._iterable_class is not models.query.ModelIterable or self.query.select_for_update
+        ):
+            # select_for_update(): refuse BEFORE the statement, which would lock another org's row for the
+            # rest of the transaction even though the row is refused as it loads
             self._guard_selection()
         super()._fetch_all()
         if self._iterable_class is models.query.ModelIterable:
@@ -71,9 +84,27 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
             for row in self._result_cache or ():
                 check_org(getattr(row, field), model=name)
 
+    def only(self, *fields: Any) -> TenantScopedQuerySet:
+        """``only()`` that loads the org too: a row must carry its org to be checked (the deletion collector
+        loads the rows of a cascade with ``only()`` of the keys that point at them)."""
+        if fields and fields != (None,):
+            fields = (*fields, self._tenant_field())
+        return super().only(*fields)
+
+    def defer(self, *fields: Any) -> TenantScopedQuerySet:
+        """``defer()`` that never defers the org, for the same reason."""
+        field = self._tenant_field()
+        return super().defer(*(name for name in fields if name != field))
+
     def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
         self._guard_selection()
         return super().iterator(chunk_size=chunk_size)
+
+    async def aiterator(self, chunk_size: int = 2000) -> AsyncIterator[Any]:
+        # Django's aiterator() runs the query through neither iterator() nor _fetch_all()
+        await sync_to_async(self._guard_selection)()
+        async for row in super().aiterator(chunk_size=chunk_size):
+            yield row
 
     def count(self) -> int:
         self._guard_selection()
@@ -97,6 +128,23 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
     def delete(self) -> tuple[int, dict[str, int]]:
         self._guard_selection()
         return super().delete()
+
+    def _raw_delete(self, using: str | None) -> int:
+        """The deletion collector's fast path: a cascade it deletes with one statement, loading no row
+        (``Parent.delete()`` where this model's rows point at the parent and nothing points at them). In
+        a run with no org it is ``X_TENANCY_ACTOR_ORG_REQUIRED``; in a run of an org, a cascade that
+        reaches another org's rows is ``X_TENANCY_ACTOR_MISMATCH`` — asked of the stored rows, so row-level
+        security, which would hide them and leave the parent's delete to fail on their foreign key, does
+        not turn the refusal into a database error."""
+        org = guarded_org()
+        if org is not None:
+            field = self._tenant_field()
+            probe: models.QuerySet[Any] = models.QuerySet(self.model, query=self.query.chain(), using=using)
+            other = probe.exclude(**{field: org}).values_list(field, flat=True)[:1]
+            for org_id in _stored(lambda: list(other)):
+                check_org(org_id, model=self.model.__name__)
+        count: int = super()._raw_delete(using)
+        return count
 
     def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
         objs = list(objs)
@@ -134,6 +182,15 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
             check_org(None, model=self.model.__name__)
 
 
+def _parts(query: Any) -> Iterator[Any]:
+    """The queries a combined query (``union()`` and the like) is made of, at any depth; else itself."""
+    if query.combinator:
+        for part in query.combined_queries:
+            yield from _parts(part)
+    else:
+        yield query
+
+
 def _attname(model: type[models.Model], name: str) -> str:
     """The attribute a field's value lives in on an instance (``org_id`` for a ``ForeignKey`` ``org``)."""
     return str(getattr(model._meta.get_field(name), "attname", name))
@@ -156,9 +213,10 @@ class TenantScopedModel(models.Model):
     - every row loaded from the database, whatever loaded it (the manager, the base manager, a related
       descriptor, ``select_related``, ``prefetch_related``, ``refresh_from_db``, ``raw()``, async
       iteration), is checked as it is built (``from_db``);
-    - the manager's reads that build no rows (``values()``, ``count()``, ``aggregate()`` …) and bulk
-      writes ask first whether the selection reaches another org's rows — the base manager is the
-      guarded one too;
+    - the manager's reads that build no rows (``values()``, ``count()``, ``aggregate()`` …), reads that
+      lock (``select_for_update()``, asked before the statement locks anything), bulk writes, and the
+      deletion collector's one-statement cascades ask first whether the selection reaches another org's
+      rows — the base manager is the guarded one too, so the collector uses it;
     - ``save()`` of an existing row updates only where the STORED org is the acting org, ``delete()``
       deletes only such a row, and ``bulk_create(update_conflicts=True)`` refuses a conflict with
       another org's row — each a refusal (``X_TENANCY_ACTOR_MISMATCH``), never a silent insert or no-op.
@@ -180,7 +238,7 @@ class TenantScopedModel(models.Model):
         instance = super().from_db(db, field_names, values, **kwargs)
         if guarded_org() is not None:
             attname = _attname(cls, cls.TENANT_FIELD)
-            # a row loaded without its org (only()/defer()/raw() without the column) cannot be checked
+            # a row loaded without its org (raw() SQL without the column; only()/defer() keep it) is not checkable
             org = instance.__dict__.get(attname)
             check_org(org, model=cls.__name__)
         return instance

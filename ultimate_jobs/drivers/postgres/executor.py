@@ -13,6 +13,7 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 
+from ...guards.session_scope import observe, uses_other_wrappers
 from ..sql.dialect import dumps, loads
 from ..sql.executor import Binding, Params, checked_alias
 
@@ -43,8 +44,8 @@ class DjangoExecutor:
     transaction-pooling proxies); these statements are prepared anyway — the worker role needs a
     direct or session-pooled connection already, for its LISTEN session — unless ``DATABASES[alias]
     ["OPTIONS"]`` names ``prepare_threshold`` itself: then psycopg's rule applies (``None``: never).
-    Under ``DEBUG`` (or a test that captures queries) every statement goes through Django's cursor, so
-    ``connection.queries`` shows it.
+    Under ``DEBUG`` (or a test that captures queries, or any ``execute_wrapper`` but the tenant scope's
+    own) every statement goes through Django's cursor, so ``connection.queries`` shows it.
     """
 
     def __init__(self, alias: str = "default") -> None:
@@ -53,7 +54,7 @@ class DjangoExecutor:
 
     def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         conn = connections[self.alias]
-        if binding != "django" and not (settings.DEBUG or conn.force_debug_cursor or conn.execute_wrappers):
+        if binding != "django" and not (settings.DEBUG or conn.force_debug_cursor or uses_other_wrappers(conn)):
             return self._query_bound(conn, sql, params, prepare=binding == "prepared")
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
@@ -65,6 +66,7 @@ class DjangoExecutor:
         conn.close_if_health_check_failed()
         conn.ensure_connection()
         conn.validate_no_broken_transaction()
+        observe(conn)  # no scoped table here, but the transaction this may begin must be seen
         raw = conn.connection
         if "prepare_threshold" in conn.settings_dict.get("OPTIONS", {}):
             prepare_it: bool | None = None  # the project chose: psycopg's threshold rule (None never prepares)
