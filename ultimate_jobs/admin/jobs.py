@@ -102,7 +102,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
             "page": page,
             "problem": problem,
             "query": query,
-            "filters": sidebar(query, with_state=self.page_state is None),
+            "filters": sidebar(query, with_state=self.page_state is None, shown_names=(r.name for r in rows)),
             "search_hidden": [(k, v) for k, v in query.params.items() if k not in (SEARCH, *CURSORS)],
             "search_help_text": self.search_help_text,
             "action_choices": list(offered.items()),
