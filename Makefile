@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 3
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
-LINT_PATHS := ultimate_jobs demo_project tests $(wildcard bench)
+LINT_PATHS := ultimate_jobs demo_project tests setup.py $(wildcard bench)
 
 .PHONY: venv venv6 services browser lint test demo bench chaos
 

@@ -37,6 +37,9 @@ from .webhooks import (
 )
 from .worker import JobWorker, job_worker
 
+__version__ = "0.1.0"
+"""This package's version: the wheel's (setup.cfg reads it here) and what ``--version`` prints."""
+
 cron_task = task
 """``@cron_task(cron=..., tz=...)``: the clearer name of :func:`task` (the same function) — a cron
 schedule that enqueues jobs, not Django's ``django.tasks.task`` (a background function)."""

@@ -19,7 +19,9 @@ from django.urls import reverse
 
 from tests.admin_scenario import CARD_TOKEN, Scenario, build_scenario, postgres_env
 from tests.conftest import Env
+from tests.djtasks import tasks as djtasks
 from ultimate_jobs import operator
+from ultimate_jobs.core import registry
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.models import DeadLetter, Job, Queue, ScheduledTask
 from ultimate_jobs.testing import run_jobs
@@ -303,6 +305,24 @@ def test_search_by_id_prefix_or_idempotency_key_and_filters(shop: Scenario) -> N
     assert ids(queue="inventory", name="sync_stock_levels") >= {shop.ready_id, shop.delayed_id}
     assert ids(tenant_id="acme") == {shop.dead_id}
     assert ids(queue="emails", state__exact="done") >= {shop.done_id}
+
+
+def test_the_job_filter_offers_the_django_tasks_whose_rows_the_list_shows(pg: Env[PostgresDriver]) -> None:
+    """A ``django.tasks`` task has no ``@job`` in the web process (a worker builds its handle when it
+    first runs a row), yet the list shows its rows: the "job" filter offers its name beside the
+    declared jobs, and choosing it lists those rows."""
+    task_id = djtasks.add.enqueue(2, 3).id
+    registry.unregister(djtasks.add.module_path)  # the admin runs in a web process that never met the task
+    assert registry.lookup(djtasks.add.module_path) is None
+    client = login(perms=("view",))
+    response = client.get(reverse(PAGES["jobs"]))
+    assert task_id in response.content.decode()
+    (by_job,) = [f for f in response.context["filters"] if f["title"] == "job"]
+    labels = [c["label"] for c in by_job["choices"]]
+    assert "tests.djtasks.tasks.add" in labels
+    assert "x.purge" in labels  # the declared jobs stay
+    chosen = client.get(reverse(PAGES["jobs"]), {"name": "tests.djtasks.tasks.add"})
+    assert [r["row"].id for r in chosen.context["rows"]] == [task_id]
 
 
 def test_the_overview_pages_render_the_operator_reads(shop: Scenario) -> None:

@@ -40,8 +40,8 @@ def test_the_finished_purge_walks_ranges_of_the_state_index() -> None:
 
 
 def test_x_jobs_carries_no_index_for_the_stats_or_retention_alone() -> None:
-    """Each index on x_jobs is an insert on every claim and settle: the history indexes 0008 added are
-    gone (0009), and the table has exactly the indexes the queue's own statements walk."""
+    """Each index on x_jobs is an insert on every claim and settle: the history indexes an earlier 0008
+    built are not there, and the table has exactly the indexes the queue's own statements walk."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'x_jobs' ORDER BY indexname")
         names = [row[0] for row in cursor.fetchall()]

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import override_settings
 
+from tests.readme import documented_tables
 from ultimate_jobs.conf import build_driver, jobs_settings
 from ultimate_jobs.drivers.records import EnqueueRequest, NackOptions
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
@@ -181,15 +182,27 @@ def test_a_request_id_that_is_no_uuid_is_refused_before_any_row(driver: SqliteDr
     assert driver.stats() == []
 
 
-def test_the_migrations_build_0008s_indexes_plainly_on_sqlite() -> None:
+def test_the_migrations_build_0008s_index_plainly_on_sqlite() -> None:
     out = io.StringIO()
     call_command("sqlmigrate", "ultimate_jobs", "0008", stdout=out)
     statements = [line for line in out.getvalue().splitlines() if line.startswith("CREATE")]
-    assert [s.split(" ON ")[0] for s in statements] == [
-        'CREATE INDEX "x_jobs_live_queue_idx"',
-        'CREATE INDEX "x_jobs_finished_idx"',
-        'CREATE INDEX "x_outbox_published_idx"',
+    assert [s.split(" ON ")[0] for s in statements] == ['CREATE INDEX "x_outbox_published_idx"']
+
+
+def test_0009_drops_the_earlier_indexes_plainly_and_only_where_they_exist_on_sqlite() -> None:
+    out = io.StringIO()
+    call_command("sqlmigrate", "ultimate_jobs", "0009", stdout=out)
+    statements = [line for line in out.getvalue().splitlines() if line and not line.startswith("--")]
+    assert statements == [
+        'DROP INDEX IF EXISTS "x_jobs_live_queue_idx";',
+        'DROP INDEX IF EXISTS "x_jobs_finished_idx";',
     ]
+
+
+def test_the_readme_lists_every_table_migrate_creates_on_sqlite() -> None:
+    with connection.cursor() as cursor:
+        migrated = sorted(t for t in connection.introspection.table_names(cursor) if t.startswith("x_"))
+    assert sorted(documented_tables()) == migrated
 
 
 def test_under_debug_every_statement_shows_in_the_connections_queries(driver: SqliteDriver) -> None:

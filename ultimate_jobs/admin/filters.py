@@ -3,8 +3,9 @@
 Every filter is an argument of ``operator.list_jobs``, so the lists show what ``manage.py jobs list``
 shows on every driver with an operator store. No filter asks the driver for its choices (a ``SELECT
 DISTINCT queue`` over millions of rows on every page load is the thing to avoid): states are the fixed
-eight, queues and job names come from the declarations, and the tenant, the idempotency key and the
-creation dates are typed in.
+eight, queues come from the declarations, job names from the declarations and the rows the page shows (a
+``django.tasks`` task has no ``@job`` in the web process: its name comes with its rows), and the tenant,
+the idempotency key and the creation dates are typed in.
 
 >>> query = parse_query(request.GET, state=None)
 >>> operator.list_jobs(**query.arguments(), limit=50)
@@ -12,6 +13,7 @@ creation dates are typed in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -227,14 +229,16 @@ class TypedFilter:
         return []
 
 
-def sidebar(query: ListQuery, *, with_state: bool) -> list[ChoiceFilter | TypedFilter]:
+def sidebar(query: ListQuery, *, with_state: bool, shown_names: Iterable[str] = ()) -> list[ChoiceFilter | TypedFilter]:
     """The filters beside the table, in order: state (unless the page has its own), queue, job, tenant,
-    idempotency key, created."""
+    idempotency key, created. The job filter offers every declared job and ``shown_names``, the names of
+    the rows the page shows — a ``django.tasks`` task's rows carry a name no ``@job`` declares here."""
     found: list[ChoiceFilter | TypedFilter] = []
     if with_state:
         found.append(_choices(query, "state", STATE, list(JOB_STATES)))
     found.append(_choices(query, "queue", "queue", sorted(declared_queues())))
-    jobs = sorted(h.name for h in registry.registered("job") if isinstance(h, JobHandle))
+    declared = {h.name for h in registry.registered("job") if isinstance(h, JobHandle)}
+    jobs = sorted(declared | set(shown_names))
     found.append(_choices(query, "job", "name", jobs))
     found.append(_typed(query, "tenant", [("tenant_id", "exact tenant id")]))
     found.append(_typed(query, "idempotency key", [("idempotency_key", "exact key")]))

@@ -123,7 +123,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
         across = bool(set(offered) & set(BULK)) and query.bulk_filter(self.page_state) is not None
         listed = PageList(
             opts=self.opts,
-            filter_specs=sidebar(query, with_state=self.page_state is None),
+            filter_specs=sidebar(query, with_state=self.page_state is None, shown_names=(r.name for r in rows)),
             search_fields=SEARCHED,
             search_help_text=self.search_help_text,
             query=query.term,

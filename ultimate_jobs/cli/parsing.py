@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import django
 from django.core.management.base import CommandError, CommandParser
 
 from ..drivers.records import JOB_STATES, MAX_JOB_PAGE
@@ -28,6 +29,18 @@ class UsageParser(CommandParser):
         if self.called_from_command_line:
             return super().error(message)
         raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
+
+
+def package_version() -> str:
+    """What ``--version`` prints for every command of the app: this package's version, then Django's
+    (Django's own commands print only Django's).
+
+    >>> package_version()
+    'ultimate_jobs 0.1.0 (Django 5.2.19)'
+    """
+    from .. import __version__
+
+    return f"ultimate_jobs {__version__} (Django {django.get_version()})"
 
 
 def instant_ms(value: str) -> int:

@@ -21,7 +21,7 @@ from ..core.durations import format_duration, parse_duration
 from ..errors import UltimateError
 from ..integration.console import LOG_FORMATS, install_console
 from ..operator.arguments import check_name, shown
-from .parsing import EXIT_ERROR, UsageParser
+from .parsing import EXIT_ERROR, UsageParser, package_version
 from .render import error_text
 
 MAX_ROLE_DURATION_MS = 86_400_000
@@ -36,6 +36,10 @@ class RoleCommand(BaseCommand):
     """A management command that builds a role and runs it: usage errors exit 2 on both paths (the
     ``jobs`` command's :class:`~ultimate_jobs.cli.UsageParser`), an ``UltimateError`` exits 1 with its
     code and fix."""
+
+    def get_version(self) -> str:
+        """``--version``: this package's version and Django's."""
+        return package_version()
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

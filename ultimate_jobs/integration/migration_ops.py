@@ -1,8 +1,8 @@
 """Migration operations that give PostgreSQL what it needs and every other database what it can take.
 
 The migrations are one schema for every database the jobs tables live in: PostgreSQL (the ``postgres``
-driver) and SQLite (the ``sqlite`` driver). An operation only PostgreSQL has — building an index
-``CONCURRENTLY`` — goes through one of these, so PostgreSQL gets exactly that statement and SQLite the
+driver) and SQLite (the ``sqlite`` driver). An operation only PostgreSQL has — building or dropping an
+index ``CONCURRENTLY`` — goes through one of these, so PostgreSQL gets exactly that statement and SQLite the
 plain equivalent.
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db.migrations.operations import AddIndex
+from django.db.migrations.operations.base import Operation
 
 
 class AddIndexConcurrentlyOnPostgres(AddIndexConcurrently):
@@ -30,3 +31,42 @@ class AddIndexConcurrentlyOnPostgres(AddIndexConcurrently):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
         else:
             AddIndex.database_backwards(self, app_label, schema_editor, from_state, to_state)
+
+
+class DropIndexIfExists(Operation):
+    """Drop the index ``name`` where the database has one, and change no model state: ``DROP INDEX
+    CONCURRENTLY IF EXISTS`` on PostgreSQL (no lock on writers), ``DROP INDEX IF EXISTS`` elsewhere.
+
+    For an index an earlier version of a migration built and the current version no longer does: a
+    database that built it loses it, a fresh one runs a statement that finds nothing, and the models
+    never knew the index, so ``makemigrations`` sees no change. Reversing it puts nothing back. Use it in
+    a migration with ``atomic = False`` (PostgreSQL runs no concurrent drop inside a transaction).
+
+    >>> operations = [DropIndexIfExists(name="x_jobs_finished_idx")]
+    """
+
+    reversible = True
+    reduces_to_sql = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (self.__class__.__qualname__, [], {"name": self.name})
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # the index is no part of any model's state
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        concurrently = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
+        schema_editor.execute(f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(self.name)}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        pass  # the current schema never had the index: there is nothing to put back
+
+    def describe(self) -> str:
+        return f"Drop index {self.name} where it exists"
+
+    @property
+    def migration_name_fragment(self) -> str:
+        return f"drop_{self.name.lower()}"

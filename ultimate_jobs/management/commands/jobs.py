@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...cli import UsageParser, add_subcommands, run
+from ...cli.parsing import package_version
 
 
 class OperatorExit(CommandError):
@@ -22,6 +23,10 @@ class Command(BaseCommand):
         "outbox; which driver the settings resolve to (driver). "
         "--json on every subcommand; exit 0 ok, 1 an operator error (its code and fix printed), 2 usage."
     )
+
+    def get_version(self) -> str:
+        """``--version``: this package's version and Django's."""
+        return package_version()
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

@@ -22,8 +22,8 @@ from ...worker.boot import parse_concurrency, worker_from_settings
 
 class Command(RoleCommand):
     help = (
-        "Run the scheduler, the outbox relay (on a Postgres jobs database) and a worker in one process; "
-        "SIGTERM/SIGINT drains them all within one drain deadline."
+        "Run the scheduler, the outbox relay (when the jobs database is PostgreSQL or SQLite) and a worker in "
+        "one process; SIGTERM/SIGINT drains them all within one drain deadline."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,8 +46,8 @@ class Command(RoleCommand):
             sys.exit(run_reloader(deadline_ms=drain_deadline_ms(options["drain_deadline"])))
 
     def roles(self, **options: Any) -> Roles:
-        """Build the scheduler, the relay (on a Postgres jobs database) and a worker, print the banner and
-        serve the counters when asked; answers them as one group to run."""
+        """Build the scheduler, the relay (on a PostgreSQL or SQLite jobs database) and a worker, print the
+        banner and serve the counters when asked; answers them as one group to run."""
         deadline_ms = drain_deadline_ms(options["drain_deadline"])
         worker = worker_from_settings(
             queues=[q for q in options["queues"].split(",") if q] if options["queues"] else None,
