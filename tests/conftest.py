@@ -14,6 +14,7 @@ import pytest
 from django.db import connection, connections
 from django.test import TransactionTestCase
 
+from tests import db_flush
 from tests.helpers import forget_children, started_children
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_clock, set_job_driver
@@ -25,6 +26,8 @@ from ultimate_jobs.events import reset_event_bus, set_event_bus
 from ultimate_jobs.testing import FrozenClock
 
 D = TypeVar("D", bound=MemoryDriver | PostgresDriver)
+
+db_flush.install()  # a transactional test's teardown empties only the tables it wrote (tests/db_flush.py)
 
 
 @dataclass
