@@ -3,6 +3,7 @@ event bus and registry per test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -164,6 +165,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
         return settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3"
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist the tests marked ``slow`` (more than two seconds; a few take a minute) are handed
+    out first, so that the run does not end on one worker alone with a long test the others finished
+    their share beside. Every worker sorts its collection alike (a stable sort), as xdist requires."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -346,6 +346,7 @@ def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, job
     assert worker.popen.poll() is None
 
 
+@pytest.mark.slow
 def test_jobs_dev_runs_on_redis_and_drains_on_sigterm(spawn: Spawn, jobs: Any, effects: redis.Redis) -> None:
     dev = spawn("dev", "manage.py", "jobs_dev", "--queues", QUEUE, "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s")
     assert dev.line(0).startswith("jobs_dev: "), dev.describe()
