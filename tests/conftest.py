@@ -3,6 +3,7 @@ event bus and registry per test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import pytest
 from django.db import connection, connections
 from django.test import TransactionTestCase
 
+from tests import db_flush
 from tests.helpers import forget_children, started_children
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_clock, set_job_driver
@@ -25,6 +27,8 @@ from ultimate_jobs.events import reset_event_bus, set_event_bus
 from ultimate_jobs.testing import FrozenClock
 
 D = TypeVar("D", bound=MemoryDriver | PostgresDriver)
+
+db_flush.install()  # a transactional test's teardown empties only the tables it wrote (tests/db_flush.py)
 
 
 @dataclass
@@ -160,6 +164,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
         return settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3"
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist the tests marked ``slow`` (more than two seconds; a few take a minute) are handed
+    out first, so that the run does not end on one worker alone with a long test the others finished
+    their share beside. Every worker sorts its collection alike (a stable sort), as xdist requires."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -104,6 +104,21 @@ def command(name: str, *args: str, err: io.StringIO | None = None) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+def many_posts(count: int, title: str) -> None:
+    """Insert ``count`` ``tests.secapp.Post`` rows titled ``title`` with ``{i}`` replaced by 0, 1, …, in that
+    (pk) order, in one statement the server runs (``generate_series``: no model built in Python, no row
+    sent) — the rows ``bulk_create`` would write, for a backfill or an export to read."""
+    from tests.secapp.models import Post
+
+    table = connection.ops.quote_name(Post._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (title, slug) SELECT replace(%s, '{{i}}', i::text), '' "
+            "FROM generate_series(0, %s - 1) AS i ORDER BY i",
+            [title, count],
+        )
+
+
 REPO = Path(__file__).resolve().parents[1]
 REDIS_DATABASES = 16  # a Redis server's default number of databases
 

@@ -36,6 +36,10 @@ DATABASES = {
 
 ULTIMATE_JOBS = {"DRIVER": "memory"}
 
+# The admin tests' users get a password hashed in microseconds, not through PBKDF2's million rounds
+# (0.3 s of CPU each); no test reads a hash (Django's advice for test settings).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 # Django's own task API on this queue (tests/postgres/test_django_tasks.py); 5.2 reads it through the
 # django-tasks backport.
 TASKS = {

@@ -1,4 +1,4 @@
-"""A backfill over 100,000 rows in real worker processes: worker A is SIGKILLed mid-pass, worker B
+"""A backfill over 40,000 rows (40 pages) in real worker processes: worker A is SIGKILLed mid-pass, worker B
 resumes on the page A stopped at — the pages A checkpointed are not handled again — and the pass ends
 with every row swept and one completed ledger row.
 
@@ -21,7 +21,7 @@ from tests.e2e.test_postgres_processes import (  # noqa: F401 — fixtures used 
     spawn,
     start_workers,
 )
-from tests.helpers import POLL_S, START_S, Child, eventually
+from tests.helpers import POLL_S, START_S, Child, eventually, many_posts
 from tests.secapp.models import Post
 from ultimate_jobs import operator
 from ultimate_jobs.core import registry
@@ -30,7 +30,7 @@ from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ROWS = 100_000
+ROWS = 40_000  # 40 pages: A is killed after 10, and at the backfill's rate the other 30 take it 1.5 s at least
 SETTINGS = "tests.e2e.backfill_settings"
 
 
@@ -60,8 +60,7 @@ def pages() -> list[tuple[int, int]]:
 def test_a_sigkilled_pass_resumes_on_its_page_in_another_worker(spawn: Spawn, installed_pg: PostgresDriver) -> None:  # noqa: F811
     from tests.e2e.backfill_jobs import BATCH, sweep_posts
 
-    for start in range(0, ROWS, 10_000):
-        Post.objects.bulk_create(Post(title=f"post {i}") for i in range(start, start + 10_000))
+    many_posts(ROWS, "post {i}")
     pks = list(Post.objects.order_by("pk").values_list("pk", flat=True))
     firsts = pks[::BATCH]
     enqueued = sweep_posts.enqueue()

@@ -109,6 +109,7 @@ def test_cross_tenant_report_counts_every_org(output: str) -> None:
     assert "3 orders across 2 orgs" in row["note"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # this one runs the demo again, on committed rows
 def test_a_second_run_starts_from_a_clean_shop(demo: DemoRun) -> None:
     call_command("shop_demo", stdout=StringIO())  # the session's run left its rows: the demo clears its own

@@ -145,6 +145,7 @@ def backlog() -> int:
     return int(query("SELECT count(*) FROM x_outbox WHERE published_at IS NULL")[0][0])
 
 
+@pytest.mark.slow
 def test_a_rolled_back_enqueue_never_runs_and_a_committed_one_runs_once(children: Start, staging: Staging) -> None:
     with pytest.raises(RuntimeError, match="declined"), transaction.atomic():
         lost = staging.jobs.record_effect.enqueue({"key": "rolled-back"}).id

@@ -385,6 +385,7 @@ def assert_drained_and_gone(dev: Child, roles: int, held: str, sent: float, *, w
     assert (row["state"], row["attempts"]) == ("ready", 0), (row, dev.describe())
 
 
+@pytest.mark.slow
 @ONE_RELOADER_AT_A_TIME
 def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: Spawn, pg: PgJobs) -> None:
     dev, first = start_dev_reload(spawn)
@@ -406,6 +407,7 @@ def test_jobs_dev_reload_drains_and_restarts_the_roles_when_code_changes(spawn: 
     assert dev.popen.returncode == 0, dev.describe()
 
 
+@pytest.mark.slow
 @ONE_RELOADER_AT_A_TIME
 @pytest.mark.parametrize("stop", ["SIGINT to the reloader", "the reloader SIGKILLed"])
 def test_jobs_dev_reload_drains_its_roles_when_the_reloader_is_stopped_or_killed(

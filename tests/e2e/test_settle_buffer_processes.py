@@ -123,6 +123,7 @@ def states(jobs: dict[str, Job]) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_a_sigterm_drain_flushes_every_buffered_settle_before_the_process_exits(
     slow_worker: SlowWorker, pg: PgJobs
 ) -> None:

@@ -56,6 +56,7 @@ def test_sigterm_interrupts_the_running_job_and_exits_inside_the_deadline() -> N
     assert (report["worker_state"], report["abandoned"]) == ("stopped", 0)
 
 
+@pytest.mark.slow
 def test_a_body_that_ignores_the_signal_is_abandoned_at_the_deadline_and_the_process_exits() -> None:
     _, elapsed, report = drain_under_sigterm("--ignore-signal", "--drain-deadline", "1s")
 

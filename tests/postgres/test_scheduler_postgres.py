@@ -276,6 +276,7 @@ def test_a_redeployed_scheduler_catches_up_a_day_from_the_stored_watermark(
 # -- two schedulers ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_schedulers_over_many_rounds_fire_every_occurrence_exactly_once(
     pg: PgEnv, tick: JobHandle[Any, Any]
 ) -> None:
@@ -374,6 +375,7 @@ def _settle_and_fold(
     return snapshots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every_days", [1, 9])
 def test_the_rollup_in_the_renewal_folds_exactly_as_rollup_counters(pg: PgEnv, every_days: int) -> None:
     clock_a = FrozenClock()

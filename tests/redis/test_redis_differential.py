@@ -219,4 +219,4 @@ DriversAgree.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestDriversAgree = pytest.mark.redis(DriversAgree.TestCase)
+TestDriversAgree = pytest.mark.slow(pytest.mark.redis(DriversAgree.TestCase))

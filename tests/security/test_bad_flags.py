@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -241,6 +242,25 @@ GENERATED = settings(
 )
 
 
+@pytest.fixture
+def one_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``manage.py jobs`` builds its parser once for the test, not once per example: every example's argv is
+    parsed by the parser ``call_command`` builds — the same one each time, and building it (argparse with
+    every subcommand, each help string through gettext) costs more than the run it parses for."""
+    from ultimate_jobs.management.commands.jobs import Command
+
+    build = Command.create_parser
+    built: dict[tuple[str, str], Any] = {}
+
+    def create_parser(self: Command, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        assert not kwargs, kwargs  # call_command passes none; a keyword would make another parser
+        if (prog_name, subcommand) not in built:
+            built[prog_name, subcommand] = build(self, prog_name, subcommand)
+        return built[prog_name, subcommand]
+
+    monkeypatch.setattr(Command, "create_parser", create_parser)
+
+
 def assert_answered(argv: list[str]) -> None:
     """The run succeeded, or exited 2 with argparse's message, or exited 1 naming a code."""
     code, said, out = run("jobs", *argv)
@@ -258,7 +278,7 @@ def assert_answered(argv: list[str]) -> None:
 @GENERATED
 @given(pairs=st.lists(st.tuples(LIST_FLAGS, VALUES), max_size=3), as_json=st.booleans())
 def test_generated_list_flags_are_answered(
-    pg: Env[PostgresDriver], pairs: list[tuple[str, str]], as_json: bool
+    pg: Env[PostgresDriver], one_parser: None, pairs: list[tuple[str, str]], as_json: bool
 ) -> None:
     argv = ["list", *(part for pair in pairs for part in pair)]
     assert_answered([*argv, "--json"] if as_json else argv)
@@ -266,11 +286,13 @@ def test_generated_list_flags_are_answered(
 
 @GENERATED
 @given(since=DURATIONS, as_json=st.booleans())
-def test_generated_stats_windows_are_answered(pg: Env[PostgresDriver], since: str, as_json: bool) -> None:
+def test_generated_stats_windows_are_answered(
+    pg: Env[PostgresDriver], one_parser: None, since: str, as_json: bool
+) -> None:
     assert_answered(["stats", "--since", since, *(["--json"] if as_json else [])])
 
 
 @GENERATED
 @given(job_id=IDS, as_json=st.booleans())
-def test_generated_show_ids_are_answered(pg: Env[PostgresDriver], job_id: str, as_json: bool) -> None:
+def test_generated_show_ids_are_answered(pg: Env[PostgresDriver], one_parser: None, job_id: str, as_json: bool) -> None:
     assert_answered(["show", job_id, *(["--json"] if as_json else [])])

@@ -150,6 +150,7 @@ def test_max_catch_up_is_per_task(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> N
 # -- DST switch days ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_0_3_in_a_dst_zone_on_both_switch_days(jobs: JobsEnv, tick: JobHandle[Any, Any]) -> None:
     helsinki = ZoneInfo("Europe/Helsinki")
     nightly = hourly(tick, name="nightly", cron="0 3 * * *", tz="Europe/Helsinki")
