@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import connection
 
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
 from tests.helpers import POLL_S, START_S, Child, eventually, redis_test_db
@@ -347,8 +348,15 @@ def test_an_idle_worker_sends_at_most_twelve_commands_a_minute(spawn: Spawn, job
 
 
 @pytest.mark.slow
-def test_jobs_dev_runs_on_redis_and_drains_on_sigterm(spawn: Spawn, jobs: Any, effects: redis.Redis) -> None:
-    dev = spawn("dev", "manage.py", "jobs_dev", "--queues", QUEUE, "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s")
+def test_jobs_dev_runs_on_redis_and_drains_on_sigterm(
+    spawn: Spawn, jobs: Any, effects: redis.Redis, django_db_setup: None
+) -> None:
+    # jobs_dev also runs the outbox relay on the Django database (x_outbox), so it starts only on a
+    # migrated one: the suite's test database, as a deployment would have run migrate
+    migrated = {"ULTIMATE_JOBS_TEST_DB": connection.settings_dict["NAME"]}
+    dev = spawn(
+        "dev", "manage.py", "jobs_dev", "--queues", QUEUE, "--drain-deadline", f"{DRAIN_DEADLINE_S:g}s", **migrated
+    )
     assert dev.line(0).startswith("jobs_dev: "), dev.describe()
     job_id = jobs.record_effect.enqueue({"key": "dev"}).id
     eventually(row_in(job_id, "done"), timeout=START_S, interval=POLL_S)

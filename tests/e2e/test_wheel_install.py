@@ -139,7 +139,10 @@ def database() -> Iterator[str]:
     """A database name of the test's own on the suite's server (none by that name at the start), dropped
     afterwards."""
     base = settings.DATABASES["default"]
-    name = f"{os.environ.get('ULTIMATE_JOBS_TEST_DB', 'ultimate_jobs')}_wheel_{django.VERSION[0]}{django.VERSION[1]}"
+    # one per pytest-xdist worker too: two wheel tests of one run may be in flight at once
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    run = os.environ.get("ULTIMATE_JOBS_TEST_DB", "ultimate_jobs")
+    name = f"{run}_wheel_{django.VERSION[0]}{django.VERSION[1]}_{worker}"
     params = {"host": base["HOST"], "port": base["PORT"], "user": base["USER"], "dbname": "postgres"}
     with psycopg.connect(**params, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
