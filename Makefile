@@ -12,6 +12,10 @@ SQLITE_PYTEST_ARGS ?=
 # so more workers than the 2 cores pays. PYTEST_WORKERS=0 runs a leg in one process.
 PYTEST_WORKERS ?= 3
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+# The suite starts hundreds of Python child processes (workers, relays, management commands); a shell with
+# PYTHONDONTWRITEBYTECODE set would have each one compile every module it imports again (about 0.3 s each),
+# so the tests run with bytecode written (into __pycache__, which git ignores).
+PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
 BENCH_ARGS ?=
 # bench/ may not exist yet; lint it once it does.
 LINT_PATHS := ultimate_jobs demo_project tests setup.py $(wildcard bench)
@@ -60,9 +64,9 @@ lint: venv
 # worker tests and the worker processes on one SQLite file. No test can hang a leg: pytest-timeout fails
 # one past 300 s (setup.cfg), and its teardown kills the process groups it started.
 test: venv venv6 services browser lint
-	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
-	$(VENV6)/bin/pytest $(XDIST) $(PYTEST_ARGS)
-	$(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(XDIST) $(SQLITE_PYTEST_ARGS)
+	$(PYTEST_ENV) $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(VENV6)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(VENV)/bin/pytest --ds=tests.sqlite_settings tests/sqlite $(XDIST) $(SQLITE_PYTEST_ARGS)
 
 # The demo runs on the embedded default, an SQLite file under the project (.demo/shop.sqlite3, created on
 # first run) — no server. make demo DATABASE_URL=postgres://postgres@127.0.0.1:5432/ultimate_jobs_demo runs

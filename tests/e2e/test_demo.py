@@ -11,7 +11,9 @@ from django.core.management import call_command
 
 from demo_project.shop.models import Order
 
-pytestmark = pytest.mark.postgres
+# One session-scoped demo run serves every test here: in one xdist group they share it, instead of each
+# xdist worker that picks up one of these tests running the whole demo again.
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("shop_demo")]
 
 ORDER_COLUMNS = ("org_id", "number", "status", "charges", "emailed")
 
