@@ -148,33 +148,63 @@ def test_a_pool_thread_left_by_org_b_acts_under_org_a(rows: dict[str, Any], guar
         assert_acts_as(lane.run(session), ("org", A), ONLY_A, guard)
 
 
-def test_a_pooled_session_left_by_org_b_serves_org_a_under_org_a(rows: dict[str, Any], guard: str, lanes: Any) -> None:
-    """A connection pool (Django's ``OPTIONS["pool"]``) hands a session from one thread to the next with
-    its settings as the last user left them: here org B's run leaves it on one thread, another thread
-    takes it outside any scope (``getconn()`` inside Django's ``connect()``, as the pool option does),
-    and org A's work runs on it there."""
+@pytest.fixture
+def one_pooled_session(rows: dict[str, Any], guard: str) -> Iterator[None]:
+    """Django's own connection pool (``OPTIONS["pool"]``, psycopg_pool) on the test database, holding ONE
+    server session: every thread that connects meanwhile is handed that session, with whatever its last
+    user left in it — as a deployment's pool hands sessions from one request or run to the next. (After
+    the rows and the role are set up; the test's own thread holds no session while it lasts.)"""
+    options = connection.settings_dict["OPTIONS"]
+    connection.close()
+    connection.settings_dict["OPTIONS"] = {**options, "pool": {"min_size": 1, "max_size": 1, "timeout": 30}}
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.close_pool()  # type: ignore[attr-defined]  # the postgresql backend's, Django 5.1+
+        connection.settings_dict["OPTIONS"] = options
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def given_back(fn: Callable[[], T]) -> Callable[[], T]:
+    """``fn``, then this thread's connection closed: a pooled one goes back to the pool, settings kept."""
+
+    def run() -> T:
+        try:
+            return fn()
+        finally:
+            connection.close()
+
+    return run
+
+
+def test_a_pooled_session_left_by_org_b_serves_org_a_under_org_a(
+    rows: dict[str, Any], guard: str, one_pooled_session: None, lanes: Any, asgiref_executor: Any
+) -> None:
+    """A real pool (Django's ``OPTIONS["pool"]``) of one session, taken in turn by org B's run and org A's,
+    on two threads and on asgiref's executor: each run's statements act under its own org, on the same
+    server session."""
     first, second = lanes("first"), lanes("second")
     with acting_as(Actor(org_id=B)):
-        assert_acts_as(first.run(session), ("org", B), ["secret of org-B"], guard)
-
-    def put_back() -> Any:  # what Django's pooled _close() does: the session goes back, its settings kept
-        raw = connection.connection
-        connection.connection = None
-        return raw
-
-    session_of_b = first.run(put_back)
-
-    def take() -> None:
-        connection.close()
-        connection.get_new_connection = lambda params: session_of_b  # type: ignore[method-assign]
-        try:
-            connection.connect()
-        finally:
-            del connection.get_new_connection
-
-    second.run(take)
+        pid = first.run(given_back(backend_pid))
+        assert_acts_as(first.run(given_back(session)), ("org", B), ["secret of org-B"], guard)
     with acting_as(Actor(org_id=A)):
-        assert_acts_as(second.run(session), ("org", A), ONLY_A, guard)
+        assert second.run(given_back(backend_pid)) == pid  # the pool handed org A the session org B left
+        assert_acts_as(second.run(given_back(session)), ("org", A), ONLY_A, guard)
+    with acting_as(Actor(org_id=B)):  # back on the thread that last set org B: the session now carries org A
+        assert_acts_as(first.run(given_back(session)), ("org", B), ["secret of org-B"], guard)
+        assert asgiref_executor(given_back(backend_pid)) == pid
+        assert_acts_as(asgiref_executor(given_back(session)), ("org", B), ["secret of org-B"], guard)
+    with acting_as(Actor(org_id=A)):
+        assert_acts_as(asgiref_executor(given_back(session)), ("org", A), ONLY_A, guard)
+    assert_acts_as(first.run(given_back(session)), ("all", ""), EVERY, guard)  # outside any run: every row
 
 
 def test_a_thread_started_inside_a_run_acts_as_a_run_with_no_org(rows: dict[str, Any], guard: str) -> None:
