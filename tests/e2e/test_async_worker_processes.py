@@ -47,7 +47,7 @@ LATE_SESSIONS = 2
 
 
 @pytest.fixture
-def jobs() -> Iterator[ModuleType]:
+def async_e2e() -> Iterator[ModuleType]:
     """Install a Postgres driver on the test database for this process's enqueues; restore after."""
     from tests.e2e import async_jobs
 
@@ -90,9 +90,9 @@ def states(name: str) -> list[tuple[Any, ...]]:
 
 @pytest.mark.slow
 def test_a_sigkilled_worker_with_300_async_runs_in_flight_loses_none_and_each_reruns_once(
-    spawn: Spawn, jobs: ModuleType
+    spawn: Spawn, async_e2e: ModuleType
 ) -> None:
-    ids = enqueue_many(jobs.async_hold, [f"kill-{n}" for n in range(IN_FLIGHT)])
+    ids = enqueue_many(async_e2e.async_hold, [f"kill-{n}" for n in range(IN_FLIGHT)])
     a = start_worker(spawn, "A", "--async-concurrency", f"{QUEUE}=500", vt="2s")
     eventually(lambda: marks("running") == IN_FLIGHT, timeout=60.0, interval=0.2)
     (running,) = query("SELECT count(*) FROM x_jobs WHERE name = 'async_hold' AND state = 'running'")[0]
@@ -115,9 +115,9 @@ def test_a_sigkilled_worker_with_300_async_runs_in_flight_loses_none_and_each_re
 
 @pytest.mark.slow
 def test_sigterm_hands_async_runs_back_uncounted_inside_the_deadline_and_another_worker_finishes_them(
-    spawn: Spawn, jobs: ModuleType
+    spawn: Spawn, async_e2e: ModuleType
 ) -> None:
-    ids = enqueue_many(jobs.async_hold, [f"term-{n}" for n in range(20)])
+    ids = enqueue_many(async_e2e.async_hold, [f"term-{n}" for n in range(20)])
     a = start_worker(spawn, "A")
     eventually(lambda: marks("running") == len(ids), timeout=START_S, interval=POLL_S)
 
@@ -139,11 +139,11 @@ def test_sigterm_hands_async_runs_back_uncounted_inside_the_deadline_and_another
 
 @pytest.mark.slow
 def test_one_worker_runs_sync_and_async_jobs_of_one_queue_each_once_on_its_own_kind_of_slot(
-    spawn: Spawn, jobs: ModuleType
+    spawn: Spawn, async_e2e: ModuleType
 ) -> None:
     keys = [f"mixed-{n}" for n in range(MIXED)]
-    enqueue_many(jobs.sync_record, keys)
-    enqueue_many(jobs.async_record, keys)
+    enqueue_many(async_e2e.sync_record, keys)
+    enqueue_many(async_e2e.async_record, keys)
     worker = start_worker(spawn, "M", "--concurrency", "2", "--async-concurrency", "50")
 
     def all_done() -> bool:
@@ -167,9 +167,9 @@ def sessions() -> int:
 
 @pytest.mark.slow
 def test_ten_thousand_async_jobs_through_one_worker_hold_a_flat_number_of_connections(
-    spawn: Spawn, jobs: ModuleType
+    spawn: Spawn, async_e2e: ModuleType
 ) -> None:
-    enqueue_many(jobs.async_touch, [f"bulk-{n}" for n in range(BULK)])
+    enqueue_many(async_e2e.async_touch, [f"bulk-{n}" for n in range(BULK)])
     samples: list[tuple[int, int]] = []  # (jobs done, sessions on the database)
     stop = threading.Event()
 

@@ -57,7 +57,7 @@ RECENT_EXECUTIONS = 1_000
 HANDBACK_TIMER_WINDOW_MS = 60_000
 ASYNC_ASK_START = 32  # a queue of both kinds asks this much async room at first; it doubles while filled
 ASYNC_REFUSED_RECHECK_MS = 60_000  # an async row on a queue this worker runs no async job on is offered again then
-LANE_STOP_S = 5.0  # how long a finished drain waits for the event loop's last callbacks before it stops it
+LANE_STOP_S = 2.0  # how long the drain's end waits for the event loop's tasks to unwind (+1 s for the loop itself)
 
 
 @dataclass(slots=True)
@@ -274,11 +274,21 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _stop_lane(self, finished: bool) -> None:
         """Stop the watchdog, then the event loop: when the jobs finished it has nothing left to run; when
         the drain gave up on some, their tasks are cancelled (their leases lapse, as for an abandoned
-        thread) and the loop stops — the process never waits past the drain deadline for a task."""
+        thread's body). The stop is waited for :data:`LANE_STOP_S` at most, on a thread of its own: a body
+        that holds the loop and ignores its cancel cannot keep the process alive (the loop's thread is a
+        daemon, as the slots' are) — it is logged ``jobs.worker.loop-abandoned``."""
         if self._watchdog is not None:
             self._watchdog.stop()
-        if self._lane is not None:
-            self._lane.stop(wait=finished, timeout=LANE_STOP_S)
+        lane = self._lane
+        if lane is None:
+            return
+        stopper = threading.Thread(
+            target=partial(lane.stop, wait=finished, timeout=LANE_STOP_S), name="jobs-async-stop", daemon=True
+        )
+        stopper.start()
+        stopper.join(LANE_STOP_S + 1)
+        if stopper.is_alive():
+            log_event(logging.ERROR, "jobs.worker.loop-abandoned", worker_id=self.worker_id, tasks=lane.running())
 
     # -- the claim loop ------------------------------------------------------------------------
 
@@ -419,7 +429,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         if handle is None:
             self._pools[job.queue].submit(flight)
             return 1
-        lane = self._lane
+        lane = self._lane if self.async_slots[job.queue] else None
         try:
             if lane is None:
                 raise RuntimeError(f"queue {job.queue} runs no async job here (its async concurrency is 0)")
