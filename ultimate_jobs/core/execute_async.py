@@ -13,6 +13,7 @@ signal's verdict, exactly as a sync body's is. A timeout settles at once, before
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from ..drivers.records import ClaimedJob
@@ -32,6 +33,7 @@ from .execute import (
     step_options,
 )
 from .installed import job_clock
+from .logs import log_event
 from .outcomes import AttemptEnv, ExecutionHooks, JobExecution
 from .scope import acting_as
 from .signals import CancelSignal, cancel_on_abort, signal_scope
@@ -83,7 +85,13 @@ async def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms
         if attempt.note_progress(done, total, note):  # the write itself goes off the loop
             write = asyncio.ensure_future(lane.offload(attempt.flush_progress))
             writes.add(write)
-            write.add_done_callback(writes.discard)
+            write.add_done_callback(written)
+
+    def written(write: asyncio.Future[None]) -> None:
+        writes.discard(write)
+        error = None if write.cancelled() else write.exception()
+        if error is not None:  # a sync body would have seen it raise; here the run goes on without it
+            log_event(logging.WARNING, "jobs.progress.failed", error=repr(error), **attempt.log_fields())
 
     step = AsyncStep(offload=lane.offload, **step_options(attempt, run_signal))
     job_run = job_run_for(attempt, run_signal, step, progress)

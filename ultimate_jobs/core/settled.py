@@ -9,12 +9,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
-from asgiref.sync import async_to_sync
-
 from ..drivers.records import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
 from ..errors import JobOnSettledFailedError, UltimateError
 from ..guards.redaction import scrub, secret_values
-from ..guards.sync_only import is_coroutine_callable
+from ..guards.sync_only import call_to_completion, is_coroutine_callable
 from . import registry
 from .definition import JobHandle
 from .logs import log_event
@@ -39,7 +37,7 @@ def run_on_settled(
     hook = handle.on_settled
     if hook is None:
         return None
-    call = async_to_sync(hook) if is_coroutine_callable(hook) else hook
+    call = partial(call_to_completion, hook) if is_coroutine_callable(hook) else hook
     last: Exception | None = None
     for _ in range(ON_SETTLED_ATTEMPTS):
         try:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 
 from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import ClaimRef, StepRecord
@@ -29,7 +29,7 @@ from ..events.base import EventBus
 from ..guards.admission import check_json, check_text
 from ..guards.redaction import renderings
 from ..guards.sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
-from ..guards.sync_only import is_coroutine_callable, refuse_async
+from ..guards.sync_only import call_to_completion, is_coroutine_callable, refuse_async
 from .clock import Clock
 from .durations import Duration, format_duration, parse_duration
 from .signals import CancelSignal, cancel_on_abort, signal_scope
@@ -158,7 +158,7 @@ class Step:
     def _call_fn(self, call: _CallFn) -> Any:
         with signal_scope(call.signal):
             if is_coroutine_callable(call.fn):
-                return async_to_sync(call.fn)()  # an async step function in a sync body
+                return call_to_completion(call.fn)  # an async step function in a sync body
             return call.fn()
 
     def _run_flow(self, name: str, fn: Callable[[], Any]) -> Flow[Any]:
@@ -320,10 +320,12 @@ class AsyncStep(Step):
     >>> paid = await run.step.wait_for_event("paid", "invoice.paid", timeout="7d", match={"id": 7})
 
     The replay, the duplicate-name rule, the sealing and the suspensions are :class:`Step`'s. The driver
-    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop; a plain
-    ``def`` step function runs through ``asgiref.sync.sync_to_async`` (thread-sensitive: where the body's
-    Django ORM runs). An async step function is a task of its own, cancelled when the step's signal aborts —
-    the job's ``step_timeout`` (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
+    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop. A plain
+    ``def`` step function runs through ``asgiref.sync.sync_to_async``, thread-sensitive: on the thread the
+    body's Django ORM uses, one per lane — a long blocking call there holds up every async body's ORM, so
+    make it async, or hand it over with ``sync_to_async(fn, thread_sensitive=False)``. An async step
+    function is a task of its own, cancelled when the step's signal aborts: the job's ``step_timeout``
+    (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
     """
 
     def __init__(self, *, offload: Callable[..., Awaitable[Any]], **options: Any) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction
 
 from ..errors import AsyncUnsupportedError
+
+T = TypeVar("T")
 
 
 def is_async_callable(fn: object) -> bool:
@@ -69,6 +71,16 @@ def refuse_async(
         f"{what} is an async function ({name}); {why}, or wrap it: asgiref.sync.async_to_sync(fn)",
         {**(meta or {}), "callable": name},
     )
+
+
+def call_to_completion(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Call the coroutine callable ``fn(*args)`` from sync code and answer its result (through asgiref's
+    ``async_to_sync``, which is told a plain ``async def`` so every coroutine shape passes)."""
+    return async_to_sync(_awaited)(fn, *args)  # type: ignore[no-any-return]
+
+
+async def _awaited(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    return await fn(*args)
 
 
 def _is_async_function(fn: object) -> bool:
