@@ -470,7 +470,7 @@ def test_a_body_that_blocks_the_loop_is_logged_by_name_and_id_and_leases_are_sti
     assert (blocked.jobs["name"], blocked.jobs["job_id"], blocked.jobs["attempt"]) == ("blocks_the_loop", job_id, 1)
     assert "test_worker_async.py" in blocked.jobs["where"] and blocked.jobs["blocked_ms"] >= STALL_MS
     (unblocked,) = events(caplog, "jobs.worker.loop-unblocked")
-    assert unblocked.jobs["job_id"] == job_id and unblocked.jobs["blocked_ms"] >= BLOCK_S * 1000 - 200
+    assert unblocked.jobs["job_id"] == job_id and unblocked.jobs["blocked_ms"] >= blocked.jobs["blocked_ms"]
     assert not events(caplog, "jobs.lease.lost")
     record = driver.operator.get(job_id)
     assert record is not None and (record.state, record.attempts) == ("done", 1)
