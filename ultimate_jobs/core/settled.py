@@ -63,9 +63,7 @@ async def arun_on_settled(
     if hook is None:
         return None
     if not is_coroutine_callable(hook):
-        # offload passes positional arguments only (AsyncLane.offload(fn, *args))
-        hook_run = partial(run_on_settled, scrub_text=scrub_text)
-        return await offload(hook_run, handle, settled, tenant_id)  # type: ignore[no-any-return]
+        return await offload(partial(run_on_settled, scrub_text=scrub_text), handle, settled, tenant_id)  # type: ignore[no-any-return]
     last: Exception | None = None
     for _ in range(ON_SETTLED_ATTEMPTS):
         try:
