@@ -143,17 +143,15 @@ class Step:
     # Step runs the calls in line; AsyncStep awaits them (the thunks on the lane's offload threads).
 
     def _drive(self, flow: Flow[T]) -> T:
-        sent: Any = None
-        while True:
+        finished, value = _advance(flow)
+        while not finished:
             try:
-                effect = flow.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                sent = self._call_fn(effect) if isinstance(effect, _CallFn) else effect()
+                answer = self._call_fn(value) if isinstance(value, _CallFn) else value()
             except BaseException as exc:
-                flow.throw(exc)  # the flow's except/finally see it; what it raises propagates
-                raise  # pragma: no cover - a flow never swallows an effect's error
+                finished, value = _advance(flow, error=exc)
+            else:
+                finished, value = _advance(flow, answer)
+        return value  # type: ignore[no-any-return]
 
     def _call_fn(self, call: _CallFn) -> Any:
         with signal_scope(call.signal):
@@ -333,17 +331,15 @@ class AsyncStep(Step):
         self._offload = offload
 
     async def _adrive(self, flow: Flow[T]) -> T:
-        sent: Any = None
-        while True:
+        finished, value = _advance(flow)
+        while not finished:
             try:
-                effect = flow.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                sent = await (self._acall_fn(effect) if isinstance(effect, _CallFn) else self._offload(effect))
+                answer = await (self._acall_fn(value) if isinstance(value, _CallFn) else self._offload(value))
             except BaseException as exc:
-                flow.throw(exc)
-                raise  # pragma: no cover - a flow never swallows an effect's error
+                finished, value = _advance(flow, error=exc)
+            else:
+                finished, value = _advance(flow, answer)
+        return value  # type: ignore[no-any-return]
 
     async def _acall_fn(self, call: _CallFn) -> Any:
         with signal_scope(call.signal):
@@ -381,6 +377,16 @@ class _CallFn:
 
     def __init__(self, fn: Callable[[], Any], signal: CancelSignal) -> None:
         self.fn, self.signal = fn, signal
+
+
+def _advance(flow: Flow[Any], answer: Any = None, *, error: BaseException | None = None) -> tuple[bool, Any]:
+    """Send a flow the answer to its last call (or throw it the call's error: its except and finally see it,
+    and what it raises propagates): ``(True, the step's value)`` once it returned, else ``(False, its next
+    call)``."""
+    try:
+        return False, (flow.throw(error) if error is not None else flow.send(answer))
+    except StopIteration as done:
+        return True, done.value
 
 
 Flow = Generator[Any, Any, T]
