@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from tests.conftest import installed
@@ -54,6 +55,34 @@ def test_the_relay_publishes_committed_rows_onto_redis_with_their_ids(
             assert row is not None and (row.run_id, row.state) == (kept.run_id, "ready")
             assert driver.operator.get(lost.id) is None
             assert relay.run_once() == 0
+            run_jobs(driver, clock=clock)
+            assert ran == ["committed"]
+        finally:
+            set_jobs_router(None)
+
+
+def test_aenqueue_inside_atomic_stages_in_postgres_and_the_relay_publishes_onto_redis(
+    transactional_db: None, driver: RedisDriver, clock: FrozenClock
+) -> None:
+    store = postgres_outbox_store(clock=clock, claim_lease_ms=30_000)
+    ran: list[str] = []
+    with installed(clock, driver):
+
+        @job(idempotency_key=lambda i: f"invoice:{i['order']}", tenant="none", queue="outbox")
+        def create_invoice(run: JobRun[Any]) -> None:
+            ran.append(run.input["order"])
+
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
+        try:
+            with pytest.raises(RuntimeError), transaction.atomic():
+                lost = async_to_sync(create_invoice.aenqueue)({"order": "rolled-back"})
+                raise RuntimeError("declined")
+            with transaction.atomic():
+                (kept,) = async_to_sync(create_invoice.aenqueue_many)([{"order": "committed"}])
+                assert driver.operator.get(kept.id) is None  # staged in Postgres, not on Redis yet
+            relay = outbox_relay(store=store, driver=driver, clock=clock, relay_id="relay-r")
+            assert relay.run_once() == 1
+            assert driver.operator.get(kept.id) is not None and driver.operator.get(lost.id) is None
             run_jobs(driver, clock=clock)
             assert ran == ["committed"]
         finally:
