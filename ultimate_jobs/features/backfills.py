@@ -55,7 +55,7 @@ from ..errors import (
     code_of,
 )
 from ..guards.sync_only import refuse_async
-from .user_calls import as_sync, is_async_user_callable
+from .user_calls import accept_async
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -185,8 +185,10 @@ def backfill(
     # source answers a lazy QuerySet, so it stays a plain def; handle and count may be async (run to
     # completion on the page's thread: features/user_calls.py); tenant: job() checks it
     refuse_async(source, what=f"backfill {name!r}: source", meta={"job": name, "field": "source"})
-    for field_name, given in (("handle", handle), ("count", count)):
-        is_async_user_callable(given, what=f"backfill {name!r}: {field_name}", meta={"job": name, "field": field_name})
+    run_handle = accept_async(handle, what=f"backfill {name!r}: handle", meta={"job": name, "field": "handle"})
+    run_count = None
+    if count is not None:
+        run_count = accept_async(count, what=f"backfill {name!r}: count", meta={"job": name, "field": "count"})
     if requires is not None and (not isinstance(requires, str) or not _REQUIRES.fullmatch(requires)):
         raise bad("requires", f"must name a migration as 'app_label.0007_name', got {requires!r}")
     declared_envs: tuple[str, ...] | None = None
@@ -208,13 +210,7 @@ def backfill(
         batch=batch,
         rate=float(rate),
     )
-    declaration = _Declaration(
-        descriptor,
-        source,
-        as_sync(handle),
-        as_sync(count) if count is not None else None,
-        cross_tenant=tenant == "none",
-    )
+    declaration = _Declaration(descriptor, source, run_handle, run_count, cross_tenant=tenant == "none")
 
     def body(run: JobRun[BackfillInput]) -> dict[str, Any]:
         return _Pass(declaration, run).sweep()

@@ -54,9 +54,8 @@ from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
 from ..errors import ExportPartTooLargeError, ExportRowInvalidError, InvariantError, JobDeclarationInvalidError
-from ..guards.sync_only import refuse_async
+from ..guards.sync_only import is_coroutine_callable, refuse_async
 from .backfills import cursor_value, keyset_source
-from .user_calls import is_async_user_callable
 
 if TYPE_CHECKING:
     from django.core.files.storage import Storage
@@ -212,7 +211,8 @@ def export_rows(
     callables: dict[str, object] = {"prefix": prefix, "source": source, "sink": sink}  # the rest: job()
     for field_name, given in callables.items():
         refuse_async(given, what=f"export {name!r}: {field_name}", meta={"job": name, "field": field_name})
-    row_is_async = is_async_user_callable(row, what=f"export {name!r}: row", meta={"job": name, "field": "row"})
+    refuse_async(row, what=f"export {name!r}: row", meta={"job": name, "field": "row"}, allow_coroutines=True)
+    row_is_async = is_coroutine_callable(row)  # awaited a page at a time (_Export._awaited_rows)
 
     declaration = _Declaration(
         name=name,

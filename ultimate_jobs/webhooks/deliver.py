@@ -59,7 +59,7 @@ from ..errors import (
     WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
-from ..features.user_calls import as_sync, is_async_user_callable
+from ..features.user_calls import accept_async
 from ..guards.sync_only import refuse_async
 from .ledger import WebhookAttempt, WebhookLedger
 from .signature import (
@@ -159,7 +159,6 @@ def webhook(
     for field_name, fn in (("endpoint", endpoint), ("event", event)):
         if not callable(fn):
             raise bad(field_name, "must be a function of the input answering the record or None")
-        is_async_user_callable(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
     for method in ("record", "is_disabled", "disable"):
         if not callable(getattr(ledger, method, None)):
             raise bad("ledger", f"has no {method}(); pass memory_webhook_ledger(), django_webhook_ledger() or your own")
@@ -169,7 +168,11 @@ def webhook(
     ):
         raise bad("disable_after", f"must be a whole number of failures in a row >= 1 (or None), got {disable_after!r}")
     timeout_ms = parse_optional_duration(timeout, field="timeout", job=name)
-    declaration = _Declaration(name, as_sync(endpoint), as_sync(event), ledger, disable_after, timeout_ms)
+    read_endpoint, read_event = (
+        accept_async(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
+        for field_name, fn in (("endpoint", endpoint), ("event", event))
+    )
+    declaration = _Declaration(name, read_endpoint, read_event, ledger, disable_after, timeout_ms)
 
     def body(run: JobRun[WebhookInput]) -> dict[str, Any]:
         return _Delivery(declaration, run).deliver()
