@@ -152,3 +152,28 @@ async def test_aenqueue_does_not_block_the_event_loop(any_jobs: AnyJobsEnv) -> N
         set_jobs_router(None)
     assert held.released_in_time == [True, True]
     assert row(any_jobs, one.id) is not None and row(any_jobs, many[0].id) is not None
+
+
+def test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another(any_jobs: AnyJobsEnv) -> None:
+    """Inside an async run the org scope follows ``aenqueue`` onto the thread it runs on: the run's own
+    org goes through, another org is ``X_TENANCY_ACTOR_MISMATCH`` with nothing written."""
+    notified: list[str] = []
+
+    @job(name="notify", idempotency_key=lambda i: f"notify:{i['org_id']}", tenant=lambda i: i["org_id"])
+    async def notify(run: JobRun[Any]) -> None:
+        notified.append(run.input["org_id"])
+
+    @job(name="fan-out", idempotency_key=lambda i: "fan-out", tenant=lambda i: i["org_id"], retry={"attempts": 1})
+    async def fan_out(run: JobRun[Any]) -> str | None:
+        await notify.aenqueue({"org_id": run.input["org_id"]})
+        try:
+            await notify.aenqueue_many([{"org_id": "org-b"}])
+        except UltimateError as refusal:
+            return refusal.code
+        return None
+
+    fan_out.enqueue({"org_id": "org-a"})
+    report = run_jobs(any_jobs.driver, clock=any_jobs.clock)
+    assert report.outcomes == {"completed": 2}
+    assert [e.result for e in report.executions if e.name == "fan-out"] == ["X_TENANCY_ACTOR_MISMATCH"]
+    assert notified == ["org-a"] and rows(any_jobs) == 2

@@ -5,6 +5,7 @@ pytest-asyncio test and in an ``async def`` method of a Django ``TestCase``."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,7 +96,8 @@ def test_after_the_fixture_the_configured_driver_is_back() -> None:
 
 
 @job(idempotency_key=lambda i: f"receipt:{i['order_id']}", tenant="none", retry={"attempts": 2})
-def send_receipt(run: JobRun[Any]) -> str:
+async def send_receipt(run: JobRun[Any]) -> str:
+    await asyncio.sleep(0)  # the HTTP call, in the real job
     return f"receipt for {run.input['order_id']}"
 
 

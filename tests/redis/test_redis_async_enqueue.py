@@ -15,6 +15,7 @@ from tests.postgres.test_async_enqueue import (
     test_aenqueue_many_writes_one_row_per_input_in_order_or_none,
     test_aenqueue_refuses_what_enqueue_refuses_with_the_same_codes,
     test_aenqueue_writes_the_row_enqueue_would_and_run_jobs_drains_it,
+    test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another,
 )
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.testing import FrozenClock
@@ -25,6 +26,7 @@ __all__ = [
     "test_aenqueue_many_writes_one_row_per_input_in_order_or_none",
     "test_aenqueue_refuses_what_enqueue_refuses_with_the_same_codes",
     "test_aenqueue_writes_the_row_enqueue_would_and_run_jobs_drains_it",
+    "test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another",
 ]
 
 
