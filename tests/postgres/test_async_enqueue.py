@@ -50,14 +50,19 @@ def declare(ran: list[str]) -> Any:
     return charge
 
 
-def row(env: AnyJobsEnv, job_id: str) -> Any:
+def row_of(env: AnyJobsEnv, job_id: str) -> Any:
     assert env.driver.operator is not None
     return env.driver.operator.get(job_id)
 
 
-def rows(env: AnyJobsEnv) -> int:
+def count_rows(env: AnyJobsEnv) -> int:
     assert env.driver.operator is not None
     return len(env.driver.operator.list(JobFilter()).rows)
+
+
+# the reads are sync database calls: from a test's event loop they go through sync_to_async
+row = sync_to_async(row_of)
+rows = sync_to_async(count_rows)
 
 
 @pytest.mark.asyncio
@@ -69,13 +74,13 @@ async def test_aenqueue_writes_the_row_enqueue_would_and_run_jobs_drains_it(any_
     later = await charge.aenqueue({"order_id": "o-2", "cents": 1}, queue="payments-slow", delay="10m")
     assert isinstance(first, Enqueued) and not first.deduped
     assert (again.id, again.run_id, again.deduped) == (first.id, first.run_id, True)  # a live key: the same job
-    stored = row(any_jobs, later.id)
+    stored = await row(any_jobs, later.id)
     assert (stored.queue, stored.run_at_ms) == ("payments-slow", any_jobs.clock.now_ms() + 600_000)
     assert stored.input == {"order_id": "o-2", "cents": 1} and stored.idempotency_key == "charge:o-2"
 
     report = await sync_to_async(run_jobs)(any_jobs.driver, clock=any_jobs.clock, queues=["default"])
     assert report.outcomes == {"completed": 1} and ran == ["o-1"]
-    assert row(any_jobs, first.id).state == "done"
+    assert (await row(any_jobs, first.id)).state == "done"
 
 
 @pytest.mark.asyncio
@@ -83,8 +88,9 @@ async def test_aenqueue_many_writes_one_row_per_input_in_order_or_none(any_jobs:
     ran: list[str] = []
     charge = declare(ran)
     answers = await charge.aenqueue_many(({"order_id": f"o-{n}", "cents": n} for n in range(3)), delay="1m")
-    assert [row(any_jobs, a.id).input["order_id"] for a in answers] == ["o-0", "o-1", "o-2"]
-    assert {row(any_jobs, a.id).run_at_ms for a in answers} == {any_jobs.clock.now_ms() + 60_000}
+    stored = [await row(any_jobs, a.id) for a in answers]
+    assert [r.input["order_id"] for r in stored] == ["o-0", "o-1", "o-2"]
+    assert {r.run_at_ms for r in stored} == {any_jobs.clock.now_ms() + 60_000}
 
     with pytest.raises(UltimateError) as caught:  # the third input is bad: no row for the first two either
         await charge.aenqueue_many([{"order_id": "o-7", "cents": 7}, {"order_id": "o-8", "cents": 8}, {"cents": -1}])
@@ -92,7 +98,7 @@ async def test_aenqueue_many_writes_one_row_per_input_in_order_or_none(any_jobs:
     with pytest.raises(UltimateError) as caught:  # one input where a list belongs
         await charge.aenqueue_many({"order_id": "o-9", "cents": 9})
     assert caught.value.code == "X_VALIDATION" and "list of inputs" in caught.value.message
-    assert rows(any_jobs) == 3 and await charge.aenqueue_many([]) == []
+    assert await rows(any_jobs) == 3 and await charge.aenqueue_many([]) == []
 
     report = await sync_to_async(run_jobs)(any_jobs.driver, clock=any_jobs.clock)
     assert report.outcomes == {"completed": 3} and ran == ["o-0", "o-1", "o-2"]
@@ -111,7 +117,7 @@ async def test_aenqueue_refuses_what_enqueue_refuses_with_the_same_codes(any_job
         with pytest.raises(UltimateError) as caught:
             await call()
         assert caught.value.code == code, caught.value
-    assert rows(any_jobs) == 1 and row(any_jobs, first.id).state == "ready"
+    assert await rows(any_jobs) == 1 and (await row(any_jobs, first.id)).state == "ready"
 
 
 class Held(DirectRouter):
@@ -151,7 +157,7 @@ async def test_aenqueue_does_not_block_the_event_loop(any_jobs: AnyJobsEnv) -> N
     finally:
         set_jobs_router(None)
     assert held.released_in_time == [True, True]
-    assert row(any_jobs, one.id) is not None and row(any_jobs, many[0].id) is not None
+    assert await row(any_jobs, one.id) is not None and await row(any_jobs, many[0].id) is not None
 
 
 def test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another(any_jobs: AnyJobsEnv) -> None:
@@ -176,4 +182,4 @@ def test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another(any_
     report = run_jobs(any_jobs.driver, clock=any_jobs.clock)
     assert report.outcomes == {"completed": 2}
     assert [e.result for e in report.executions if e.name == "fan-out"] == ["X_TENANCY_ACTOR_MISMATCH"]
-    assert notified == ["org-a"] and rows(any_jobs) == 2
+    assert notified == ["org-a"] and count_rows(any_jobs) == 2
