@@ -320,10 +320,12 @@ class AsyncStep(Step):
     >>> paid = await run.step.wait_for_event("paid", "invoice.paid", timeout="7d", match={"id": 7})
 
     The replay, the duplicate-name rule, the sealing and the suspensions are :class:`Step`'s. The driver
-    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop; a plain
-    ``def`` step function runs through ``asgiref.sync.sync_to_async`` (thread-sensitive: where the body's
-    Django ORM runs). An async step function is a task of its own, cancelled when the step's signal aborts —
-    the job's ``step_timeout`` (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
+    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop. A plain
+    ``def`` step function runs through ``asgiref.sync.sync_to_async``, thread-sensitive: on the thread the
+    body's Django ORM uses, one per lane — a long blocking call there holds up every async body's ORM, so
+    make it async, or hand it over with ``sync_to_async(fn, thread_sensitive=False)``. An async step
+    function is a task of its own, cancelled when the step's signal aborts: the job's ``step_timeout``
+    (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
     """
 
     def __init__(self, *, offload: Callable[..., Awaitable[Any]], **options: Any) -> None:

@@ -18,20 +18,19 @@ from typing import Any
 
 import pytest
 
-from ..core import registry
 from ..core.definition import JobHandle, job
 from ..core.execute import AttemptEnv, JobExecution, execute_job_async
-from ..core.installed import set_job_clock, set_job_driver
 from ..core.outcomes import Settled
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
 from ..drivers.memory.events import MemoryEventBus
 from ..drivers.protocol import JobDriver
 from ..errors import JobAbortedError, JobDrainedError, LeaseLostError, UltimateError
-from ..events import publish_event, reset_event_bus, set_event_bus
+from ..events import publish_event
 from ..runtime.async_lane import AsyncLane
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim_one
+from .django import installed_jobs
 from .runner import RunReport, run_jobs
 
 _names = itertools.count(1)
@@ -75,20 +74,8 @@ class AsyncJobContract:
     def async_jobs(self, driver: JobDriver, clock: FrozenClock) -> Iterator[MemoryEventBus]:
         """The suite's driver and clock installed process-wide, a memory event bus, and the jobs the
         scenario declares forgotten afterwards."""
-        bus = MemoryEventBus(clock)
-        before = {h.name for h in registry.registered()}
-        set_job_clock(clock)
-        set_job_driver(driver)
-        set_event_bus(bus)
-        try:
+        with installed_jobs(clock, driver) as bus:
             yield bus
-        finally:
-            for handle in registry.registered():
-                if handle.name not in before:
-                    registry.unregister(handle.name)
-            set_job_driver(None)
-            set_job_clock(None)
-            reset_event_bus()
 
     def test_async_body_completes_with_its_result_and_on_settled_is_awaited(
         self, driver: JobDriver, clock: FrozenClock, async_jobs: MemoryEventBus
