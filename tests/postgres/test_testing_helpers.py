@@ -95,7 +95,10 @@ def test_after_the_fixture_the_configured_driver_is_back() -> None:
 # -- async tests (docs/testing.md, "Async code and async jobs") --------------------------------------
 
 
-@job(idempotency_key=lambda i: f"receipt:{i['order_id']}", tenant="none", retry={"attempts": 2})
+# docs/testing.md's job; named apart from the admin scenario's own send_receipt (module-level: it stays
+# registered in this process)
+@job(name="docs.send_receipt", idempotency_key=lambda i: f"receipt:{i['order_id']}", tenant="none",
+     retry={"attempts": 2})  # fmt: skip
 async def send_receipt(run: JobRun[Any]) -> str:
     await asyncio.sleep(0)  # the HTTP call, in the real job
     return f"receipt for {run.input['order_id']}"
