@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -213,6 +214,13 @@ class JobsBackend(BaseTaskBackend):
                 return result
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    async def aenqueue(self, task: Task[..., Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        """:meth:`enqueue` from async code (``await my_task.aenqueue(...)``), without blocking the event
+        loop: it runs on Django's thread-sensitive thread (``sync_to_async(thread_sensitive=True)``), so
+        async code entered with ``async_to_sync`` from a sync function holding ``transaction.atomic()``
+        stages the row in that transaction, as :meth:`enqueue` does there."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
     # -- results ---------------------------------------------------------------------------------
 

@@ -10,15 +10,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connections, transaction
 
-from tests.conftest import AnyJobsEnv
+from tests.conftest import AnyJobsEnv, installed
 from tests.djtasks import tasks
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.django_tasks import JobsBackend, enqueue_key
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
-from ultimate_jobs.testing import run_jobs
+from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
+from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.worker.build import default_queues
 
 try:
@@ -146,6 +149,39 @@ def test_an_async_task_and_aenqueue_and_aget_result(any_jobs: AnyJobsEnv) -> Non
     assert fetched.return_value == 42
     # the thread-sensitive executor thread opened its own connection: close it, as a request's end would
     asyncio.run(sync_to_async(connections.close_all)())
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_aenqueue_inside_atomic_stages_in_the_transaction_as_enqueue_does() -> None:
+    """The backend's ``aenqueue`` runs on the thread-sensitive thread: from async code entered with
+    ``async_to_sync`` inside ``atomic()``, that is this thread and its transaction — the outbox stages the
+    row, a rollback leaves none, a commit publishes it. And it does not block the loop: two at once."""
+    clock = FrozenClock()
+    driver = PostgresDriver(clock=clock)
+    store = postgres_outbox_store(clock=clock)
+    with installed(clock, driver):
+        set_jobs_router(OutboxRouter(store=store, driver=driver))
+        try:
+
+            async def both(label: str) -> list[Any]:
+                return list(await asyncio.gather(tasks.relaxed.aenqueue(label), tasks.add.aenqueue(1, 2)))
+
+            with pytest.raises(RuntimeError, match="declined"), transaction.atomic():
+                async_to_sync(both)("rolled-back")
+                assert store.stats().pending == 2
+                raise RuntimeError("declined")
+            assert store.stats().pending == 0
+            with transaction.atomic():
+                relaxed, added = async_to_sync(both)("committed")
+                assert driver.operator.get(relaxed.id) is None  # staged, not published yet
+            assert outbox_relay(store=store, driver=driver, clock=clock, relay_id="relay-t").run_once() == 2
+            run_jobs(driver, clock=clock, queues=["default", "tasks-low"])
+            assert tasks.relaxed.get_result(relaxed.id).return_value == "committed"
+            assert tasks.add.get_result(added.id).return_value == 3
+            assert sorted(tasks.CALLS) == [("add", 1, 2), ("relaxed", "committed")]
+        finally:
+            set_jobs_router(None)
 
 
 def test_a_return_value_that_is_not_json_fails_the_task(any_jobs: AnyJobsEnv) -> None:

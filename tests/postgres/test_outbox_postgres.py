@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
 from demo_project.shop.models import Order
@@ -153,6 +154,37 @@ def test_a_rolled_back_enqueue_leaves_no_job_and_a_committed_one_runs_once(pg: P
     assert pg.ran == ["create_invoice:c-1"]
     assert lost.id not in job_ids()
     assert relay.run_once() == 0
+
+
+def test_aenqueue_from_async_code_inside_atomic_joins_the_transaction_as_enqueue_does(pg: Pg) -> None:
+    """Sync code holding ``atomic()`` calls async code (``async_to_sync``) that awaits ``aenqueue``: the
+    enqueue runs back on this thread (``thread_sensitive``), on the transaction's connection — so it stages,
+    a rollback leaves no job and a commit publishes — and outside a transaction ``required`` refuses it."""
+
+    async def checkout(order: str) -> list[Enqueued]:
+        one = await pg.create_invoice.aenqueue({"order": order})
+        return [one, *await pg.charge_card.aenqueue_many([{"order": order}])]
+
+    with pytest.raises(RuntimeError, match="payment declined"), transaction.atomic():
+        Order.objects.create(org_id="org-1", number="r-1", total_cents=100)
+        lost = async_to_sync(checkout)("r-1")
+        assert len(outbox_rows()) == 2 and job_ids() == []  # staged in this transaction, not published
+        raise RuntimeError("payment declined")
+    assert outbox_rows() == [] and not Order.objects.filter(number="r-1").exists()
+
+    with transaction.atomic():
+        Order.objects.create(org_id="org-1", number="c-1", total_cents=100)
+        kept = async_to_sync(checkout)("c-1")
+        assert job_ids() == []
+    assert pg.relay().run_once() == 2
+    assert sorted(job_ids()) == sorted(k.id for k in kept) and not {e.id for e in lost} & set(job_ids())
+    run_jobs(pg.driver, clock=pg.clock)
+    assert sorted(pg.ran) == ["charge_card:c-1", "create_invoice:c-1"]
+
+    set_jobs_router(OutboxRouter(store=pg.store, driver=pg.driver, mode="required"))
+    with pytest.raises(OutboxNoTxError):
+        async_to_sync(checkout)("o-2")
+    assert len(outbox_rows()) == 2 and len(job_ids()) == 2
 
 
 def test_the_row_written_carries_the_whole_request_and_its_ids(pg: Pg) -> None:

@@ -1,12 +1,16 @@
 """Testing the Django way: ``JobsTestCase`` under Django's ``TestCase``, the ``jobs_queue`` pytest
-fixture, and ``run_jobs()`` in a ``TestCase`` on the Postgres driver and the real clock."""
+fixture, and ``run_jobs()`` in a ``TestCase`` on the Postgres driver and the real clock — and the async
+forms docs/testing.md shows: ``aenqueue`` then ``run_jobs`` through ``sync_to_async``, in a
+pytest-asyncio test and in an ``async def`` method of a Django ``TestCase``."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import TestCase
 
@@ -86,3 +90,48 @@ def test_the_jobs_queue_fixture_installs_and_removes(jobs_queue: JobsQueue) -> N
 @pytest.mark.django_db
 def test_after_the_fixture_the_configured_driver_is_back() -> None:
     assert not isinstance(job_clock(), FrozenClock)
+
+
+# -- async tests (docs/testing.md, "Async code and async jobs") --------------------------------------
+
+
+# docs/testing.md's job; named apart from the admin scenario's own send_receipt (module-level: it stays
+# registered in this process)
+@job(name="docs.send_receipt", idempotency_key=lambda i: f"receipt:{i['order_id']}", tenant="none",
+     retry={"attempts": 2})  # fmt: skip
+async def send_receipt(run: JobRun[Any]) -> str:
+    await asyncio.sleep(0)  # the HTTP call, in the real job
+    return f"receipt for {run.input['order_id']}"
+
+
+@pytest.mark.asyncio
+async def test_a_pytest_asyncio_test_aenqueues_and_drains_with_run_jobs(jobs_queue: JobsQueue) -> None:  # noqa: F811
+    queued = await send_receipt.aenqueue({"order_id": "o-1"})
+    many = await send_receipt.aenqueue_many([{"order_id": "o-2"}, {"order_id": "o-3"}])
+    report = await sync_to_async(jobs_queue.run_jobs)()
+    assert report.outcomes["completed"] == 3
+    assert report.last(queued.id).result == "receipt for o-1"  # type: ignore[union-attr]
+    assert [report.last(q.id).result for q in many] == ["receipt for o-2", "receipt for o-3"]  # type: ignore[union-attr]
+
+
+class ReceiptTests(JobsTestCase, TestCase):
+    async def test_the_receipt_is_sent(self) -> None:
+        queued = await send_receipt.aenqueue({"order_id": "o-1"})
+        report = await sync_to_async(self.run_jobs)()
+        self.assertEqual(report.last(queued.id).result, "receipt for o-1")  # type: ignore[union-attr]
+
+
+class ReceiptOnPostgresTests(TestCase):
+    """No queue installed: the configured Postgres driver on the real clock. The async test method's
+    ``aenqueue`` and ``run_jobs`` come back to the test's thread, so they see its transaction."""
+
+    async def test_aenqueue_writes_in_the_tests_transaction(self) -> None:
+        set_job_driver(PostgresDriver())
+        try:
+            queued = await send_receipt.aenqueue({"order_id": "o-pg"})
+            in_atomic = await sync_to_async(lambda: connections["default"].in_atomic_block)()
+            self.assertTrue(in_atomic)  # the test's own transaction, rolled back after it
+            report = await sync_to_async(run_jobs)()
+            self.assertEqual(report.last(queued.id).result, "receipt for o-pg")  # type: ignore[union-attr]
+        finally:
+            set_job_driver(None)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from tests.conftest import AnyJobsEnv, installed
@@ -88,7 +89,18 @@ def tenanted_backend() -> JobsBackend:
 
 
 @pytest.mark.parametrize(
-    "path", ["enqueue", "enqueue_as", "a router's enqueue_many", "a step's enqueue", "a django.tasks task"]
+    "path",
+    [
+        "enqueue",
+        "enqueue_as",
+        "a router's enqueue_many",
+        "a step's enqueue",
+        "a django.tasks task",
+        "enqueue_many",
+        "aenqueue",
+        "aenqueue_many",
+        "a django.tasks aenqueue",
+    ],
 )
 def test_a_run_of_org_a_cannot_enqueue_work_for_org_b(env: AnyJobsEnv, path: str) -> None:
     charge = declare_charge()
@@ -102,6 +114,11 @@ def test_a_run_of_org_a_cannot_enqueue_work_for_org_b(env: AnyJobsEnv, path: str
         ),
         "a step's enqueue": lambda run: run.step.run("fan-out", lambda: charge.enqueue({"org_id": B}).id),
         "a django.tasks task": lambda run: backend.enqueue(tasks.relaxed, ("x",), {"org": B}),
+        "enqueue_many": lambda run: charge.enqueue_many([{"org_id": A, "n": 1}, {"org_id": B}]),
+        # async code the run calls into (async_to_sync): the run's org follows, and so does the refusal
+        "aenqueue": lambda run: async_to_sync(charge.aenqueue)({"org_id": B}),
+        "aenqueue_many": lambda run: async_to_sync(charge.aenqueue_many)([{"org_id": A, "n": 1}, {"org_id": B}]),
+        "a django.tasks aenqueue": lambda run: async_to_sync(backend.aenqueue)(tasks.relaxed, ("x",), {"org": B}),
     }
     refused(in_a_run_of(A, env, attacks[path]))
     assert rows_of(env, tenant=B) == [] and rows_of(env, name="charge") == []
@@ -161,16 +178,24 @@ def test_an_outbox_enqueue_inside_atomic_for_org_b_is_refused_before_it_stages(r
         assert [b.name for b in Bucket.objects.all()] == ["the business row"]
 
 
-def test_a_backfill_handle_cannot_enqueue_work_for_another_org(env: AnyJobsEnv) -> None:
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_a_backfill_handle_cannot_enqueue_work_for_another_org(env: AnyJobsEnv, kind: str) -> None:
     charge = declare_charge()
     bucket = Bucket.objects.create(org_id=A, name="a")
     Item.objects.create(org_id=A, bucket=bucket, secret="s", total=1)
+
+    async def ahandle(rows: list[Item], signal: Any) -> None:
+        for item in rows:
+            await charge.aenqueue({"org_id": B, "n": item.pk})
+
     per_org = backfill(
         name="per-org",
         tenant=lambda i: i.org_id,
         rate=1_000,
         source=lambda ctx: Item.objects.filter(org_id=current_tenant()),
-        handle=lambda rows, signal: [charge.enqueue({"org_id": B, "n": item.pk}) for item in rows],
+        handle=(lambda rows, signal: [charge.enqueue({"org_id": B, "n": item.pk}) for item in rows])
+        if kind == "def"
+        else ahandle,
     )
     enqueued = per_org.enqueue({"org_id": A})
     last = run_jobs(env.driver, clock=env.clock).last(enqueued.id)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.test import override_settings
 
@@ -108,6 +109,32 @@ def test_a_rolled_back_enqueue_leaves_no_job_and_a_committed_one_runs_once(lite:
     assert lite.ran == ["create_invoice:c-1"]
     assert lost.id not in job_ids()
     assert relay.run_once() == 0
+
+
+def test_aenqueue_from_async_code_inside_atomic_joins_the_transaction_as_enqueue_does(lite: Lite) -> None:
+    """``async_to_sync`` from inside ``atomic()`` into code that awaits ``aenqueue``/``aenqueue_many``: the
+    enqueues run back on this thread, on the SQLite transaction's connection — a rollback leaves no job."""
+
+    async def checkout(order: str) -> list[Enqueued]:
+        return [
+            await lite.create_invoice.aenqueue({"order": order}),
+            *await lite.create_invoice.aenqueue_many([{"order": f"{order}-bis"}]),
+        ]
+
+    with pytest.raises(RuntimeError, match="payment declined"), transaction.atomic():
+        Order.objects.create(org_id="org-1", number="r-1", total_cents=100)
+        lost = async_to_sync(checkout)("r-1")
+        assert len(rows()) == 2 and job_ids() == []  # staged inside this transaction
+        raise RuntimeError("payment declined")
+    assert rows() == [] and not Order.objects.filter(number="r-1").exists()
+
+    with transaction.atomic():
+        kept = async_to_sync(checkout)("c-1")
+        assert job_ids() == []
+    assert lite.relay().run_once() == 2
+    assert sorted(job_ids()) == sorted(k.id for k in kept) and not {e.id for e in lost} & set(job_ids())
+    run_jobs(lite.driver, clock=lite.clock)
+    assert sorted(lite.ran) == ["create_invoice:c-1", "create_invoice:c-1-bis"]
 
 
 def test_a_duplicate_staged_id_is_refused_and_the_callers_transaction_goes_on(lite: Lite) -> None:

@@ -1,7 +1,7 @@
 """Where job code must stay synchronous, an ``async def`` — and the other shapes that call one — is refused
 with ``X_JOB_ASYNC_UNSUPPORTED`` when it is handed over, instead of running it later as a coroutine object
 that never executes: the key and tenant functions, ``concurrency.key``, the context factory, task bodies,
-``cross_tenant``, signal callbacks (and, until they are built, the factories' callables). A job body, a
+``cross_tenant``, signal callbacks, and the factories' callables that answer a lazy value or a store. A job body, a
 ``step.run`` function and ``on_settled`` may be async (every shape below runs); an async generator
 function is refused there too — nothing iterates it.
 
@@ -170,15 +170,17 @@ def test_an_async_step_function_in_a_sync_body_runs_and_is_stored(jobs: JobsEnv,
     assert [s.name for s in jobs.driver.operator.steps(enqueued.id)] == ["fetch"]
 
 
-@pytest.mark.parametrize("field", ["source", "handle", "count"])
-def test_an_async_backfill_callable_is_refused_at_declaration(jobs: JobsEnv, field: str) -> None:
-    callables: dict[str, Any] = {"source": sync_function, "handle": sync_function, "count": sync_function}
-    callables[field] = coroutine_function
+# The factories' callables that may be async (a backfill's handle and count, an export's row, a webhook's
+# endpoint and event) run: tests/postgres/test_async_callables.py. Those that answer a lazy value stay sync.
+
+
+def test_an_async_backfill_source_is_refused_at_declaration(jobs: JobsEnv) -> None:
+    callables: dict[str, Any] = {"source": coroutine_function, "handle": sync_function, "count": sync_function}
     error = refusal(lambda: backfill(name="async.backfill", tenant="none", **callables))
-    assert error.meta == {"job": "async.backfill", "field": field, "callable": "coroutine_function"}
+    assert error.meta == {"job": "async.backfill", "field": "source", "callable": "coroutine_function"}
 
 
-@pytest.mark.parametrize("field", ["row", "prefix", "source", "sink", "idempotency_key"])
+@pytest.mark.parametrize("field", ["prefix", "source", "sink", "idempotency_key"])
 def test_an_async_export_callable_is_refused_at_declaration(jobs: JobsEnv, field: str) -> None:
     callables: dict[str, Any] = {"prefix": sync_function, "source": sync_function, "row": sync_function}
     callables[field] = coroutine_function
@@ -186,13 +188,38 @@ def test_an_async_export_callable_is_refused_at_declaration(jobs: JobsEnv, field
     assert error.meta["field"] == field
 
 
-@pytest.mark.parametrize("field", ["endpoint", "event"])
-def test_an_async_webhook_callable_is_refused_at_declaration(jobs: JobsEnv, field: str) -> None:
-    pytest.importorskip("httpx")
-    callables: dict[str, Any] = {"endpoint": sync_function, "event": sync_function}
-    callables[field] = coroutine_function
-    error = refusal(lambda: webhook(name="async.webhook", tenant="none", ledger=memory_webhook_ledger(), **callables))
-    assert error.meta["field"] == field
+@pytest.mark.parametrize("method", ["record", "is_disabled", "disable"])
+def test_an_async_webhook_ledger_method_is_refused_at_declaration(jobs: JobsEnv, method: str) -> None:
+    ledger = memory_webhook_ledger()
+    setattr(ledger, method, coroutine_function)
+    error = refusal(
+        lambda: webhook(name="async.webhook", tenant="none", ledger=ledger, endpoint=sync_function, event=sync_function)
+    )
+    assert f"ledger.{method}" in error.message and error.meta["job"] == "async.webhook"
+
+
+def declare_with(kind: str, field: str, fn: Any) -> Any:
+    """The factory ``kind`` declared with plain functions, ``field`` set to ``fn``."""
+    if kind == "backfill":
+        callables = {"source": sync_function, "handle": sync_function, field: fn}
+        return backfill(name="async.gen", tenant="none", **callables)
+    if kind == "export":
+        callables = {"prefix": sync_function, "source": sync_function, field: fn}
+        return export_rows(name="async.gen", tenant="none", columns=["id"], **callables)
+    callables = {"endpoint": sync_function, "event": sync_function, field: fn}
+    return webhook(name="async.gen", tenant="none", ledger=memory_webhook_ledger(), **callables)
+
+
+@pytest.mark.parametrize(
+    "place", ["backfill handle", "backfill count", "export row", "webhook endpoint", "webhook event"]
+)
+def test_an_async_generator_where_an_async_def_runs_is_refused_at_declaration(jobs: JobsEnv, place: str) -> None:
+    kind, field = place.split()
+    declare_with(kind, field, coroutine_function)  # an async def is accepted there
+    with pytest.raises(UltimateError) as caught:
+        declare_with(kind, field, async_generator_function)
+    assert caught.value.code == CODE and "async generator" in caught.value.message
+    assert caught.value.meta["field"] == field and caught.value.meta["callable"] == "async_generator_function"
 
 
 def test_an_async_webhook_receiver_view_or_secret_is_refused() -> None:

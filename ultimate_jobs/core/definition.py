@@ -9,12 +9,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 
 import pydantic
+from asgiref.sync import sync_to_async
 
 from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import Enqueued, EnqueueRequest
@@ -319,6 +320,85 @@ class JobHandle(Generic[InputT, ResultT]):
             input, run_id=run_id, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
         )
         return jobs_router().enqueue(request)
+
+    async def aenqueue(
+        self,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        queue: str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | int | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+    ) -> Enqueued:
+        """:meth:`enqueue` from async code: the same row, answer and errors, without blocking the event loop.
+
+        >>> queued = await charge.aenqueue({"order_id": "o-1", "org_id": "org-1"})
+
+        The enqueue runs through ``asgiref``'s ``sync_to_async(thread_sensitive=True)``, on the thread
+        Django's async ORM uses — the outer sync thread when the async code was entered from sync code with
+        ``async_to_sync``. So a sync function that opens ``transaction.atomic()`` and calls async code that
+        awaits ``aenqueue`` stages the row in that transaction, as :meth:`enqueue` would (a rollback leaves
+        no job); the run's org and the tenant guard follow (context variables are copied).
+        """
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(
+            input, run_id=run_id, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
+        )
+
+    def enqueue_many(
+        self,
+        inputs: Iterable[Any],
+        *,
+        queue: str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | int | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+    ) -> list[Enqueued]:
+        """Queue one run per input, all or nothing, in one round trip; answers one :class:`Enqueued` per
+        input, in order. Every input is checked before anything is written (the first bad one raises what
+        :meth:`enqueue` would); the options apply to every row. Joins the caller's transaction as
+        :meth:`enqueue` does.
+
+        >>> charge.enqueue_many([{"order_id": o.pk, "org_id": o.org_id} for o in orders])
+        """
+        from .routing import jobs_router
+
+        now_ms = _now_ms() if delay is not None else None  # one instant: every delayed row is due together
+        requests = [
+            self.build_request(value, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict, now_ms=now_ms)
+            for value in self._many(inputs)
+        ]
+        return jobs_router().enqueue_many(requests) if requests else []
+
+    async def aenqueue_many(
+        self,
+        inputs: Iterable[Any],
+        *,
+        queue: str | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | int | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+    ) -> list[Enqueued]:
+        """:meth:`enqueue_many` from async code, run as :meth:`aenqueue` runs (on Django's thread-sensitive
+        thread, in the caller's transaction when sync code holding one called in).
+
+        >>> queued = await charge.aenqueue_many([{"order_id": "o-1", "org_id": "org-1"}, ...])
+        """
+        values = self._many(inputs)  # an async caller's generator is read here, not on the other thread
+        return await sync_to_async(self.enqueue_many, thread_sensitive=True)(
+            values, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
+        )
+
+    def _many(self, inputs: Iterable[Any]) -> list[Any]:
+        """``inputs`` as a list; one input passed where many are expected (a dict iterates its keys) is
+        ``X_VALIDATION``."""
+        if isinstance(inputs, Mapping | str | bytes | pydantic.BaseModel) or not isinstance(inputs, Iterable):
+            raise ValidationError(
+                f"{self.name}: enqueue_many takes a list of inputs, got one {type(inputs).__name__}; pass "
+                "[input, ...], or call enqueue(input) for one run",
+                {"job": self.name},
+            )
+        return list(inputs)
 
     def enqueue_as(self, actor: Actor, input: Any = None, **options: Any) -> Enqueued:
         """Enqueue on behalf of ``actor``: the row's tenant comes from ``actor.org_id`` (so per-tenant

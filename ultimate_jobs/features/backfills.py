@@ -55,6 +55,7 @@ from ..errors import (
     code_of,
 )
 from ..guards.sync_only import refuse_async
+from .user_calls import accept_async
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -157,7 +158,9 @@ def backfill(
     ``handle(rows, signal)`` gets the page's rows — model instances, or dicts/tuples when ``source``
     answers ``values()``/``values_list()`` with the primary key among the fields (no model instance per
     row: the fast form for a sweep that only needs a few columns) — and the step's cancel signal, no step
-    runner: it runs at least once per page, so it must be idempotent. ``batch`` (rows per page, a whole
+    runner: it runs at least once per page, so it must be idempotent. ``handle`` and ``count`` may be
+    ``async def`` (``await Post.objects.filter(...).aupdate(...)``): each call is run to completion on the
+    page's own thread, so the async ORM writes inside the page's transaction. ``batch`` (rows per page, a whole
     number >= 1) and ``rate`` (pages per second, finite and > 0) are refused here when wrong
     (``X_JOB_DECLARATION_INVALID``). The idempotency key is ``name``: enqueueing while a pass is live
     joins that pass. ``tenant="none"`` sweeps every tenant inside ``cross_tenant``, opened by the pass.
@@ -179,9 +182,13 @@ def backfill(
             raise bad(field_name, "must be a function")
     if count is not None and not callable(count):
         raise bad("count", "must be a function of the ctx answering how many rows are left")
-    callables: dict[str, object] = {"source": source, "handle": handle, "count": count}  # tenant: job() checks it
-    for field_name, given in callables.items():
-        refuse_async(given, what=f"backfill {name!r}: {field_name}", meta={"job": name, "field": field_name})
+    # source answers a lazy QuerySet, so it stays a plain def; handle and count may be async (run to
+    # completion on the page's thread: features/user_calls.py); tenant: job() checks it
+    refuse_async(source, what=f"backfill {name!r}: source", meta={"job": name, "field": "source"})
+    run_handle = accept_async(handle, what=f"backfill {name!r}: handle", meta={"job": name, "field": "handle"})
+    run_count = None
+    if count is not None:
+        run_count = accept_async(count, what=f"backfill {name!r}: count", meta={"job": name, "field": "count"})
     if requires is not None and (not isinstance(requires, str) or not _REQUIRES.fullmatch(requires)):
         raise bad("requires", f"must name a migration as 'app_label.0007_name', got {requires!r}")
     declared_envs: tuple[str, ...] | None = None
@@ -203,7 +210,7 @@ def backfill(
         batch=batch,
         rate=float(rate),
     )
-    declaration = _Declaration(descriptor, source, handle, count, cross_tenant=tenant == "none")
+    declaration = _Declaration(descriptor, source, run_handle, run_count, cross_tenant=tenant == "none")
 
     def body(run: JobRun[BackfillInput]) -> dict[str, Any]:
         return _Pass(declaration, run).sweep()

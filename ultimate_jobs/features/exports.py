@@ -40,12 +40,13 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pydantic
+from asgiref.sync import async_to_sync
 
 from ..core.definition import JobHandle, job
 from ..core.durations import Duration
@@ -53,7 +54,7 @@ from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
 from ..errors import ExportPartTooLargeError, ExportRowInvalidError, InvariantError, JobDeclarationInvalidError
-from ..guards.sync_only import refuse_async
+from ..guards.sync_only import is_coroutine_callable, refuse_async
 from .backfills import cursor_value, keyset_source
 
 if TYPE_CHECKING:
@@ -124,6 +125,8 @@ class _Declaration:
     batch: int
     max_part_bytes: int
     rate: float | None
+    async_row: Callable[[Any], Awaitable[Mapping[str, Any]]] | None = None
+    """``row`` when it is ``async def``: a page's rows are awaited one by one on one event loop."""
 
 
 def export_rows(
@@ -135,7 +138,7 @@ def export_rows(
     columns: Sequence[str],
     input: type[pydantic.BaseModel] | None = None,
     format: ExportFormat = "csv",
-    row: Callable[[Any], Mapping[str, Any]] | None = None,
+    row: Callable[[Any], Mapping[str, Any] | Awaitable[Mapping[str, Any]]] | None = None,
     sink: Callable[[], Storage] | None = None,
     batch: int = DEFAULT_EXPORT_BATCH,
     max_part_bytes: int = DEFAULT_MAX_PART_BYTES,
@@ -163,7 +166,9 @@ def export_rows(
     ``source(run)`` gets the :class:`~ultimate_jobs.JobRun` (``run.input``, ``run.ctx``) and answers a
     QuerySet with no ``order_by``/slice/``values``: the pass pages it by primary key. ``row(instance)``
     answers a mapping whose keys are among ``columns`` (a missing one is an empty cell; an extra one is
-    ``X_EXPORT_ROW_INVALID``); without ``row`` each column is read as an attribute of the instance.
+    ``X_EXPORT_ROW_INVALID``); without ``row`` each column is read as an attribute of the instance. An
+    ``async def row`` is awaited for each instance of a page in turn, on one event loop per page, so a page's
+    instances are held in memory until it is encoded (``batch`` bounds them).
     ``sink`` is a thunk answering a Django ``Storage`` (default: ``default_storage``), called when a
     part is written, never at import. ``prefix(input)`` names the folder; the idempotency key defaults
     to it, so enqueueing the same export while it runs joins that run. ``rate`` (pages per second) has
@@ -202,9 +207,12 @@ def export_rows(
     for field_name, optional in (("row", row), ("sink", sink), ("idempotency_key", idempotency_key)):
         if optional is not None and not callable(optional):
             raise bad(field_name, "must be a function")
-    callables: dict[str, object] = {"prefix": prefix, "source": source, "row": row, "sink": sink}  # the rest: job()
+    # prefix, source and sink answer a key, a lazy QuerySet and a Storage: plain defs; row may be async
+    callables: dict[str, object] = {"prefix": prefix, "source": source, "sink": sink}  # the rest: job()
     for field_name, given in callables.items():
         refuse_async(given, what=f"export {name!r}: {field_name}", meta={"job": name, "field": field_name})
+    refuse_async(row, what=f"export {name!r}: row", meta={"job": name, "field": "row"}, allow_coroutines=True)
+    row_is_async = is_coroutine_callable(row)  # awaited a page at a time (_Export._awaited_rows)
 
     declaration = _Declaration(
         name=name,
@@ -212,11 +220,12 @@ def export_rows(
         source=source,
         format=format,
         columns=tuple(columns),
-        row=row,
+        row=cast("Callable[[Any], Mapping[str, Any]] | None", None if row_is_async else row),
         sink=sink,
         batch=batch,
         max_part_bytes=max_part_bytes,
         rate=float(rate) if rate is not None else None,
+        async_row=cast("Callable[[Any], Awaitable[Mapping[str, Any]]]", row) if row_is_async else None,
     )
 
     def body(run: JobRun[Any]) -> dict[str, Any]:
@@ -282,7 +291,10 @@ class _Export:
         # streamed into the encoder (a server-side cursor on Postgres): the page's bytes are its only copy
         rows = queryset.order_by("pk")[: self.d.batch].iterator(chunk_size=min(self.d.batch, 5_000))
         try:
-            data, count, last_pk = self._encode(index, rows)
+            if self.d.async_row is not None:
+                data, count, last_pk = self._encode(index, *self._awaited_rows(rows))
+            else:
+                data, count, last_pk = self._encode(index, rows, self._values)
         finally:
             # a page that raised mid-way leaves its cursor open: close it here, on this connection's turn —
             # left to the garbage collector, psycopg would close it in the middle of another statement
@@ -300,8 +312,25 @@ class _Export:
             self._throttle(started, signal)
         return {"cursor": cursor, "rows": count, "total": total}
 
-    def _encode(self, index: int, rows: Iterable[Any]) -> tuple[bytes, int, Any]:
-        """One part's bytes, the rows in it and the last row's primary key (``None`` when it has none)."""
+    def _awaited_rows(self, rows: Iterable[Any]) -> tuple[list[Any], Callable[[Any], Mapping[str, Any]]]:
+        """An async ``row``'s page: the instances read here (this thread holds the page's connection), then
+        ``row(instance)`` awaited for each, in order, on one event loop (``async_to_sync``: one loop per
+        page, not per row) — so the page's instances are held until it is encoded."""
+        instances = list(rows)
+        arow = self.d.async_row
+        assert arow is not None
+
+        async def answer_all() -> list[Mapping[str, Any]]:
+            return [await arow(instance) for instance in instances]
+
+        answers = dict(zip(map(id, instances), async_to_sync(answer_all)(), strict=True))
+        return instances, lambda instance: self._checked(answers[id(instance)])
+
+    def _encode(
+        self, index: int, rows: Iterable[Any], values_of: Callable[[Any], Mapping[str, Any]]
+    ) -> tuple[bytes, int, Any]:
+        """One part's bytes, the rows in it and the last row's primary key (``None`` when it has none);
+        ``values_of(instance)`` answers a row's cells by column."""
         limit = self.d.max_part_bytes
         count = 0
         last: Any = None
@@ -315,7 +344,7 @@ class _Export:
             for instance in rows:
                 count += 1
                 last = instance
-                values = self._values(instance)
+                values = values_of(instance)
                 cells: list[Any] = []
                 for column in columns:
                     value = values.get(column)
@@ -334,7 +363,7 @@ class _Export:
             for instance in rows:
                 count += 1
                 last = instance
-                values = self._values(instance)
+                values = values_of(instance)
                 buffer.write(json.dumps({c: _json_value(self.d.name, c, values.get(c)) for c in columns},
                                         ensure_ascii=False, separators=(",", ":"), allow_nan=False))  # fmt: skip
                 buffer.write("\n")
@@ -348,7 +377,10 @@ class _Export:
     def _values(self, instance: Any) -> Mapping[str, Any]:
         if self.d.row is None:
             return {c: getattr(instance, c) for c in self.d.columns}
-        values = self.d.row(instance)
+        return self._checked(self.d.row(instance))
+
+    def _checked(self, values: Any) -> Mapping[str, Any]:
+        """What ``row()`` answered, when it is a mapping over the columns; else ``X_EXPORT_ROW_INVALID``."""
         if type(values) is dict and values.keys() <= self.column_set:
             return values  # the common case, checked in C
         if not isinstance(values, Mapping):

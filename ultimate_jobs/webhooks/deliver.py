@@ -59,6 +59,7 @@ from ..errors import (
     WebhookEventInvalidError,
     WebhookEventUnknownError,
 )
+from ..features.user_calls import accept_async
 from ..guards.sync_only import refuse_async
 from .ledger import WebhookAttempt, WebhookLedger
 from .signature import (
@@ -139,6 +140,8 @@ def webhook(
     >>> for sub in Subscription.objects.filter(topic="orders.paid"):
     ...     deliver.enqueue({"endpoint_id": str(sub.endpoint_id), "event_id": event_id, "org_id": sub.org_id})
 
+    ``endpoint`` and ``event`` may be ``async def`` (``await Endpoint.objects.filter(...).afirst()``): each
+    is run to completion in the delivery's attempt, before the POST (the ledger's methods stay plain defs).
     A 2xx completes the job. 429/503 is ``X_WEBHOOK_DELIVERY_THROTTLED``, retried after the receiver's
     ``Retry-After`` (clamped by the retry policy's ``max_delay``); another 4xx is
     ``X_WEBHOOK_DELIVERY_REJECTED`` (dead-lettered); a 3xx, 408, 5xx or a transport failure is
@@ -156,16 +159,20 @@ def webhook(
     for field_name, fn in (("endpoint", endpoint), ("event", event)):
         if not callable(fn):
             raise bad(field_name, "must be a function of the input answering the record or None")
-        refuse_async(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
     for method in ("record", "is_disabled", "disable"):
         if not callable(getattr(ledger, method, None)):
             raise bad("ledger", f"has no {method}(); pass memory_webhook_ledger(), django_webhook_ledger() or your own")
+        refuse_async(getattr(ledger, method), what=f"webhook {name!r}: ledger.{method}", meta={"job": name})
     if disable_after is not None and (
         isinstance(disable_after, bool) or not isinstance(disable_after, int) or disable_after < 1
     ):
         raise bad("disable_after", f"must be a whole number of failures in a row >= 1 (or None), got {disable_after!r}")
     timeout_ms = parse_optional_duration(timeout, field="timeout", job=name)
-    declaration = _Declaration(name, endpoint, event, ledger, disable_after, timeout_ms)
+    read_endpoint, read_event = (
+        accept_async(fn, what=f"webhook {name!r}: {field_name}", meta={"job": name, "field": field_name})
+        for field_name, fn in (("endpoint", endpoint), ("event", event))
+    )
+    declaration = _Declaration(name, read_endpoint, read_event, ledger, disable_after, timeout_ms)
 
     def body(run: JobRun[WebhookInput]) -> dict[str, Any]:
         return _Delivery(declaration, run).deliver()
