@@ -1,8 +1,9 @@
 """The io case's jobs for ultimate_jobs: bodies that wait ``IO_SLEEP_S`` (the stand-in for an HTTP call), and
 the same with one ORM read and one ORM write of the job's own ``BenchRow``.
 
-Imported by the io worker's settings (``bench.settings_io``: ``ULTIMATE_JOBS["MODULES"]``) and by the bench
-process when it runs the io case — never by the other cases' workers, so their queues stay as they were.
+Imported under the io case's settings only (``bench.settings_io``: ``ULTIMATE_JOBS["MODULES"]``): by its
+worker processes and by ``python -m bench.io_enqueue``, which loads a drain's jobs. Never by the bench process
+or the other cases' workers, so their registries and queues stay as they were.
 Each form has a queue of its own, which its worker alone serves: ``bench_io`` for the ``async def`` bodies,
 ``bench_io_sync`` for the plain ones.
 
@@ -27,7 +28,7 @@ SYNC_QUEUE = "bench_io_sync"
 
 
 def _key(i: dict[str, Any]) -> str:
-    return f"io:{i['seq']}"
+    return f"io:{i['row']}"
 
 
 @job(name="bench_io_sleep_sync", queue=SYNC_QUEUE, idempotency_key=_key, tenant="none")

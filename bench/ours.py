@@ -180,12 +180,8 @@ def worker_argv(slots: int) -> list[str]:
 # -- the io case: I/O-bound bodies (bench/io_jobs.py), each form on a queue its worker alone serves --------
 
 IO_ENV = {"DJANGO_SETTINGS_MODULE": "bench.settings_io"}
-
-
-def io_handle(body: str, variant: str) -> Any:
-    from bench import io_jobs
-
-    return (io_jobs.ASYNC_HANDLES if variant == "async" else io_jobs.SYNC_HANDLES)[body]
+IO_ASYNC_QUEUE = "bench_io"  # bench/io_jobs.py's queues (not imported here: see bench/io_enqueue.py)
+IO_SYNC_QUEUE = "bench_io_sync"
 
 
 def io_name(body: str, variant: str) -> str:
@@ -193,39 +189,31 @@ def io_name(body: str, variant: str) -> str:
 
 
 def io_enqueue(body: str, variant: str, n: int, size: int) -> None:
-    """Jobs for rows ``1..n`` of ``bench_rows`` through ``job_driver().enqueue_many``, ``size`` at a time."""
-    from ultimate_jobs.core.installed import job_driver
-
-    handle = io_handle(body, variant)
-    close_connections()
-    driver = job_driver()
-    for start in range(1, n + 1, size):
-        rows = range(start, min(start + size, n + 1))
-        driver.enqueue_many([handle.build_request({"row": row, "seq": next(_seq)}) for row in rows])
-    close_connections()
+    """Jobs for rows ``1..n`` of ``bench_rows``, loaded by ``python -m bench.io_enqueue`` (``enqueue_many``,
+    ``size`` at a time) under ``bench.settings_io``; ``RuntimeError`` with its reason when it cannot."""
+    argv = [sys.executable, "-m", "bench.io_enqueue", body, variant, str(n), str(size)]
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **IO_ENV}, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"ours {body} {variant}: {tail}")
 
 
 def io_worker_argv(body: str, variant: str, plan: Plan) -> list[str]:
     """``async``: the async bodies' queue at ``--async-concurrency QUEUE=plan.io_in_flight``; ``syncN``: the
     sync bodies' queue at ``--concurrency N``."""
-    from bench.io_jobs import ASYNC_QUEUE, SYNC_QUEUE
-
     head = [sys.executable, "manage.py", "jobs_worker", "--quiet"]
     if variant == "async":
-        return [*head, "--queues", ASYNC_QUEUE, "--async-concurrency", f"{ASYNC_QUEUE}={plan.io_in_flight}"]
-    return [*head, "--queues", SYNC_QUEUE, "--concurrency", variant.removeprefix("sync")]
+        return [*head, "--queues", IO_ASYNC_QUEUE, "--async-concurrency", f"{IO_ASYNC_QUEUE}={plan.io_in_flight}"]
+    return [*head, "--queues", IO_SYNC_QUEUE, "--concurrency", variant.removeprefix("sync")]
 
 
 def io_unavailable(variant: str) -> str | None:
-    """Why ours cannot run an io variant on this checkout: async bodies refused by ``@job``, or no
-    ``jobs_worker --async-concurrency``; None when it can."""
+    """Why ours cannot run an io variant on this checkout (async: ``jobs_worker`` has no
+    ``--async-concurrency``); None when it can. A body ``@job`` refuses shows when its jobs are enqueued."""
     if variant != "async":
         return None
-    from bench.io_jobs import ASYNC_UNAVAILABLE
     from ultimate_jobs.management.commands.jobs_worker import Command
 
-    if ASYNC_UNAVAILABLE is not None:
-        return f"ours with an async def body: {ASYNC_UNAVAILABLE}"
     flags = Command().create_parser("manage.py", "jobs_worker")._option_string_actions
     if "--async-concurrency" not in flags:
         return "ours with an async def body: this checkout's jobs_worker has no --async-concurrency"
