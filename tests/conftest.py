@@ -18,13 +18,12 @@ from django.test import TransactionTestCase
 from tests import db_flush
 from tests.helpers import forget_children, started_children
 from ultimate_jobs.core import registry
-from ultimate_jobs.core.installed import set_job_clock, set_job_driver
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.events import MemoryEventBus
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
-from ultimate_jobs.events import reset_event_bus, set_event_bus
 from ultimate_jobs.testing import FrozenClock
+from ultimate_jobs.testing.django import installed_jobs
 
 D = TypeVar("D", bound=MemoryDriver | PostgresDriver)
 
@@ -69,20 +68,8 @@ def _no_connection_left_open_for_a_test_without_the_database(request: pytest.Fix
 def installed(clock: FrozenClock, driver: D) -> Iterator[Env[D]]:
     """Install ``clock``, ``driver`` and a fresh memory bus process-wide; jobs declared meanwhile are
     unregistered afterwards so names can be reused."""
-    bus = MemoryEventBus(clock)
-    before = {h.name for h in registry.registered()}
-    set_job_clock(clock)
-    set_job_driver(driver)
-    set_event_bus(bus)
-    try:
+    with installed_jobs(clock, driver) as bus:
         yield Env(clock, driver, bus)
-    finally:
-        for handle in registry.registered():
-            if handle.name not in before:
-                registry.unregister(handle.name)
-        set_job_driver(None)
-        set_job_clock(None)
-        reset_event_bus()
 
 
 @pytest.fixture

@@ -23,7 +23,13 @@ from django.utils.module_loading import import_string
 
 from .core.durations import parse_duration
 from .core.installed import job_clock, register_builders
-from .defaults import DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_REDIS_URL, DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
+from .defaults import (
+    DEFAULT_DRAIN_DEADLINE_MS,
+    DEFAULT_REDIS_URL,
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    MAX_ASYNC_CONCURRENCY,
+    PURGE_BATCH,
+)
 from .drivers.protocol import JobDriver
 from .drivers.records import JobState
 from .errors import DriverUnavailableError, InvariantError, UltimateError
@@ -105,6 +111,7 @@ class JobsSettings:
     database: str = "default"
     redis_url: str = DEFAULT_REDIS_URL
     queues: dict[str, int] = field(default_factory=dict)
+    async_concurrency: dict[str, int] = field(default_factory=dict)
     outbox: str = "off"
     context: str | None = None
     limits: LimitConfig = field(default_factory=LimitConfig)
@@ -166,6 +173,21 @@ def _read_queues(value: object) -> dict[str, int]:
         CHECK_VALUE_INVALID,
         f"= {_shown(value)} is no slot table",
         "map queue names to slot counts >= 1, e.g. {'default': 8}",
+    )
+
+
+def _read_async_concurrency(value: object) -> dict[str, int]:
+    """``ASYNC_CONCURRENCY``: queue -> how many async jobs run at once on it (0 runs none)."""
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and k and not isinstance(v, bool) and isinstance(v, int) and 0 <= v <= MAX_ASYNC_CONCURRENCY
+        for k, v in value.items()
+    ):
+        return dict(value)
+    raise SettingError(
+        "ASYNC_CONCURRENCY",
+        CHECK_VALUE_INVALID,
+        f"= {_shown(value)} is no async slot table",
+        f"map queue names to how many async jobs run at once, 0 to {MAX_ASYNC_CONCURRENCY}, e.g. {{'default': 500}}",
     )
 
 
@@ -288,6 +310,7 @@ _KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "DATABASE": ("database", _read_database),
     "REDIS_URL": ("redis_url", _read_redis_url),
     "QUEUES": ("queues", _read_queues),
+    "ASYNC_CONCURRENCY": ("async_concurrency", _read_async_concurrency),
     "OUTBOX": ("outbox", _read_outbox),
     "CONTEXT": ("context", _read_context),
     "LIMITS": ("limits", _read_limits),

@@ -26,3 +26,11 @@ short statements, never one long transaction."""
 
 DEFAULT_EVENT_POLL_MS = 30_000
 """How often a ``step.wait_for_event`` parked job looks for its event when no ``event_poll=`` is declared."""
+
+MAX_ASYNC_CONCURRENCY = 10_000
+"""The most async jobs one worker process runs at once on a queue (``ULTIMATE_JOBS['ASYNC_CONCURRENCY']``,
+``--async-concurrency``): an async run is a task on one event loop, not a thread, but each still holds a
+claimed row, a lease and its memory."""
+
+DEFAULT_ASYNC_CONCURRENCY = 100
+"""How many async jobs a worker runs at once on a queue that has an async job declared, unless told."""

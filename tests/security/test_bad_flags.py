@@ -101,6 +101,11 @@ TABLE = [
     (("jobs_worker", "--concurrency", "\u00b2"), USAGE, "is not a whole number in 1..1000"),
     (("jobs_worker", "--concurrency", "q\x00=2"), USAGE, "NUL byte"),
     (("jobs_worker", "--concurrency", "4", "--concurrency", "emails=2"), CODED, "X_INVARIANT"),
+    (("jobs_worker", "--async-concurrency", "-1"), USAGE, "is not a whole number in 0..10000"),
+    (("jobs_worker", "--async-concurrency", "default=10001"), USAGE, "is not a whole number in 0..10000"),
+    (("jobs_worker", "--async-concurrency", "many"), USAGE, "is not a whole number in 0..10000"),
+    (("jobs_worker", "--async-concurrency", "q\x00=2"), USAGE, "NUL byte"),
+    (("jobs_worker", "--async-concurrency", "500", "--async-concurrency", "emails=2"), CODED, "X_INVARIANT"),
     (("jobs_worker", "--queues", ",,,"), USAGE, "names no queue"),
     (("jobs_worker", "--queues", "default,q\x00"), USAGE, "NUL byte"),
     (("jobs_worker", "--drain-deadline", "forever"), USAGE, "is not a duration"),
@@ -131,6 +136,7 @@ TABLE = [
     # jobs_dev
     (("jobs_dev", "--metrics-port", "0"), USAGE, "is not a TCP port"),
     (("jobs_dev", "--concurrency", "x"), USAGE, "is not a whole number in 1..1000"),
+    (("jobs_dev", "--async-concurrency", "x"), USAGE, "is not a whole number in 0..10000"),
     (("jobs_dev", "--drain-deadline", "nope"), USAGE, "is not a duration"),
 ]
 

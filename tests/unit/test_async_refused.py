@@ -1,6 +1,9 @@
-"""Async job code is not supported yet: every place a user hands ultimate_jobs a callable refuses an
-``async def`` — and the other shapes that call one — with ``X_JOB_ASYNC_UNSUPPORTED`` when it is handed
-over, instead of running it later as a coroutine object that never executes.
+"""Where job code must stay synchronous, an ``async def`` — and the other shapes that call one — is refused
+with ``X_JOB_ASYNC_UNSUPPORTED`` when it is handed over, instead of running it later as a coroutine object
+that never executes: the key and tenant functions, ``concurrency.key``, the context factory, task bodies,
+``cross_tenant``, signal callbacks (and, until they are built, the factories' callables). A job body, a
+``step.run`` function and ``on_settled`` may be async (every shape below runs); an async generator
+function is refused there too — nothing iterates it.
 
 (An async function given to the ``django.tasks`` backend runs: tests/postgres/test_django_tasks.py.)
 """
@@ -87,11 +90,24 @@ def test_sync_callables_and_non_callables_pass(fn: Any) -> None:
     assert not is_async_callable(fn)
 
 
-@pytest.mark.parametrize("shape", list(ASYNC_SHAPES))
-def test_an_async_job_body_is_refused_at_declaration(jobs: JobsEnv, shape: str) -> None:
-    error = refusal(lambda: job(name="async.body", idempotency_key=lambda i: "k", tenant="none")(ASYNC_SHAPES[shape]))
+COROUTINE_SHAPES = [name for name in ASYNC_SHAPES if name != "an async generator function"]
+
+
+def test_an_async_generator_job_body_is_refused_at_declaration(jobs: JobsEnv) -> None:
+    declare = job(name="async.body", idempotency_key=lambda i: "k", tenant="none")
+    error = refusal(lambda: declare(async_generator_function))
     assert error.meta["field"] == "body" and error.meta["job"] == "async.body"
+    assert "async generator" in error.message
     assert jobs.driver.stats() == []
+
+
+@pytest.mark.parametrize("shape", COROUTINE_SHAPES)
+def test_every_coroutine_shape_runs_as_a_job_body(jobs: JobsEnv, shape: str) -> None:
+    handle = job(name="async.body", idempotency_key=lambda i: "k", tenant="none")(ASYNC_SHAPES[shape])
+    assert handle.is_async
+    handle.enqueue({})
+    report = run_jobs(jobs.driver, clock=jobs.clock)
+    assert report.outcomes == {"completed": 1}
 
 
 def test_an_async_body_wrapped_in_async_to_sync_runs(jobs: JobsEnv) -> None:
@@ -108,8 +124,8 @@ def test_an_async_body_wrapped_in_async_to_sync_runs(jobs: JobsEnv) -> None:
     assert report.executions[0].result == 7
 
 
-@pytest.mark.parametrize("field", ["on_settled", "idempotency_key", "tenant"])
-def test_an_async_hook_or_key_function_is_refused_at_declaration(jobs: JobsEnv, field: str) -> None:
+@pytest.mark.parametrize("field", ["idempotency_key", "tenant"])
+def test_an_async_key_function_is_refused_at_declaration(jobs: JobsEnv, field: str) -> None:
     options: dict[str, Any] = {"name": "async.hook", "idempotency_key": lambda i: "k", "tenant": "none"}
     options[field] = coroutine_function
     error = refusal(lambda: job(**options)(sync_function))
@@ -125,13 +141,12 @@ def body(run: JobRun[Any]) -> None:
     return None
 
 
-@pytest.mark.parametrize("shape", list(ASYNC_SHAPES))
-def test_an_async_step_function_is_refused_and_never_stored(jobs: JobsEnv, shape: str) -> None:
+def test_an_async_generator_step_function_is_refused_and_never_stored(jobs: JobsEnv) -> None:
     after: list[str] = []
 
     @job(name="async.step", idempotency_key=lambda i: "k", tenant="none")
     def stepper(run: JobRun[Any]) -> None:
-        run.step.run("fetch", ASYNC_SHAPES[shape])
+        run.step.run("fetch", async_generator_function)
         after.append("ran on")
 
     enqueued = stepper.enqueue({})
@@ -141,6 +156,18 @@ def test_an_async_step_function_is_refused_and_never_stored(jobs: JobsEnv, shape
     assert report.outcomes == {"dead-lettered": 1}
     assert after == []
     assert jobs.driver.operator.steps(enqueued.id) == []
+
+
+@pytest.mark.parametrize("shape", COROUTINE_SHAPES)
+def test_an_async_step_function_in_a_sync_body_runs_and_is_stored(jobs: JobsEnv, shape: str) -> None:
+    @job(name="async.step", idempotency_key=lambda i: "k", tenant="none")
+    def stepper(run: JobRun[Any]) -> Any:
+        return run.step.run("fetch", ASYNC_SHAPES[shape])
+
+    enqueued = stepper.enqueue({})
+    report = run_jobs(jobs.driver, clock=jobs.clock)
+    assert report.outcomes == {"completed": 1}
+    assert [s.name for s in jobs.driver.operator.steps(enqueued.id)] == ["fetch"]
 
 
 @pytest.mark.parametrize("field", ["source", "handle", "count"])

@@ -91,6 +91,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "DATABASE": "default",
         "REDIS_URL": "rediss://:secret@cache.internal:6380/2",
         "QUEUES": {"default": 8, "emails": 2},
+        "ASYNC_CONCURRENCY": {"default": 500, "emails": 0},
         "OUTBOX": "required",
         "CONTEXT": "demo_project.shop.services.shop_services",
         "LIMITS": {"PER_TENANT": 2, "PER_QUEUE": {"emails": 4}, "GLOBAL": 16, "RATE_PER_TENANT": (10, "1s")},
@@ -107,6 +108,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
     with override_settings(ULTIMATE_JOBS=config):
         read = jobs_settings()
     assert read.redis_url == "rediss://:secret@cache.internal:6380/2"
+    assert (read.queues, read.async_concurrency) == ({"default": 8, "emails": 2}, {"default": 500, "emails": 0})
     assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
@@ -137,6 +139,11 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("QUEUES", {"default": 0}, VALUE),
     ("QUEUES", {"default": True}, VALUE),
     ("QUEUES", ["default"], VALUE),
+    ("ASYNC_CONCURRENCY", {"default": -1}, VALUE),
+    ("ASYNC_CONCURRENCY", {"default": 10_001}, VALUE),
+    ("ASYNC_CONCURRENCY", {"default": True}, VALUE),
+    ("ASYNC_CONCURRENCY", {"": 5}, VALUE),
+    ("ASYNC_CONCURRENCY", 500, VALUE),
     ("OUTBOX", "on", VALUE),
     ("OUTBOX", True, VALUE),
     ("CONTEXT", "not_dotted", VALUE),

@@ -61,6 +61,7 @@ def test_a_child_runs_the_same_command_without_processes_on_its_own_metrics_port
     options: dict[str, Any] = {
         "queues": "emails,default",
         "concurrency": ["emails=2", "default=8"],
+        "async_concurrency": ["default=500"],
         "drain_deadline": "60s",
         "metrics_port": 9100,
         "processes": "4",
@@ -77,7 +78,8 @@ def test_a_child_runs_the_same_command_without_processes_on_its_own_metrics_port
         *("python", "manage.py", "jobs_worker", "--supervisor-pid", "41"),
         *("--queues", "emails,default", "--drain-deadline", "60s", "--max-jobs", "1000", "--max-memory", "512MB"),
         *("--settings", "shop.settings", "--verbosity", "1"),
-        *("--concurrency", "emails=2", "--concurrency", "default=8", "--metrics-port", "9102", "--traceback"),
+        *("--concurrency", "emails=2", "--concurrency", "default=8", "--async-concurrency", "default=500"),
+        *("--metrics-port", "9102", "--traceback"),
     ]
     assert "--processes" not in argv
 

@@ -18,6 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ..core.durations import format_duration, parse_duration
+from ..defaults import MAX_ASYNC_CONCURRENCY
 from ..errors import UltimateError
 from ..integration.console import LOG_FORMATS, install_console
 from ..operator.arguments import check_name, shown
@@ -120,26 +121,46 @@ def queue_list(value: str) -> str:
     return value
 
 
-def concurrency(value: str) -> str:
-    """The type of one ``--concurrency``: ``N`` for every queue, or ``queue=N``, N in 1..:data:`MAX_SLOTS`."""
-    queue, sep, slots = value.partition("=") if "=" in value else ("", "", value)
-    if sep:
-        try:
-            check_name(queue, what="queue")
-        except UltimateError as exc:
-            raise argparse.ArgumentTypeError(f"{shown(value)}: {exc.message.partition(' Fix: ')[0]}") from None
-    whole_number(1, MAX_SLOTS)(slots)
-    return value
+def _per_queue_count(low: int, high: int) -> Callable[[str], str]:
+    """The type of a per-queue count flag: ``N`` for every queue, or ``queue=N``, N in ``low..high``; the
+    text itself is kept (a supervisor passes it on to its children)."""
+
+    def per_queue(value: str) -> str:
+        queue, sep, count = value.partition("=") if "=" in value else ("", "", value)
+        if sep:
+            try:
+                check_name(queue, what="queue")
+            except UltimateError as exc:
+                raise argparse.ArgumentTypeError(f"{shown(value)}: {exc.message.partition(' Fix: ')[0]}") from None
+        whole_number(low, high)(count)
+        return value
+
+    return per_queue
+
+
+concurrency = _per_queue_count(1, MAX_SLOTS)
+"""The type of one ``--concurrency``: ``N`` for every queue, or ``queue=N``, N in 1..:data:`MAX_SLOTS`."""
+
+async_concurrency = _per_queue_count(0, MAX_ASYNC_CONCURRENCY)
+"""The type of one ``--async-concurrency``: ``N`` for every queue, or ``queue=N``, N in
+0..:data:`~ultimate_jobs.defaults.MAX_ASYNC_CONCURRENCY` (0: that queue runs no async job)."""
 
 
 def add_worker_arguments(parser: CommandParser, *, drained: str) -> None:
-    """The flags ``jobs_worker`` and ``jobs_dev`` share: ``--queues``, ``--concurrency`` and
-    ``--drain-deadline`` (``drained``: what a drain waits for)."""
+    """The flags ``jobs_worker`` and ``jobs_dev`` share: ``--queues``, ``--concurrency``,
+    ``--async-concurrency`` and ``--drain-deadline`` (``drained``: what a drain waits for)."""
     parser.add_argument(
         "--queues", type=queue_list, help="comma-separated queue names (default: every registered queue)"
     )
     parser.add_argument(
         "--concurrency", type=concurrency, action="append", help="N for every queue, or queue=N (repeatable)"
+    )
+    parser.add_argument(
+        "--async-concurrency",
+        type=async_concurrency,
+        action="append",
+        help="how many async jobs run at once on the worker's event loop: N for every queue, or queue=N "
+        "(repeatable; default 100 on a queue with an async job, else 0)",
     )
     parser.add_argument(
         "--drain-deadline",

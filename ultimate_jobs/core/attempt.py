@@ -11,7 +11,7 @@ import os
 import random
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import cached_property
 from typing import Any
 
@@ -24,7 +24,7 @@ from .installed import job_clock
 from .logs import log_event
 from .outcomes import ENDINGS, AttemptEnv, ExecutionHooks, JobExecution, Settled, StopReason
 from .retry import backoff_ms, is_final_attempt, retry_after_delay_ms
-from .settled import run_on_settled
+from .settled import arun_on_settled, run_on_settled
 from .steps import StepSuspension
 
 
@@ -54,6 +54,8 @@ class Attempt:
         )
         self.parsed: Any = None
         self.tenant_id: str | None = None
+        self.timed_out_at: int | None = None
+        """When the job's timeout fired: the instant its failure is settled at, however late the settle runs."""
         self._settle_lock = threading.Lock()
         self._settle_done = threading.Event()
         self._settled = False
@@ -76,15 +78,20 @@ class Attempt:
     # -- progress ------------------------------------------------------------------------------
 
     def progress(self, done: float, total: float | None, note: str | None) -> None:
+        if self.note_progress(done, total, note):
+            self.flush_progress()
+
+    def note_progress(self, done: float, total: float | None, note: str | None) -> bool:
+        """Keep the latest progress; answers whether a write is due (at most one a second)."""
         now = self.clock.now_ms()
         check_progress(done, total, note)  # refused at the call, where the body can see why
         if note is not None:
             note = self.scrub(note)  # stored and shown on every operator surface: never a secret in clear
         self._progress_pending = Progress(done=done, total=total, note=note, at_ms=now)
-        if now - self._progress_last >= PROGRESS_INTERVAL_MS:
-            self._flush_progress()
+        return now - self._progress_last >= PROGRESS_INTERVAL_MS
 
-    def _flush_progress(self) -> None:
+    def flush_progress(self) -> None:
+        """Write the progress kept since the last write, if any."""
         pending, self._progress_pending = self._progress_pending, None
         if pending is None:
             return
@@ -102,7 +109,7 @@ class Attempt:
         try:
             if self.hooks is not None:
                 self.hooks.settling()
-            self._flush_progress()
+            self.flush_progress()
             fn(*args)
         finally:
             self._settle_done.set()
@@ -162,7 +169,8 @@ class Attempt:
 
     def fail(self, error: BaseException) -> None:
         ex = self.execution
-        ex.duration_ms = self.clock.now_ms() - self.started
+        now = self.timed_out_at if self.timed_out_at is not None else self.clock.now_ms()
+        ex.duration_ms = now - self.started
         policy = self.handle.retry
         classified = retry_class(error)
         stop: StopReason | None = None
@@ -178,7 +186,7 @@ class Attempt:
                 delay = retry_after_delay_ms(policy, seconds, self.rng)
             else:
                 delay = backoff_ms(policy, self.claimed.attempt, self.rng)
-            run_at = self.clock.now_ms() + delay
+            run_at = now + delay
             options = NackOptions(error=text, code=code, run_at_ms=run_at, duration_ms=ex.duration_ms)
             ex.outcome, ex.resume_at_ms = "retried", run_at
         else:
@@ -205,7 +213,7 @@ class Attempt:
             landed=ex.landed,
             error=self.scrub(str(error)),
             duration_ms=ex.duration_ms,
-            retry_in_ms=None if ex.resume_at_ms is None or stop is not None else ex.resume_at_ms - self.clock.now_ms(),
+            retry_in_ms=None if ex.resume_at_ms is None or stop is not None else ex.resume_at_ms - now,
             traceback=self.scrub(body_traceback(error)),
             **self.log_fields(),
         )
@@ -213,12 +221,29 @@ class Attempt:
     # -- on_settled ----------------------------------------------------------------------------
 
     def tell(self) -> None:
+        """Tell ``on_settled`` how the attempt ended, when it ended for good and the settle landed."""
+        settled = self.ending()
+        if settled is not None:
+            error = run_on_settled(self.handle, settled, self.tenant_id, scrub_text=self.scrub)
+            self.execution.on_settled_error = error
+
+    async def atell(self, offload: Callable[..., Awaitable[Any]]) -> None:
+        """:meth:`tell` from an async attempt (an ``async def`` hook awaited on its loop)."""
+        settled = await offload(self.ending)
+        if settled is not None:
+            self.execution.on_settled_error = await arun_on_settled(
+                self.handle, settled, self.tenant_id, offload=offload, scrub_text=self.scrub
+            )
+
+    def ending(self) -> Settled | None:
+        """What ``on_settled`` is told, or ``None`` when the attempt did not end the run or its settle did
+        not land. Waits for a settle still on the wire in the deadline timer's thread."""
         if self._settled:
-            self._settle_done.wait()  # the deadline's settle may still be on the wire in the timer's thread
+            self._settle_done.wait()
         ex = self.execution
         if ex.outcome not in ENDINGS or not ex.landed:
-            return
-        settled = Settled(
+            return None
+        return Settled(
             outcome=ex.outcome,
             job_id=self.claimed.id,
             run_id=self.claimed.run_id,
@@ -231,7 +256,6 @@ class Attempt:
             ctx=self.context,
             tenant_id=self.tenant_id,
         )
-        ex.on_settled_error = run_on_settled(self.handle, settled, self.tenant_id, scrub_text=self.scrub)
 
 
 def claim_fields(claimed: ClaimedJob) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..guards import admission
 from ..guards.sealing import clear_model, refuse_reserved, seal_model, unseal
-from ..guards.sync_only import refuse_async
+from ..guards.sync_only import is_coroutine_callable, refuse_async
 from . import registry
 from .durations import Duration
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
@@ -77,7 +77,7 @@ class JobOptions(TypedDict, total=False):
     concurrency: int | Concurrency | None
     queue: str
     priority: int
-    on_settled: Callable[[Any], None] | None
+    on_settled: Callable[[Any], Any] | None
     name: str | None
 
 
@@ -143,7 +143,7 @@ class JobHandle(Generic[InputT, ResultT]):
         concurrency: Concurrency | None,
         queue: str,
         priority: int,
-        on_settled: Callable[[Any], None] | None,
+        on_settled: Callable[[Any], Any] | None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -162,6 +162,13 @@ class JobHandle(Generic[InputT, ResultT]):
         self.origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self._is_async = is_coroutine_callable(fn)
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the body is ``async def``: it runs on an event loop (:func:`~ultimate_jobs.core.execute.
+        execute_job_async`) — the worker's async lane, or ``run_jobs``'s — instead of a thread slot."""
+        return self._is_async
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.name} queue={self.queue}>"
@@ -321,7 +328,8 @@ class JobHandle(Generic[InputT, ResultT]):
         return jobs_router().enqueue(self.build_request(input, actor=actor, **options))
 
     def run(self, job_run: JobRun[InputT]) -> ResultT:
-        """Call the body by hand (a test); the worker never does this outside :func:`execute_job`."""
+        """Call the body by hand (a test; an async body answers its coroutine); the worker never does this
+        outside :func:`execute_job` / :func:`execute_job_async`."""
         return self.fn(job_run)
 
     def describe(self) -> JobDescriptor:
@@ -422,10 +430,12 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
     def bad(field: str, why: str) -> JobDeclarationInvalidError:
         return JobDeclarationInvalidError(f"{name}: {field} {why}", {"job": name, "field": field})
 
-    refuse_async(fn, what=f"{name}: the job body", meta={"job": name, "field": "body"})
+    refuse_async(fn, what=f"{name}: the job body", meta={"job": name, "field": "body"}, allow_coroutines=True)
     concurrency = options.get("concurrency")
     for field in ("idempotency_key", "tenant", "on_settled"):
-        refuse_async(options.get(field), what=f"{name}: {field}", meta={"job": name, "field": field})
+        allow = field == "on_settled"  # awaited (core/settled.py); the key functions run at enqueue, sync
+        meta = {"job": name, "field": field}
+        refuse_async(options.get(field), what=f"{name}: {field}", meta=meta, allow_coroutines=allow)
     if isinstance(concurrency, Concurrency):
         refuse_async(concurrency.key, what=f"{name}: concurrency.key", meta={"job": name, "field": "concurrency"})
     if "idempotency_key" not in options or options.get("idempotency_key") is None:

@@ -34,10 +34,11 @@ from ..errors import (
     JobTimeoutError,
     UltimateError,
 )
+from ..runtime.async_lane import AsyncLane
 from ..runtime.dbconn import closing_what_it_opens
 from . import registry
 from .attempt import Attempt
-from .clock import Clock
+from .clock import Clock, Timer
 from .definition import JobHandle
 from .installed import event_bus, job_clock
 from .logs import log_event
@@ -58,6 +59,8 @@ __all__ = [
     "announce_exhausted",
     "drop_exhausted_names",
     "execute_job",
+    "execute_job_async",
+    "is_async_job",
     "job_lease_key",
 ]
 
@@ -115,27 +118,89 @@ def execute_job(
     its ack in ``execution.completion``: the runner settles it (the worker, in batches) and records the
     answer with :func:`ultimate_jobs.core.attempt.completion_settled`.
 
+    An ``async def`` body given here runs on an :class:`~ultimate_jobs.runtime.async_lane.AsyncLane` of
+    its own for this one attempt (a runner with many async jobs keeps one lane and calls
+    :func:`execute_job_async`).
+
     >>> execution = execute_job(claimed, AttemptEnv(driver=driver, clock=clock))
     >>> execution.outcome, execution.landed
     ('completed', True)
     """
-    found = handle or registry.lookup(claimed.name) or registry.resolve_elsewhere(claimed.name)
-    if not isinstance(found, JobHandle):
+    found = find_handle(claimed, handle)
+    if found is None:
         return _hand_back_unknown(claimed, env.driver, env.clock or job_clock())
+    if found.is_async:
+        return _execute_on_a_lane_of_its_own(claimed, env, signal=signal, hooks=hooks, handle=found)
     attempt = Attempt(claimed, found, env, hooks)
     run_signal = signal.child() if signal is not None else CancelSignal()
-    leases = env.driver.leases
     with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
         try:
             _run(attempt, run_signal, env.visibility_timeout_ms)
         finally:
-            if attempt.execution.slot_key is not None and leases is not None:
-                leases.release(attempt.execution.slot_key, f"{claimed.id}:{claimed.claim}")
+            release_slot(attempt)
         attempt.tell()
     return attempt.execution
 
 
+def find_handle(claimed: ClaimedJob, handle: JobHandle[Any, Any] | None = None) -> JobHandle[Any, Any] | None:
+    """The declaration a claimed row runs: ``handle`` when given, else the registered job of its name (or a
+    registry source's, such as a ``django.tasks`` task); ``None`` for a name this process does not know."""
+    found = handle or registry.lookup(claimed.name) or registry.resolve_elsewhere(claimed.name)
+    return found if isinstance(found, JobHandle) else None
+
+
+def is_async_job(handle: JobHandle[Any, Any]) -> bool:
+    """Whether ``handle``'s body is ``async def`` — run it with :func:`execute_job_async` on a lane."""
+    return handle.is_async
+
+
+def release_slot(attempt: Attempt) -> None:
+    """Give back the fleet slot the attempt took, if it took one."""
+    leases = attempt.driver.leases
+    if attempt.execution.slot_key is not None and leases is not None:
+        leases.release(attempt.execution.slot_key, f"{attempt.claimed.id}:{attempt.claimed.claim}")
+
+
+def _execute_on_a_lane_of_its_own(
+    claimed: ClaimedJob,
+    env: AttemptEnv,
+    *,
+    signal: CancelSignal | None,
+    hooks: ExecutionHooks | None,
+    handle: JobHandle[Any, Any],
+) -> JobExecution:
+    lane = AsyncLane(name=f"attempt-{claimed.id}", offload_threads=1)
+    try:
+        return lane.run_here(
+            lambda: execute_job_async(claimed, env, lane=lane, signal=signal, hooks=hooks, handle=handle)
+        )
+    finally:
+        lane.stop(wait=False)
+
+
 def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> None:
+    if not prepare(attempt, run_signal, visibility_timeout_ms):
+        return
+    timer = arm_deadline(attempt, run_signal, settle=True)
+    job_run = job_run_for(attempt, run_signal, Step(**step_options(attempt, run_signal)), attempt.progress)
+    try:
+        with acting_as(job_run.actor), signal_scope(run_signal):
+            result = attempt.handle.fn(job_run)
+    except StepSuspension as suspension:
+        after_abort_or(attempt, run_signal, attempt.suspend, suspension)
+        return
+    except Exception as exc:
+        after_abort_or(attempt, run_signal, attempt.fail, exc)
+        return
+    finally:
+        if timer is not None:
+            timer.cancel()
+    returned(attempt, run_signal, result)
+
+
+def prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> bool:
+    """Everything before the body: parse the input, derive the tenant, take the fleet slot. Answers whether
+    the body runs; when it does not, the attempt is settled already (or handed back)."""
     claimed, handle, clock = attempt.claimed, attempt.handle, attempt.clock
     try:
         attempt.parsed = handle.parse_stored(claimed.input)
@@ -145,14 +210,14 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
         if isinstance(exc, ConcurrencyUnenforceableError):
             raise
         attempt.settle(attempt.fail, exc)
-        return
+        return False
     except Exception as exc:  # concurrency.key(input) or tenant(input) threw: the ordinary retry path
         attempt.settle(attempt.fail, exc)
-        return
+        return False
     if verdict == "wait":
         attempt.settle(attempt.hand_back, clock.now_ms() + KEY_BUSY_RECHECK_MS)
         log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
-        return
+        return False
     if verdict == "refuse":
         error = JobKeyBusyError(
             f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "
@@ -160,43 +225,66 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
             {"job": handle.name, "key": attempt.lease_key},
         )
         attempt.settle(attempt.refuse, error)
-        return
+        return False
     if run_signal.reason is not None:
         # cancelled between the claim and the start (a drain's accept phase): never start the body —
         # settle by the signal's verdict, so a drained run goes back uncounted
-        _after_abort_or(attempt, run_signal, attempt.fail, run_signal.reason)
-        return
+        after_abort_or(attempt, run_signal, attempt.fail, run_signal.reason)
+        return False
+    return True
 
-    timer = None
-    if handle.timeout_ms is not None:
-        deadline = attempt.started + handle.timeout_ms
-        timeout_ms = handle.timeout_ms
 
-        def on_deadline() -> None:
-            error = JobTimeoutError(
-                f"{handle.name}: the attempt passed its timeout of {timeout_ms} ms; read run.signal to stop in time",
-                {"job": handle.name, "timeout_ms": timeout_ms},
-            )
-            with closing_what_it_opens():  # the clock's timer thread: no role closes its sessions later
-                run_signal.abort(error)
-                attempt.settle(attempt.fail, error)
+def arm_deadline(attempt: Attempt, run_signal: CancelSignal, *, settle: bool) -> Timer | None:
+    """Arm the job's ``timeout`` on the attempt's clock: at the deadline the run's signal aborts with
+    ``X_JOB_TIMEOUT`` — and, with ``settle``, the attempt fails there and then, from the timer's thread (an
+    async attempt settles it from its loop instead, through the lane's offload)."""
+    handle = attempt.handle
+    if handle.timeout_ms is None:
+        return None
+    timeout_ms = handle.timeout_ms
 
-        timer = clock.call_at(deadline, on_deadline)
+    def on_deadline() -> None:
+        error = JobTimeoutError(
+            f"{handle.name}: the attempt passed its timeout of {timeout_ms} ms; read run.signal to stop in time",
+            {"job": handle.name, "timeout_ms": timeout_ms},
+        )
+        attempt.timed_out_at = attempt.clock.now_ms()
+        if not settle:
+            run_signal.abort(error)
+            return
+        with closing_what_it_opens():  # the clock's timer thread: no role closes its sessions later
+            run_signal.abort(error)
+            attempt.settle(attempt.fail, error)
 
-    actor = Actor(org_id=attempt.tenant_id)
-    step = Step(
-        job_id=claimed.id,
-        ref=claimed.ref,
-        completed=claimed.steps,
-        save=lambda record: attempt.driver.save_step(claimed.id, claimed.ref, record),
-        signal=run_signal,
-        clock=clock,
-        bus=event_bus,
-        step_timeout_ms=handle.step_timeout_ms,
-        event_poll_ms=handle.event_poll_ms,
-        secrets=attempt.secrets,
-    )
-    job_run: JobRun[Any] = JobRun(
+    return attempt.clock.call_at(attempt.started + timeout_ms, on_deadline)
+
+
+def step_options(attempt: Attempt, run_signal: CancelSignal) -> dict[str, Any]:
+    """What the run's step runner is built from."""
+    claimed, handle = attempt.claimed, attempt.handle
+    return {
+        "job_id": claimed.id,
+        "ref": claimed.ref,
+        "completed": claimed.steps,
+        "save": lambda record: attempt.driver.save_step(claimed.id, claimed.ref, record),
+        "signal": run_signal,
+        "clock": attempt.clock,
+        "bus": event_bus,
+        "step_timeout_ms": handle.step_timeout_ms,
+        "event_poll_ms": handle.event_poll_ms,
+        "secrets": attempt.secrets,
+    }
+
+
+def job_run_for(
+    attempt: Attempt,
+    run_signal: CancelSignal,
+    step: Step,
+    progress: Callable[[float, float | None, str | None], None],
+) -> JobRun[Any]:
+    """The one argument the body receives."""
+    claimed = attempt.claimed
+    return JobRun(
         input=attempt.parsed,
         step=step,
         ctx=attempt.context,
@@ -207,21 +295,14 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
         signal=run_signal,
         name=claimed.name,
         queue=claimed.queue,
-        actor=actor,
-        _progress=attempt.progress,
+        actor=Actor(org_id=attempt.tenant_id),
+        _progress=progress,
     )
-    try:
-        with acting_as(actor), signal_scope(run_signal):
-            result = handle.fn(job_run)
-    except StepSuspension as suspension:
-        _after_abort_or(attempt, run_signal, attempt.suspend, suspension)
-        return
-    except Exception as exc:
-        _after_abort_or(attempt, run_signal, attempt.fail, exc)
-        return
-    finally:
-        if timer is not None:
-            timer.cancel()
+
+
+def returned(attempt: Attempt, run_signal: CancelSignal, result: Any) -> None:
+    """Settle an attempt whose body returned ``result``: completed — unless its timeout fired first (the
+    deadline's verdict stands and the late return is logged ``jobs.timeout.abandoned``)."""
     reason = run_signal.reason
     if attempt.settled or (reason is not None and reason.code == "X_JOB_TIMEOUT"):
         if reason is not None:
@@ -236,7 +317,7 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
         raise
 
 
-def _after_abort_or(attempt: Attempt, run_signal: CancelSignal, settle: Callable[[Any], None], arg: Any) -> None:
+def after_abort_or(attempt: Attempt, run_signal: CancelSignal, settle: Callable[[Any], None], arg: Any) -> None:
     """Settle by the signal's verdict when the attempt was cancelled, else by what the body did."""
     reason = run_signal.reason
     if reason is None:
@@ -294,3 +375,6 @@ def _hand_back_unknown(claimed: ClaimedJob, driver: JobDriver, clock: Clock) -> 
         landed=landed,
         resume_at_ms=options.run_at_ms,
     )
+
+
+from .execute_async import execute_job_async  # noqa: E402 - it builds on the pieces above

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .scope import Actor
 from .signals import CancelSignal
-
-if TYPE_CHECKING:
-    from .steps import Step
 
 InputT = TypeVar("InputT")
 
@@ -23,10 +20,15 @@ class JobRun(Generic[InputT]):
     >>> @job(idempotency_key=lambda i: i.order_id, tenant=lambda i: i.org_id, input=ChargeInput)
     ... def charge(run: JobRun[ChargeInput]) -> dict:
     ...     return run.step.run("charge", lambda: gateway.charge(run.input.order_id))
+
+    An ``async def`` body awaits its steps: ``await run.step.run("charge", charge_async)``.
     """
 
     input: InputT
-    step: Step
+    step: Any
+    """The step runner: a :class:`~ultimate_jobs.core.steps.Step` in a sync body, an
+    :class:`~ultimate_jobs.core.steps.AsyncStep` (the same steps, awaited) in an ``async def`` one — typed
+    ``Any`` so each reads naturally: ``run.step.run(...)`` there, ``await run.step.run(...)`` here."""
     ctx: Any
     attempt: int
     final_attempt: bool

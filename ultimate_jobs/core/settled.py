@@ -5,13 +5,14 @@ lease lapsed (:func:`announce_exhausted`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
 from ..drivers.records import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
 from ..errors import JobOnSettledFailedError, UltimateError
 from ..guards.redaction import scrub, secret_values
+from ..guards.sync_only import call_to_completion, is_coroutine_callable
 from . import registry
 from .definition import JobHandle
 from .logs import log_event
@@ -30,18 +31,53 @@ def run_on_settled(
 ) -> UltimateError | None:
     """Tell ``handle.on_settled`` how the run ended: up to 3 tries back to back, under the job's tenant.
     A hook that keeps throwing is logged ``jobs.on-settled.failed`` and answered, never raised; its
-    error text passes ``scrub_text`` first (the job's secrets masked — a hook may quote its input)."""
+    error text passes ``scrub_text`` first (the job's secrets masked — a hook may quote its input).
+    An ``async def`` hook runs to completion here (``asgiref.sync.async_to_sync``); an async attempt
+    awaits it on its loop instead (:func:`arun_on_settled`)."""
     hook = handle.on_settled
     if hook is None:
         return None
+    call = partial(call_to_completion, hook) if is_coroutine_callable(hook) else hook
     last: Exception | None = None
     for _ in range(ON_SETTLED_ATTEMPTS):
         try:
             with acting_as(Actor(org_id=tenant_id)):
-                hook(settled)
+                call(settled)
             return None
         except Exception as exc:
             last = exc
+    return _hook_failed(handle, settled, last, scrub_text)
+
+
+async def arun_on_settled(
+    handle: JobHandle[Any, Any],
+    settled: Settled,
+    tenant_id: str | None,
+    *,
+    offload: Callable[..., Awaitable[Any]],
+    scrub_text: Callable[[str], str] = lambda text: text,
+) -> UltimateError | None:
+    """:func:`run_on_settled` from an async attempt: an ``async def`` hook is awaited on the attempt's loop,
+    a plain one runs through ``offload`` (off the loop: it may use the ORM)."""
+    hook = handle.on_settled
+    if hook is None:
+        return None
+    if not is_coroutine_callable(hook):
+        return await offload(run_on_settled, handle, settled, tenant_id, scrub_text=scrub_text)  # type: ignore[no-any-return]
+    last: Exception | None = None
+    for _ in range(ON_SETTLED_ATTEMPTS):
+        try:
+            with acting_as(Actor(org_id=tenant_id)):
+                await hook(settled)
+            return None
+        except Exception as exc:
+            last = exc
+    return _hook_failed(handle, settled, last, scrub_text)
+
+
+def _hook_failed(
+    handle: JobHandle[Any, Any], settled: Settled, last: Exception | None, scrub_text: Callable[[str], str]
+) -> UltimateError:
     error = JobOnSettledFailedError(
         scrub_text(f"{handle.name}: on_settled threw on all {ON_SETTLED_ATTEMPTS} tries: {last!r}"),
         {"job": handle.name, "job_id": settled.job_id, "outcome": settled.outcome},

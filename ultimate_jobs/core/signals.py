@@ -7,11 +7,14 @@ write is refused with ``X_ABORTED``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ..errors import JobAbortedError, UltimateError
 from ..guards.sync_only import refuse_async
@@ -122,3 +125,45 @@ def signal_scope(signal: CancelSignal) -> Iterator[CancelSignal]:
         yield signal
     finally:
         _current.reset(token)
+
+
+async def cancel_on_abort(
+    signal: CancelSignal,
+    task: asyncio.Future[Any],
+    *,
+    on_abort: Callable[[UltimateError], Awaitable[None]] | None = None,
+) -> bool:
+    """Wait for ``task`` (an async body, or an async step's function); when ``signal`` aborts first — from
+    any thread: a deadline's timer, the worker's drain — await ``on_abort(reason)``, cancel the task
+    (``CancelledError`` at its next ``await``) and wait for it to unwind. Answers whether the abort
+    cancelled it. Cancelling the waiter cancels the task too; the task's own outcome is left on it.
+
+    >>> body = asyncio.ensure_future(fn(run))
+    >>> if await cancel_on_abort(run.signal, body): ...   # settle by the signal's verdict
+    """
+    loop = asyncio.get_running_loop()
+    aborted: asyncio.Future[None] = loop.create_future()
+
+    def resolve() -> None:
+        if not aborted.done():
+            aborted.set_result(None)
+
+    def wake(reason: UltimateError) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(resolve)
+
+    signal.add_callback(wake)
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return False
+        if on_abort is not None and signal.reason is not None:
+            await on_abort(signal.reason)
+        task.cancel()
+        await asyncio.wait({task})
+        return True
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        aborted.cancel()

@@ -13,10 +13,14 @@ any string or number that quotes a secret of the job's input, in any rendering
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
 
 from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import ClaimRef, StepRecord
@@ -25,10 +29,10 @@ from ..events.base import EventBus
 from ..guards.admission import check_json, check_text
 from ..guards.redaction import renderings
 from ..guards.sealing import is_envelope, refuse_reserved, seal, seal_object, unseal
-from ..guards.sync_only import refuse_async
+from ..guards.sync_only import call_to_completion, is_coroutine_callable, refuse_async
 from .clock import Clock
 from .durations import Duration, format_duration, parse_duration
-from .signals import CancelSignal, signal_scope
+from .signals import CancelSignal, cancel_on_abort, signal_scope
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -106,9 +110,10 @@ class Step:
                 {"step": name, "reason": reason.code, "job_id": self._job_id},
             )
 
-    def _persist(self, record: StepRecord) -> None:
+    def _persist(self, record: StepRecord) -> Flow[None]:
         self._refuse_if_aborted(record.name)
-        if not self._save(record):
+        saved = yield functools.partial(self._save, record)
+        if not saved:
             raise LeaseLostError(
                 f"step {record.name!r} was not saved: this worker no longer holds the job's claim",
                 {"step": record.name, "job_id": self._job_id},
@@ -131,20 +136,36 @@ class Step:
         """The steps known to this attempt, by name (replayed and new)."""
         return dict(self._records)
 
-    # -- step.run ------------------------------------------------------------------------------
+    # -- the flows: what a step does, told as the sync calls it needs -----------------------------
+    #
+    # Each step is written once, as a generator that yields each call it needs — a thunk that talks to the
+    # driver or the event bus, or a _CallFn for the user's function — and is sent the answer back.
+    # Step runs the calls in line; AsyncStep awaits them (the thunks on the lane's offload threads).
 
-    def run(self, name: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` once ever under ``name``; a replay answers the stored output without calling it.
+    def _drive(self, flow: Flow[T]) -> T:
+        sent: Any = None
+        while True:
+            try:
+                effect = flow.send(sent)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                sent = self._call_fn(effect) if isinstance(effect, _CallFn) else effect()
+            except BaseException as exc:
+                flow.throw(exc)  # the flow's except/finally see it; what it raises propagates
+                raise  # pragma: no cover - a flow never swallows an effect's error
 
-        ``fn`` reads its cancel signal with :func:`~ultimate_jobs.current_signal` — the step's own
-        signal, which the job's ``step_timeout`` aborts. The output must be JSON-serialisable, and
-        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
-        except that a secret object comes back as itself. An output that holds a secret is stored sealed.
-        """
-        refuse_async(fn, what=f"step.run({name!r})", meta={"step": name})
+    def _call_fn(self, call: _CallFn) -> Any:
+        with signal_scope(call.signal):
+            if is_coroutine_callable(call.fn):
+                return call_to_completion(call.fn)  # an async step function in a sync body
+            return call.fn()
+
+    def _run_flow(self, name: str, fn: Callable[[], Any]) -> Flow[Any]:
+        refuse_async(fn, what=f"step.run({name!r})", meta={"step": name}, allow_coroutines=True)
         record = self._enter(name)
         if record is not None and record.status == "done":
-            return self._replayed(name, record.output)  # type: ignore[no-any-return]
+            return self._replayed(name, record.output)
         started = self._clock.now_ms()
         step_signal = self._signal.child()
         timer = None
@@ -158,8 +179,7 @@ class Step:
 
             timer = self._clock.call_at(started + ceiling, on_ceiling)
         try:
-            with signal_scope(step_signal):
-                output = fn()
+            output = yield _CallFn(fn, step_signal)
         except Exception as exc:
             if step_signal.reason is not None and not self._signal.aborted and step_signal.reason is not exc:
                 raise step_signal.reason from exc
@@ -171,10 +191,81 @@ class Step:
             raise step_signal.reason
         stored = self._sealed(name, output)
         # started: when fn began, so the step's duration (finished - started) is the time fn took
-        self._persist(
-            self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
-        )
-        return self._replayed(name, stored)  # type: ignore[no-any-return]
+        done = self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
+        yield from self._persist(done)
+        return self._replayed(name, stored)
+
+    def _sleep_flow(self, name_or_duration: str | Duration, duration: Duration | None) -> Flow[None]:
+        if duration is None:
+            ms = parse_duration(name_or_duration, field="step.sleep")
+            name = f"sleep:{format_duration(ms)}"
+        else:
+            if not isinstance(name_or_duration, str):
+                raise InvariantError("step.sleep(name, duration): the name must be a string", {})
+            name = name_or_duration
+            ms = parse_duration(duration, field="step.sleep")
+        if ms < 0:
+            raise InvariantError(f"step.sleep {name!r}: a negative duration", {"step": name})
+        record = self._enter(name)
+        now = self._clock.now_ms()
+        if record is None:
+            wake = now + ms
+            yield from self._persist(self._record(name, "sleeping", wake_at_ms=wake))
+        else:
+            wake = record.wake_at_ms or now
+        if now < wake:
+            raise StepSuspension(name, wake, "sleep")
+
+    def _wait_flow(
+        self, name: str, event: str, timeout: Duration, match: Mapping[str, Any] | None, required: bool
+    ) -> Flow[Any]:
+        timeout_ms = parse_duration(timeout, field="wait_for_event.timeout")
+        if timeout_ms <= 0:
+            raise InvariantError(f"wait_for_event {name!r}: timeout must be positive", {"step": name})
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return self._replayed(name, record.output)
+        bus: EventBus = yield self._bus
+        # Read the bus clock BEFORE asking: an event the ask misses was published after this instant,
+        # so a deadline this instant has passed is a timeout only once the bus was asked after it.
+        bus_now: int = yield bus.now
+        if record is None:
+            since = bus_now
+            meta = {"event": event, "match": dict(match or {}), "since_ms": since, "deadline_ms": since + timeout_ms}
+            _json_roundtrip(name, meta)
+            record = self._record(name, "waiting", meta=meta)
+            yield from self._persist(record)
+        since, deadline = int(record.meta["since_ms"]), int(record.meta["deadline_ms"])
+        found = yield functools.partial(bus.find, event, match, since_ms=since)
+        if found is not None:
+            data = self._sealed(name, dict(found.data))
+            done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            yield from self._persist(done)
+            return self._replayed(name, data)
+        if bus_now >= deadline:
+            if required:
+                raise JobTimeoutError(
+                    f"wait_for_event {name!r}: no {event!r} event matched within {timeout_ms} ms",
+                    {"step": name, "event": event},
+                )
+            timed_out = self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta)
+            yield from self._persist(timed_out)
+            return None
+        park = min(self._event_poll_ms, deadline - bus_now)
+        raise StepSuspension(name, self._clock.now_ms() + park, "wait")
+
+    # -- step.run ------------------------------------------------------------------------------
+
+    def run(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` once ever under ``name``; a replay answers the stored output without calling it.
+
+        ``fn`` reads its cancel signal with :func:`~ultimate_jobs.current_signal` — the step's own
+        signal, which the job's ``step_timeout`` aborts. The output must be JSON-serialisable, and
+        the value returned is the stored JSON (a tuple comes back a list, on the first run as on replay),
+        except that a secret object comes back as itself. An output that holds a secret is stored sealed.
+        An ``async def`` ``fn`` runs to completion here (``asgiref.sync.async_to_sync``).
+        """
+        return self._drive(self._run_flow(name, fn))  # type: ignore[no-any-return]
 
     def _sealed(self, name: str, output: Any) -> Any:
         """``output`` as it is stored: its JSON, with every secret object and every value that quotes a
@@ -197,25 +288,7 @@ class Step:
     def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
         """Suspend the run for ``duration`` without holding a process: ``step.sleep("3d")`` or
         ``step.sleep("cool-off", "3d")`` (the one-argument form names the step ``sleep:3d``)."""
-        if duration is None:
-            ms = parse_duration(name_or_duration, field="step.sleep")
-            name = f"sleep:{format_duration(ms)}"
-        else:
-            if not isinstance(name_or_duration, str):
-                raise InvariantError("step.sleep(name, duration): the name must be a string", {})
-            name = name_or_duration
-            ms = parse_duration(duration, field="step.sleep")
-        if ms < 0:
-            raise InvariantError(f"step.sleep {name!r}: a negative duration", {"step": name})
-        record = self._enter(name)
-        now = self._clock.now_ms()
-        if record is None:
-            wake = now + ms
-            self._persist(self._record(name, "sleeping", wake_at_ms=wake))
-        else:
-            wake = record.wake_at_ms or now
-        if now < wake:
-            raise StepSuspension(name, wake, "sleep")
+        self._drive(self._sleep_flow(name_or_duration, duration))
 
     # -- step.wait_for_event -------------------------------------------------------------------
 
@@ -236,40 +309,80 @@ class Step:
         the bus is asked once more after that clock shows the deadline passed before the wait times
         out — a worker running ahead of the database neither misses an answer nor gives up early.
         """
-        timeout_ms = parse_duration(timeout, field="wait_for_event.timeout")
-        if timeout_ms <= 0:
-            raise InvariantError(f"wait_for_event {name!r}: timeout must be positive", {"step": name})
-        record = self._enter(name)
-        if record is not None and record.status == "done":
-            return self._replayed(name, record.output)
-        bus = self._bus()
-        # Read the bus clock BEFORE asking: an event the ask misses was published after this instant,
-        # so a deadline this instant has passed is a timeout only once the bus was asked after it.
-        bus_now = bus.now()
-        if record is None:
-            since = bus_now
-            meta = {"event": event, "match": dict(match or {}), "since_ms": since, "deadline_ms": since + timeout_ms}
-            _json_roundtrip(name, meta)
-            record = self._record(name, "waiting", meta=meta)
-            self._persist(record)
-        since, deadline = int(record.meta["since_ms"]), int(record.meta["deadline_ms"])
-        found = bus.find(event, match, since_ms=since)
-        if found is not None:
-            data = self._sealed(name, dict(found.data))
-            done = self._record(name, "done", output=data, finished_at_ms=self._clock.now_ms(), meta=record.meta)
-            self._persist(done)
-            return self._replayed(name, data)
-        if bus_now >= deadline:
-            if required:
-                raise JobTimeoutError(
-                    f"wait_for_event {name!r}: no {event!r} event matched within {timeout_ms} ms",
-                    {"step": name, "event": event},
-                )
-            timed_out = self._record(name, "done", output=None, finished_at_ms=self._clock.now_ms(), meta=record.meta)
-            self._persist(timed_out)
-            return None
-        park = min(self._event_poll_ms, deadline - bus_now)
-        raise StepSuspension(name, self._clock.now_ms() + park, "wait")
+        return self._drive(self._wait_flow(name, event, timeout, match, required))
+
+
+class AsyncStep(Step):
+    """The step runner of an ``async def`` body: the same steps, awaited.
+
+    >>> charge = await run.step.run("charge", charge_card)   # an async def, or a plain def
+    >>> await run.step.sleep("3d")
+    >>> paid = await run.step.wait_for_event("paid", "invoice.paid", timeout="7d", match={"id": 7})
+
+    The replay, the duplicate-name rule, the sealing and the suspensions are :class:`Step`'s. The driver
+    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop; a plain
+    ``def`` step function runs through ``asgiref.sync.sync_to_async`` (thread-sensitive: where the body's
+    Django ORM runs). An async step function is a task of its own, cancelled when the step's signal aborts —
+    the job's ``step_timeout`` (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
+    """
+
+    def __init__(self, *, offload: Callable[..., Awaitable[Any]], **options: Any) -> None:
+        super().__init__(**options)
+        self._offload = offload
+
+    async def _adrive(self, flow: Flow[T]) -> T:
+        sent: Any = None
+        while True:
+            try:
+                effect = flow.send(sent)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                sent = await (self._acall_fn(effect) if isinstance(effect, _CallFn) else self._offload(effect))
+            except BaseException as exc:
+                flow.throw(exc)
+                raise  # pragma: no cover - a flow never swallows an effect's error
+
+    async def _acall_fn(self, call: _CallFn) -> Any:
+        with signal_scope(call.signal):
+            work = call.fn() if is_coroutine_callable(call.fn) else sync_to_async(call.fn)()
+            task = asyncio.ensure_future(work)  # in this context: the step's signal is its current_signal()
+        if await cancel_on_abort(call.signal, task) and task.cancelled():
+            raise call.signal.reason or JobAbortedError("the step was cancelled")
+        return task.result()
+
+    async def run(self, name: str, fn: Callable[[], Any]) -> Any:  # type: ignore[override]
+        """``await step.run(name, fn)``: :meth:`Step.run`, with ``fn`` an ``async def`` or a plain ``def``."""
+        return await self._adrive(self._run_flow(name, fn))
+
+    async def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:  # type: ignore[override]
+        """``await step.sleep("3d")``: :meth:`Step.sleep`."""
+        await self._adrive(self._sleep_flow(name_or_duration, duration))
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        timeout: Duration,
+        match: Mapping[str, Any] | None = None,
+        required: bool = False,
+    ) -> Any:
+        """``await step.wait_for_event(...)``: :meth:`Step.wait_for_event`; the bus is asked off the loop."""
+        return await self._adrive(self._wait_flow(name, event, timeout, match, required))
+
+
+class _CallFn:
+    """A flow's request to call the step's function under the step's signal."""
+
+    __slots__ = ("fn", "signal")
+
+    def __init__(self, fn: Callable[[], Any], signal: CancelSignal) -> None:
+        self.fn, self.signal = fn, signal
+
+
+Flow = Generator[Any, Any, T]
+"""A step's flow: yields a thunk (or a :class:`_CallFn`) per sync call, is sent its answer, returns the step's."""
 
 
 def _json_roundtrip(name: str, value: Any) -> Any:

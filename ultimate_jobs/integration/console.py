@@ -168,6 +168,12 @@ def driver_text(driver: JobDriver) -> str:
 
 
 def worker_start_line(worker: Any) -> str:
-    """The worker's start line: its id, driver and database, and each queue with its slots."""
-    queues = ", ".join(f"{q} ({worker.slots.get(q, 0)} slots)" for q in worker.queues)
+    """The worker's start line: its id, driver and database, and each queue with its slots (and its async
+    slots, where it runs async jobs)."""
+
+    def room(queue: str) -> str:
+        async_slots = getattr(worker, "async_slots", {}).get(queue, 0)
+        return f"{worker.slots.get(queue, 0)} slots" + (f", {async_slots} async" if async_slots else "")
+
+    queues = ", ".join(f"{q} ({room(q)})" for q in worker.queues)
     return f"worker {worker.worker_id} serving {queues} — {driver_text(worker.driver)}"

@@ -22,6 +22,7 @@ import pytest
 
 from ..drivers.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore, OperatorStore, SchedulerStore
 from .clock import FrozenClock
+from .conformance_async import AsyncJobContract
 from .conformance_backfills import BackfillContract
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
@@ -51,6 +52,7 @@ __all__ = [
     "JOB",
     "QUEUE",
     "VT",
+    "AsyncJobContract",
     "BackfillContract",
     "DriverConformance",
     "DriverFactory",
@@ -139,7 +141,13 @@ class LeaseContract:
 
 
 class DriverConformance(
-    QueueContract, OperatorContract, LeaseContract, SchedulerContract, RetentionContract, BackfillContract
+    QueueContract,
+    OperatorContract,
+    LeaseContract,
+    SchedulerContract,
+    RetentionContract,
+    BackfillContract,
+    AsyncJobContract,
 ):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 

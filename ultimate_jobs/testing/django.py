@@ -14,6 +14,7 @@ With pytest: ``pytest_plugins = ["ultimate_jobs.testing.django"]`` in ``conftest
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..core import registry
 from ..core.installed import set_job_clock, set_job_driver
 from ..drivers.memory import MemoryDriver
 from ..drivers.memory.events import MemoryEventBus
+from ..drivers.protocol import JobDriver
 from ..events import reset_event_bus, set_event_bus
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs
@@ -30,7 +32,32 @@ try:
 except ImportError:  # pytest is the [testing] extra; JobsTestCase needs none
     pytest = None  # type: ignore[assignment]
 
-__all__ = ["JobsQueue", "JobsTestCase", "jobs_queue"]
+__all__ = ["JobsQueue", "JobsTestCase", "installed_jobs", "jobs_queue"]
+
+
+@contextmanager
+def installed_jobs(clock: FrozenClock, driver: JobDriver) -> Iterator[MemoryEventBus]:
+    """Install ``clock``, ``driver`` and a fresh memory event bus process-wide for the block (yielded: the
+    bus); put the configured ones back after it and forget the jobs declared meanwhile, so a name can be
+    declared again.
+
+    >>> with installed_jobs(clock, PostgresDriver(clock=clock)) as bus:
+    ...     report = run_jobs(clock=clock)
+    """
+    bus = MemoryEventBus(clock)
+    before = {h.name for h in registry.registered()}
+    set_job_clock(clock)
+    set_job_driver(driver)
+    set_event_bus(bus)
+    try:
+        yield bus
+    finally:
+        for handle in registry.registered():
+            if handle.name not in before:
+                registry.unregister(handle.name)
+        set_job_driver(None)
+        set_job_clock(None)
+        reset_event_bus()
 
 
 @dataclass

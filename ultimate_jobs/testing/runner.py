@@ -1,5 +1,7 @@
 """``run_jobs()``: drive a queue in-process until it is idle, advancing a frozen clock through sleeps,
-backoffs and event polls. The same executor the worker uses runs every attempt."""
+backoffs and event polls. The same executor the worker uses runs every attempt — an ``async def`` body
+on an :class:`~ultimate_jobs.runtime.async_lane.AsyncLane` of the call's own, whose driver calls and
+Django ORM calls run back on the calling thread (so a test's transaction is the one they see)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..core.execute import (
+    AttemptEnv,
+    JobExecution,
+    announce_exhausted,
+    drop_exhausted_names,
+    execute_job,
+    execute_job_async,
+    find_handle,
+)
 from ..core.installed import job_clock, job_driver
 from ..drivers.protocol import JobDriver
-from ..drivers.records import MAX_JOB_PAGE, ExhaustedJob, JobFilter, JobRecord, JobState, job_cursor
+from ..drivers.records import MAX_JOB_PAGE, ClaimedJob, ExhaustedJob, JobFilter, JobRecord, JobState, job_cursor
+from ..runtime.async_lane import AsyncLane
 from .clock import FrozenClock
 
 WAITING_STATES: tuple[JobState, ...] = ("ready", "delayed", "suspended")
@@ -94,6 +105,13 @@ def run_jobs(
     ahead. On the real clock (no ``FrozenClock`` installed: a Django ``TestCase`` on the configured
     driver) it runs the jobs that are due now and returns.
 
+    Attempts run one at a time, in claim order, ``async def`` bodies too: each is awaited on one
+    :class:`~ultimate_jobs.runtime.async_lane.AsyncLane` the call starts when it meets the first and
+    stops before it returns, and everything such an attempt does synchronously — the driver's settles,
+    the body's Django ORM (``await Order.objects.aget(...)``, ``sync_to_async``) — runs on the calling
+    thread, on its connection. Call it from sync code (in an async test: ``await
+    sync_to_async(run_jobs)()``).
+
     >>> clock = FrozenClock(); driver = MemoryDriver(clock=clock); set_job_driver(driver); set_job_clock(clock)
     >>> onboard_org.enqueue({"org_id": "org-1"})
     >>> report = run_jobs(driver, clock=clock)
@@ -112,21 +130,47 @@ def run_jobs(
     drop = drop_exhausted_names()
     env = AttemptEnv(driver=driver, clock=active_clock, context=context, rng=random.Random(seed))
 
-    while len(report.executions) < max_attempts:
-        claimed = driver.claim(queues=names, limit=batch, worker_id=worker_id, drop_exhausted=drop)
-        if claimed.buried:
-            report.exhausted.extend(claimed.buried)
-            announce_exhausted(claimed.buried, context=context)
-        if claimed.jobs:
-            for job in claimed.jobs:
-                report.executions.append(execute_job(job, env))
-            continue
-        if not advance:
-            break
-        assert isinstance(active_clock, FrozenClock)
-        now = active_clock.now_ms()
-        due = _next_due(driver, names, now)
-        if due is None or due > stop_at:
-            break
-        active_clock.set(due)
+    attempts = _Attempts(env, worker_id)
+    try:
+        while len(report.executions) < max_attempts:
+            claimed = driver.claim(queues=names, limit=batch, worker_id=worker_id, drop_exhausted=drop)
+            if claimed.buried:
+                report.exhausted.extend(claimed.buried)
+                announce_exhausted(claimed.buried, context=context)
+            if claimed.jobs:
+                for job in claimed.jobs:
+                    report.executions.append(attempts.run(job))
+                continue
+            if not advance:
+                break
+            assert isinstance(active_clock, FrozenClock)
+            now = active_clock.now_ms()
+            due = _next_due(driver, names, now)
+            if due is None or due > stop_at:
+                break
+            active_clock.set(due)
+    finally:
+        attempts.close()
     return report
+
+
+class _Attempts:
+    """How ``run_jobs`` runs one attempt: a sync body in line, an async one on the call's lane."""
+
+    def __init__(self, env: AttemptEnv, worker_id: str) -> None:
+        self._env = env
+        self._name = f"{worker_id}-async"
+        self._lane: AsyncLane | None = None
+
+    def run(self, job: ClaimedJob) -> JobExecution:
+        handle = find_handle(job)
+        if handle is None or not handle.is_async:
+            return execute_job(job, self._env, handle=handle)
+        if self._lane is None:
+            self._lane = AsyncLane(name=self._name, offload_threads=1)
+        lane = self._lane
+        return lane.run_here(lambda: execute_job_async(job, self._env, lane=lane, handle=handle))
+
+    def close(self) -> None:
+        if self._lane is not None:
+            self._lane.stop(wait=False)

@@ -15,6 +15,7 @@ from ..core.clock import Clock
 from ..core.definition import JobHandle
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
+from ..defaults import DEFAULT_ASYNC_CONCURRENCY, MAX_ASYNC_CONCURRENCY
 from ..drivers.protocol import JobDriver
 from ..errors import ClaimQueuesEmptyError, InvariantError
 from ..guards.limits import LimitConfig
@@ -38,6 +39,36 @@ def _slots_for(queues: Sequence[str], concurrency: int | Mapping[str, int] | Non
     if isinstance(concurrency, int):
         return dict.fromkeys(queues, check(concurrency, "concurrency"))
     return {q: check(concurrency.get(q, JOBS_CONCURRENCY_DEFAULT), f"concurrency[{q!r}]") for q in queues}
+
+
+def _async_slots_for(queues: Sequence[str], async_concurrency: int | Mapping[str, int] | None) -> dict[str, int]:
+    """How many async jobs each queue runs at once on the worker's event loop: the declared number, else
+    :data:`~ultimate_jobs.defaults.DEFAULT_ASYNC_CONCURRENCY` on a queue an async job names and 0 on the
+    others (a queue of sync jobs claims exactly as before)."""
+
+    def check(value: object, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ASYNC_CONCURRENCY:
+            raise InvariantError(
+                f"job_worker: {where} must be a whole number from 0 to {MAX_ASYNC_CONCURRENCY}, got {value!r}",
+                {"field": "async_concurrency", "value": repr(value)},
+            )
+        return value
+
+    declared = async_queues()
+    if isinstance(async_concurrency, int):
+        return dict.fromkeys(queues, check(async_concurrency, "async_concurrency"))
+    table = async_concurrency or {}
+    return {
+        q: check(table[q], f"async_concurrency[{q!r}]")
+        if q in table
+        else (DEFAULT_ASYNC_CONCURRENCY if q in declared else 0)
+        for q in queues
+    }
+
+
+def async_queues() -> frozenset[str]:
+    """The queues a registered ``async def`` job names."""
+    return frozenset(h.queue for h in registry.registered("job") if isinstance(h, JobHandle) and h.is_async)
 
 
 def _claim_ahead_for(slots: Mapping[str, int], claim_ahead: int | Mapping[str, int] | None) -> dict[str, int]:
@@ -90,6 +121,7 @@ def job_worker(
     context: Callable[[], Any],
     queues: Sequence[str] | None = None,
     concurrency: int | Mapping[str, int] | None = None,
+    async_concurrency: int | Mapping[str, int] | None = None,
     clock: Clock | None = None,
     visibility_timeout: Duration | None = None,
     heartbeat_interval: Duration | None = None,
@@ -105,6 +137,10 @@ def job_worker(
     driver's visibility timeout (``driver.visibility_timeout_ms``; a ``visibility_timeout`` that differs
     from it is ``X_INVARIANT``) renewed every third of it, a 250 ms poll doubling to a 2 s idle ceiling (5 s while
     the driver's wake is proven; a declared ``idle_poll_max`` is the ceiling either way).
+
+    ``async_concurrency`` is how many ``async def`` jobs run at once per queue on the worker's one event
+    loop (a number for every queue, or a table): default 100 on a queue an async job names, 0 elsewhere.
+    Async runs take no thread slot; sync jobs keep the ``concurrency`` threads.
 
     ``claim_ahead`` is how many claimed jobs a queue may hold beyond its slots, so a slot that frees
     takes its next job without waiting for a claim round trip (default: four per slot, at most 64; 0
@@ -140,6 +176,7 @@ def job_worker(
         context=context,
         queues=names,
         slots=slots,
+        async_slots=_async_slots_for(names, async_concurrency),
         claim_ahead=_claim_ahead_for(slots, claim_ahead),
         clock=clock or job_clock(),
         visibility_timeout_ms=visibility_ms,

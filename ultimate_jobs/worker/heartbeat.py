@@ -31,6 +31,7 @@ class LeaseRenewal:
     clock: Clock
     queues: tuple[str, ...]
     slots: dict[str, int]
+    async_slots: dict[str, int]
     heartbeat_interval_ms: int
     _started_ms: int
     _recorded_ms: int
@@ -79,7 +80,7 @@ class LeaseRenewal:
             pid=os.getpid(),
             started_at_ms=self._started_ms,
             queues=self.queues,
-            slots=sum(self.slots.values()),
+            slots=sum(self.slots.values()) + sum(self.async_slots.values()),  # threads plus async runs
             in_flight=tuple(f.job.id for f in self.in_flight()),
             heartbeat_at_ms=self.clock.now_ms(),
         )

@@ -1,9 +1,12 @@
-"""The worker: claim work for its queues, run each job in a slot, keep every lease alive, stop bodies on
-deadlines, and drain in two phases on SIGTERM/SIGINT.
+"""The worker: claim work for its queues, run each job in a slot — a thread of its queue's pool for a sync
+body, a task on the process's one event loop (:class:`~ultimate_jobs.runtime.async_lane.AsyncLane`) for an
+``async def`` body — keep every lease alive, stop bodies on deadlines, and drain in two phases on
+SIGTERM/SIGINT.
 
 Its lifecycle and its loop are every role's (:class:`ultimate_jobs.runtime.polling.PollingRole`); its heartbeat and
 registry row live in :mod:`.heartbeat`, its options and defaults in :mod:`.build` (``job_worker()``),
-and this module keeps the claim pass, dispatch into slots, the claim-ahead buffer and accounting.
+and this module keeps the claim pass, dispatch into slots, the claim-ahead buffer and accounting; the
+loop's watchdog lives in :mod:`.watchdog`.
 :meth:`JobWorker.run_once` — one pass — is what tests drive directly.
 """
 
@@ -22,13 +25,21 @@ from ..core import registry
 from ..core.attempt import completion_settled
 from ..core.clock import Clock, SystemClock, Timer
 from ..core.definition import JobHandle
-from ..core.execute import AttemptEnv, JobExecution, announce_exhausted, drop_exhausted_names, execute_job
+from ..core.execute import (
+    AttemptEnv,
+    JobExecution,
+    announce_exhausted,
+    drop_exhausted_names,
+    execute_job,
+    execute_job_async,
+)
 from ..core.logs import log_event
 from ..core.signals import CancelSignal
 from ..drivers.protocol import JobDriver
 from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError
 from ..guards.limits import LimitConfig, Limiter
+from ..runtime.async_lane import AsyncLane
 from ..runtime.counters import count_outcome, prime_counters
 from ..runtime.dbconn import release_stale_connections
 from ..runtime.polling import Pass, PollingRole
@@ -36,6 +47,7 @@ from .acks import SettleBuffer
 from .heartbeat import LeaseRenewal
 from .inflight import InFlight, hooks_for
 from .pool import SlotPool
+from .watchdog import LOOP_STALL_MS, LoopWatchdog
 
 # Claim ahead only for short jobs: a buffered job waits for a slot, and behind long bodies another worker
 # could have started it at once. Past this average duration a queue claims for its free slots only.
@@ -43,6 +55,9 @@ CLAIM_AHEAD_SHORT_JOB_MS = 50
 SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
 HANDBACK_TIMER_WINDOW_MS = 60_000
+ASYNC_ASK_START = 32  # a queue of both kinds asks this much async room at first; it doubles while filled
+ASYNC_REFUSED_RECHECK_MS = 60_000  # an async row on a queue this worker runs no async job on is offered again then
+LANE_STOP_S = 2.0  # how long the drain's end waits for the event loop's tasks to unwind (+1 s for the loop itself)
 
 
 @dataclass(slots=True)
@@ -60,6 +75,9 @@ class WorkerStats:
     shed: int = 0
     leases_lost: int = 0
     abandoned: int = 0
+    returned: int = 0
+    """Sync rows a claim took beyond the queue's free threads (its room was async capacity), handed back
+    to ready at once, uncounted."""
 
 
 _STAT_BY_OUTCOME = {
@@ -86,6 +104,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         queues: Sequence[str],
         slots: Mapping[str, int],
         claim_ahead: Mapping[str, int],
+        async_slots: Mapping[str, int] | None = None,
         clock: Clock,
         visibility_timeout_ms: int,
         heartbeat_interval_ms: int,
@@ -99,6 +118,8 @@ class JobWorker(LeaseRenewal, PollingRole):
         self.context = context
         self.queues = tuple(queues)
         self.slots = dict(slots)
+        self.async_slots = {q: (async_slots or {}).get(q, 0) for q in self.queues}
+        self.loop_stall_ms = LOOP_STALL_MS
         self.claim_ahead = dict(claim_ahead)
         self.clock = clock
         self.visibility_timeout_ms = visibility_timeout_ms
@@ -127,6 +148,11 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._settling = 0  # completions whose slot moved on before their settle landed
         self._avg_ms: dict[str, float] = dict.fromkeys(self.queues, 0.0)  # recent attempt duration, per queue
         self._pools: dict[str, SlotPool[InFlight]] = {}
+        self._async_busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # async runs in flight, per queue
+        self._async_ask: dict[str, int] = dict(self.async_slots)  # what a claim asks of the async room (mixed queues)
+        self._sync_served: frozenset[str] = frozenset()  # queues a sync job (or no job of ours) may come from
+        self._lane: AsyncLane | None = None
+        self._watchdog: LoopWatchdog | None = None
         self._started_ms = 0
         self._timers: list[Timer] = []
         self._handbacks: set[Timer] = set()
@@ -163,6 +189,17 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._drop = drop_exhausted_names()
         prime_counters(self.queues)
         self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}", run=self._execute) for q in self.queues}
+        self._sync_served = frozenset(q for q in self.queues if q not in _only_async(handles))
+        for queue in self._sync_served:  # a queue of both kinds starts small: see _adapt_async_ask
+            self._async_ask[queue] = min(self.async_slots[queue], ASYNC_ASK_START)
+        for queue in sorted({h.queue for h in handles if h.is_async} & set(self.queues)):
+            if not self.async_slots[queue]:
+                log_event(logging.WARNING, "jobs.worker.async-disabled", queue=queue, worker_id=self.worker_id)
+        if any(self.async_slots.values()):
+            self._lane = AsyncLane(name=f"jobs-async-{self.worker_id}")
+            self._lane.start()
+            self._watchdog = LoopWatchdog(self._lane, worker=self, stall_ms=self.loop_stall_ms)
+            self._watchdog.start()
         self._started_ms = self.clock.now_ms()
         self._record_worker()
         if isinstance(self.clock, SystemClock):
@@ -171,7 +208,14 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._timers.append(self.clock.every(self.heartbeat_interval_ms, self._heartbeat))
         if self.driver.supports_wake:
             self._unsubscribe = self.driver.subscribe(self._on_wake)
-        log_event(logging.INFO, "jobs.worker.started", worker_id=self.worker_id, queues=self.queues, slots=self.slots)
+        log_event(
+            logging.INFO,
+            "jobs.worker.started",
+            worker_id=self.worker_id,
+            queues=self.queues,
+            slots=self.slots,
+            async_slots=self.async_slots,
+        )
 
     def _on_accept(self, reason: str) -> dict[str, Any]:
         """Abort every held job's signal with ``X_DRAINING``, so a body that unwinds is interrupted — back
@@ -217,6 +261,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._join_loop()
         for pool in self._pools.values():
             pool.shutdown(wait=finished)
+        self._stop_lane(finished)
         if not self._acks.close():
             log_event(logging.ERROR, "jobs.worker.settle-flush-timeout", worker_id=self.worker_id)
         self._beat_stop.set()
@@ -225,6 +270,25 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._beat_thread.join(timeout=5)
         self.driver.remove_worker(self.worker_id)
         self.driver.close()
+
+    def _stop_lane(self, finished: bool) -> None:
+        """Stop the watchdog, then the event loop: when the jobs finished it has nothing left to run; when
+        the drain gave up on some, their tasks are cancelled (their leases lapse, as for an abandoned
+        thread's body). The stop is waited for :data:`LANE_STOP_S` at most, on a thread of its own: a body
+        that holds the loop and ignores its cancel cannot keep the process alive (the loop's thread is a
+        daemon, as the slots' are) — it is logged ``jobs.worker.loop-abandoned``."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        lane = self._lane
+        if lane is None:
+            return
+        stopper = threading.Thread(
+            target=partial(lane.stop, wait=finished, timeout=LANE_STOP_S), name="jobs-async-stop", daemon=True
+        )
+        stopper.start()
+        stopper.join(LANE_STOP_S + 1)
+        if stopper.is_alive():
+            log_event(logging.ERROR, "jobs.worker.loop-abandoned", worker_id=self.worker_id, tasks=lane.running())
 
     # -- the claim loop ------------------------------------------------------------------------
 
@@ -242,9 +306,10 @@ class JobWorker(LeaseRenewal, PollingRole):
 
     def _one_pass(self) -> Pass:
         with self._lock:
-            if self._settling > SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
+            if self._settling > self._settle_backlog():
                 return Pass()  # the settle buffer is behind: claim again once it caught up (it kicks)
-            free = {q: room for q in self.queues if (room := self._room(q)) > 0}
+            rooms = {q: (self._sync_room(q), self._async_room(q)) for q in self.queues}
+        free = {q: sync + other for q, (sync, other) in rooms.items() if sync + other > 0}
         if not free:
             return Pass()
         record = self._registry_row_due(after_ms=self.heartbeat_interval_ms)
@@ -261,8 +326,70 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._recorded_ms = record.heartbeat_at_ms
         if claimed.buried:
             announce_exhausted(claimed.buried, context=self.context)
-        dispatched = sum(self._dispatch(job) for job in claimed.jobs)
+        dispatched = self._dispatch_claimed(claimed.jobs, rooms)
         return Pass(done=dispatched, worked=dispatched > 0)
+
+    def _settle_backlog(self) -> int:
+        return SETTLE_BACKLOG_PER_SLOT * (sum(self.slots.values()) + sum(self.async_slots.values()))
+
+    def _sync_room(self, queue: str) -> int:
+        """The thread room a claim asks for (caller holds the lock): none on a queue only async jobs name."""
+        return self._room(queue) if queue in self._sync_served else 0
+
+    def _async_room(self, queue: str) -> int:
+        """The async room a claim asks for (caller holds the lock): the free async slots, capped on a queue
+        of both kinds by what recent claims there used (:meth:`_adapt_async_ask`)."""
+        free = self.async_slots[queue] - self._async_busy[queue]
+        return max(0, min(free, self._async_ask[queue]))
+
+    def _dispatch_claimed(self, jobs: Sequence[ClaimedJob], rooms: Mapping[str, tuple[int, int]]) -> int:
+        """Dispatch one claim's rows by the kind of their job: an async one to the event loop, a sync one
+        to its queue's threads — up to the thread room the claim asked for. A sync row past that room
+        came in on async capacity: it goes back to ready at once, uncounted, rather than wait in this
+        worker behind busy threads while another worker has one free. Answers how many were dispatched."""
+        sync_taken: dict[str, int] = {}
+        returned: dict[str, int] = {}
+        async_taken: dict[str, int] = {}
+        dispatched = 0
+        for job in jobs:
+            handle = registry.lookup(job.name)
+            if isinstance(handle, JobHandle) and handle.is_async:
+                async_taken[job.queue] = async_taken.get(job.queue, 0) + 1
+                dispatched += self._dispatch(job, handle)
+                continue
+            if isinstance(handle, JobHandle) and sync_taken.get(job.queue, 0) >= rooms[job.queue][0]:
+                returned[job.queue] = returned.get(job.queue, 0) + 1
+                self._return(job)
+                with self._lock:  # a sync job enqueued onto an async-only queue: ask for threads there too
+                    self._sync_served |= {job.queue}
+                continue
+            sync_taken[job.queue] = sync_taken.get(job.queue, 0) + 1
+            dispatched += self._dispatch(job, None)
+        for queue, (_, asked) in rooms.items():
+            if asked:
+                used, back = async_taken.get(queue, 0), returned.get(queue, 0)
+                self._adapt_async_ask(queue, asked=asked, used=used, returned=back)
+        return dispatched
+
+    def _adapt_async_ask(self, queue: str, *, asked: int, used: int, returned: int) -> None:
+        """A queue of both kinds: the async room a claim asks for halves whenever sync rows came back on
+        it (they were handed back), and doubles — up to the queue's async slots — whenever async rows
+        filled it. A sync backlog thus costs a few hand-backs, not one per async slot every pass."""
+        with self._lock:
+            if returned:
+                self._async_ask[queue] = max(1, asked // 2)
+            elif used >= asked:
+                self._async_ask[queue] = min(self.async_slots[queue], max(1, self._async_ask[queue]) * 2)
+
+    def _return(self, job: ClaimedJob) -> None:
+        """Hand a claimed sync row that has no thread room back to ready at once, uncounted."""
+        self.stats.claimed += 1
+        self.stats.returned += 1
+        options = NackOptions(count_attempt=False, run_at_ms=self.clock.now_ms())
+        try:
+            self.driver.nack(job.id, job.ref, options)
+        except Exception as exc:  # the lease lapses and the queue redelivers
+            log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=job.id)
 
     def _room(self, queue: str) -> int:
         """How many jobs a claim takes for ``queue`` now (caller holds the lock): free slots, plus the
@@ -276,10 +403,11 @@ class JobWorker(LeaseRenewal, PollingRole):
             return 0
         return room
 
-    def _dispatch(self, job: ClaimedJob) -> int:
-        """Hand a claimed job to its queue's slots: a free slot starts it, or it waits in the claim-ahead
-        buffer (its lease renewed with the others') until one frees. A job over a process-local limit is
-        shed: back to the queue uncounted, due after one poll. Answers 1 when dispatched."""
+    def _dispatch(self, job: ClaimedJob, handle: JobHandle[Any, Any] | None) -> int:
+        """Hand a claimed job to its slot: an async job (``handle``) to the event loop at once; a sync one
+        to its queue's threads, where a free thread starts it or it waits in the claim-ahead buffer (its
+        lease renewed with the others') until one frees. A job over a process-local limit is shed: back to
+        the queue uncounted, due after one poll. Answers 1 when dispatched."""
         self.stats.claimed += 1
         if not self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
             self.stats.shed += 1
@@ -294,8 +422,25 @@ class JobWorker(LeaseRenewal, PollingRole):
                     JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id})
                 )
             self._flights[job.claim] = flight
-            self._occupied[job.queue] += 1
-        self._pools[job.queue].submit(flight)
+            if handle is None:
+                self._occupied[job.queue] += 1
+            else:
+                self._async_busy[job.queue] += 1
+        if handle is None:
+            self._pools[job.queue].submit(flight)
+            return 1
+        lane = self._lane if self.async_slots[job.queue] else None
+        try:
+            if lane is None:
+                raise RuntimeError(f"queue {job.queue} runs no async job here (its async concurrency is 0)")
+            lane.submit(partial(self._execute_async, lane, flight, handle))
+        except Exception as exc:  # no loop to run it on (stopped, or none): back to ready, uncounted
+            log_event(logging.WARNING, "jobs.worker.async-refused", error=repr(exc), **flight.fields())
+            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            with self._lock:
+                self._async_busy[job.queue] -= 1
+            # no loop at all (async concurrency 0 here): offer it again later, to a worker that runs it
+            self._return_flight(flight, after_ms=ASYNC_REFUSED_RECHECK_MS if lane is None else 0)
         return 1
 
     def _execute(self, flight: InFlight) -> None:
@@ -308,14 +453,35 @@ class JobWorker(LeaseRenewal, PollingRole):
         finally:
             release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-        # the slot is free now; a completion left to the buffer keeps its flight (and lease) until it lands
+        self._slot_freed(flight, execution, self._occupied)
+
+    async def _execute_async(self, lane: AsyncLane, flight: InFlight, handle: JobHandle[Any, Any]) -> None:
+        """One async attempt, as a task on the event loop: the executor offloads every driver call, so
+        this task never blocks the loop on the database. A task cancelled under it (the lane stopping past
+        the drain deadline) still frees its slot; its row's lease lapses, as an abandoned thread's does."""
+        job = flight.job
+        execution: JobExecution | None = None
+        try:
+            execution = await execute_job_async(
+                job, self._env, lane=lane, signal=flight.signal, hooks=hooks_for(flight), handle=handle
+            )
+        except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
+            log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
+        finally:
+            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            self._slot_freed(flight, execution, self._async_busy)
+
+    def _slot_freed(self, flight: InFlight, execution: JobExecution | None, busy: dict[str, int]) -> None:
+        """The attempt left its slot (a thread's, or the loop's: ``busy`` is that kind's count); a completion
+        left to the settle buffer keeps its flight (and lease) until it lands."""
+        queue = flight.job.queue
         if execution is None or execution.completion is None:
             with self._lock:
-                self._occupied[job.queue] -= 1
+                busy[queue] -= 1
             self._finish(flight, execution)
         else:
             with self._lock:
-                self._occupied[job.queue] -= 1
+                busy[queue] -= 1
                 self._settling += 1
             self._acks.ack_later(execution.completion, then=partial(self._settled, flight, execution))
         self.kick()  # a slot came free: refill it at once
@@ -327,7 +493,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._settling -= 1
             backlog = self._settling
         self._finish(flight, execution)
-        if backlog == SETTLE_BACKLOG_PER_SLOT * sum(self.slots.values()):
+        if backlog == self._settle_backlog():
             self.kick()  # the claim loop may have paused for the backlog
 
     def _finish(self, flight: InFlight, execution: JobExecution | None) -> None:
@@ -346,23 +512,28 @@ class JobWorker(LeaseRenewal, PollingRole):
         once, the attempt uncounted (like an interrupted one); they never started."""
         for pool in self._pools.values():
             for flight in pool.take_queued():
-                job = flight.job
-                reason = flight.signal.reason
-                options = NackOptions(
-                    error=None if reason is None else reason.message,
-                    code=None if reason is None else reason.code,
-                    count_attempt=False,
-                    run_at_ms=self.clock.now_ms(),
-                )
-                try:
-                    self.driver.nack(job.id, job.ref, options)
-                except Exception as exc:  # the lease lapses and the queue redelivers
-                    log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=job.id)
-                self.stats.interrupted += 1
-                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+                self._limiter.release(queue=flight.job.queue, tenant_id=flight.job.tenant_id)
                 with self._lock:
-                    self._occupied[job.queue] -= 1
-                self._finish(flight, None)
+                    self._occupied[flight.job.queue] -= 1
+                self._return_flight(flight)
+
+    def _return_flight(self, flight: InFlight, *, after_ms: int = 0) -> None:
+        """A dispatched job that never started goes back to ready — at once, or due ``after_ms`` from now —
+        uncounted (as an interrupted one), carrying its signal's reason; the flight ends."""
+        job = flight.job
+        reason = flight.signal.reason
+        options = NackOptions(
+            error=None if reason is None else reason.message,
+            code=None if reason is None else reason.code,
+            count_attempt=False,
+            run_at_ms=self.clock.now_ms() + after_ms,
+        )
+        try:
+            self.driver.nack(job.id, job.ref, options)
+        except Exception as exc:  # the lease lapses and the queue redelivers
+            log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=job.id)
+        self.stats.interrupted += 1
+        self._finish(flight, None)
 
     def _account(self, execution: JobExecution) -> None:
         stat = _STAT_BY_OUTCOME.get(execution.outcome or "")
@@ -409,3 +580,12 @@ class JobWorker(LeaseRenewal, PollingRole):
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
         with self._lock:
             return self._lock.wait_for(lambda: not self._flights, timeout)
+
+
+def _only_async(handles: Sequence[JobHandle[Any, Any]]) -> frozenset[str]:
+    """The queues every registered job of which is ``async def`` — and that no ``django.tasks`` backend
+    serves: a claim there asks for async room only."""
+    kinds: dict[str, set[bool]] = {}
+    for handle in handles:
+        kinds.setdefault(handle.queue, set()).add(handle.is_async)
+    return frozenset(q for q, k in kinds.items() if k == {True}) - registry.source_queues()

@@ -1,7 +1,7 @@
 """``jobs_worker --processes N``: one supervisor over N worker processes, so one command uses every core.
 
 Each child is ``manage.py jobs_worker`` run again — the same interpreter, script (or ``-m django``),
-settings, queues, concurrency and drain deadline, without ``--processes`` — so it is a normal worker
+settings, queues, concurrency, async concurrency and drain deadline, without ``--processes`` — so it is a normal worker
 with its own slots, heartbeat and two-phase drain. The supervisor:
 
 - starts a replacement for a child that exits on its own: at once after a recycle
@@ -79,6 +79,8 @@ def child_argv(options: Mapping[str, Any], *, prefix: Sequence[str], slot: int, 
             argv += [flag, str(options[dest])]
     for value in options.get("concurrency") or ():
         argv += ["--concurrency", value]
+    for value in options.get("async_concurrency") or ():
+        argv += ["--async-concurrency", value]
     if options.get("metrics_port") is not None:
         argv += ["--metrics-port", str(int(options["metrics_port"]) + slot)]
     argv += [flag for dest, flag in _PASSED_ON_SWITCHES if options.get(dest)]

@@ -52,6 +52,7 @@ class Command(RoleCommand):
         worker = worker_from_settings(
             queues=[q for q in options["queues"].split(",") if q] if options["queues"] else None,
             concurrency=parse_concurrency(options["concurrency"]),
+            async_concurrency=parse_concurrency(options["async_concurrency"], flag="--async-concurrency"),
             drain_deadline=deadline_ms,
         )
         # The worker closes the shared driver, so it goes last: the scheduler's round and the relay's

@@ -58,6 +58,7 @@ class Command(RoleCommand):
         worker = worker_from_settings(
             queues=queues,
             concurrency=concurrency,
+            async_concurrency=parse_concurrency(options["async_concurrency"], flag="--async-concurrency"),
             drain_deadline=options["drain_deadline"],
         )
         if options["metrics_port"] is not None:
