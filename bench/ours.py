@@ -198,6 +198,11 @@ def io_enqueue(body: str, variant: str, n: int, size: int) -> None:
         raise RuntimeError(f"ours {body} {variant}: {tail}")
 
 
+def io_reruns(conn: psycopg.Connection[Any], name: str) -> int:
+    """Attempts beyond the first over the drain's jobs (each failed attempt the default retry policy re-ran)."""
+    return int(scalar(conn, "select coalesce(sum(attempts - 1), 0) from x_jobs where name = %s", (name,)))
+
+
 def io_worker_argv(body: str, variant: str, plan: Plan) -> list[str]:
     """``async``: the async bodies' queue at ``--async-concurrency QUEUE=plan.io_in_flight``; ``syncN``: the
     sync bodies' queue at ``--concurrency N``."""
@@ -255,6 +260,7 @@ def subject() -> Subject:
             worker_argv=io_worker_argv,
             unavailable=io_unavailable,
             worker_env=IO_ENV,
+            reruns=io_reruns,
         ),
     )
 

@@ -86,6 +86,9 @@ class IoSpec:
     worker_argv: Callable[[str, str, Plan], list[str]]  # (body, variant, plan) -> argv of one worker process
     unavailable: Callable[[str], str | None] = lambda variant: None  # why a variant cannot run on this checkout
     worker_env: dict[str, str] = field(default_factory=dict)
+    # (conn, name) -> attempts beyond the first over the drain's jobs, for a library that retries a failed
+    # attempt on its own (ours: its default retry policy); the peers run no retries, so a failure fails the count
+    reruns: Callable[[Any, str], int] | None = None
 
 
 SUBJECT_FUNCTIONS = (
@@ -211,7 +214,8 @@ def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> 
     its own row of ``bench_rows``), loaded into a fresh database (with rows 1..n) in batches of
     ``plan.preload_batch`` and vacuumed, then one worker process spawned. Figures as for a drain ('steady'
     from the library's own completion stamps, 'from spawn' from the spawn to nothing pending), and the
-    worker's peak ``VmRSS`` over the middle 80% of the completions (sampled every 100 ms)."""
+    worker's peak ``VmRSS`` over the middle 80% of the completions (sampled every 100 ms); for a library that
+    retries on its own, how many attempts were re-runs (a figure measured through failures says so)."""
     io = subject.io
     body, variant, key = params["body"], params["variant"], io_key(params)
     if io is None or variant_kind(variant) not in io.variants:
@@ -238,14 +242,18 @@ def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> 
     with connect(subject.database) as conn:
         first, last = subject.completion_span(conn, name)
         written = io_rows_written(conn)
+        reruns = io.reruns(conn, name) if io.reruns else None
     if body == "orm" and written != n:
         raise RuntimeError(f"{subject.name}: {written} of {n} rows written by the orm bodies")
     margin = (last - first) * 0.1
-    return {
+    out = {
         f"{key}_steady": (n - 1) / (last - first) if last > first else float("nan"),
         f"{key}_spawn": n / (seen - t0),
         f"{key}_rss_kb": sampler.peak_between(first + margin, last - margin),
     }
+    if reruns is not None:
+        out[f"{key}_reruns"] = float(reruns)
+    return out
 
 
 def case_latency(subject: Subject, plan: Plan, log: Path, *, kind: str = "probe") -> Figures:

@@ -68,12 +68,14 @@ def io_rows(plan: Plan) -> list[Row]:
             Row(f"io_{body}_async_steady", f"{what}: async, {flight}, steady", "jobs/s", True),
             Row(f"io_{body}_async_spawn", f"{what}: async, {flight}, from spawn", "jobs/s", True),
             Row(f"io_{body}_async_rss_kb", f"{what}: async, worker RSS at {flight}", "MiB", False),
+            Row(f"io_{body}_async_reruns", f"{what}: async, attempts re-run after a failure", "attempts", False),
         ]
         for slots in plan.io_sync_slots:
             sync = f"{what}: ours sync --concurrency {slots}"
             out += [
                 Row(f"io_{body}_sync{slots}_steady", f"{sync}, steady", "jobs/s", True),
                 Row(f"io_{body}_sync{slots}_rss_kb", f"{sync}, worker RSS", "MiB", False),
+                Row(f"io_{body}_sync{slots}_reruns", f"{sync}, attempts re-run after a failure", "attempts", False),
             ]
         out += [
             Row(f"io_{body}_async_over_sync{slots}", f"{what}: ours async / ours sync at {slots}", "ratio", True)
