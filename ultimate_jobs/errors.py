@@ -43,9 +43,10 @@ class CodedError(UltimateError):
 # One class per error, each with its stable code string. Classes that share a code
 # (JobDuplicateError / JobNameTakenError) stay distinct for ``isinstance`` inside one process.
 class AsyncUnsupportedError(CodedError):
-    """An ``async def`` (or an object or partial that calls one) handed where job code runs: a body, a step, a
-    hook, a factory's callable. Async job code is not supported yet; write a plain def or wrap it in
-    ``asgiref.sync.async_to_sync``."""
+    """An ``async def`` (or an object or partial that calls one) handed where nothing awaits it — the key and
+    tenant functions, ``concurrency.key``, the context factory, ``cross_tenant``, a signal's callback, a
+    factory's callable — or an async generator function anywhere (a body, a step, ``on_settled`` may be
+    ``async def``). Write a plain def or wrap it in ``asgiref.sync.async_to_sync``."""
 
     default_code = "X_JOB_ASYNC_UNSUPPORTED"
 

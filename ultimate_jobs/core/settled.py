@@ -63,7 +63,7 @@ async def arun_on_settled(
     if hook is None:
         return None
     if not is_coroutine_callable(hook):
-        return await offload(run_on_settled, handle, settled, tenant_id, scrub_text=scrub_text)  # type: ignore[no-any-return]
+        return await offload(partial(run_on_settled, scrub_text=scrub_text), handle, settled, tenant_id)  # type: ignore[no-any-return]
     last: Exception | None = None
     for _ in range(ON_SETTLED_ATTEMPTS):
         try:

@@ -143,17 +143,15 @@ class Step:
     # Step runs the calls in line; AsyncStep awaits them (the thunks on the lane's offload threads).
 
     def _drive(self, flow: Flow[T]) -> T:
-        sent: Any = None
-        while True:
+        finished, value = _advance(flow)
+        while not finished:
             try:
-                effect = flow.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                sent = self._call_fn(effect) if isinstance(effect, _CallFn) else effect()
+                answer = self._call_fn(value) if isinstance(value, _CallFn) else value()
             except BaseException as exc:
-                flow.throw(exc)  # the flow's except/finally see it; what it raises propagates
-                raise  # pragma: no cover - a flow never swallows an effect's error
+                finished, value = _advance(flow, error=exc)
+            else:
+                finished, value = _advance(flow, answer)
+        return value  # type: ignore[no-any-return]
 
     def _call_fn(self, call: _CallFn) -> Any:
         with signal_scope(call.signal):
@@ -320,10 +318,12 @@ class AsyncStep(Step):
     >>> paid = await run.step.wait_for_event("paid", "invoice.paid", timeout="7d", match={"id": 7})
 
     The replay, the duplicate-name rule, the sealing and the suspensions are :class:`Step`'s. The driver
-    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop; a plain
-    ``def`` step function runs through ``asgiref.sync.sync_to_async`` (thread-sensitive: where the body's
-    Django ORM runs). An async step function is a task of its own, cancelled when the step's signal aborts —
-    the job's ``step_timeout`` (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
+    and event-bus calls run on the lane's offload threads (``offload``), never on the event loop. A plain
+    ``def`` step function runs through ``asgiref.sync.sync_to_async``, thread-sensitive: on the thread the
+    body's Django ORM uses, one per lane — a long blocking call there holds up every async body's ORM, so
+    make it async, or hand it over with ``sync_to_async(fn, thread_sensitive=False)``. An async step
+    function is a task of its own, cancelled when the step's signal aborts: the job's ``step_timeout``
+    (the step raises ``X_JOB_TIMEOUT``), or the run's cancel.
     """
 
     def __init__(self, *, offload: Callable[..., Awaitable[Any]], **options: Any) -> None:
@@ -331,17 +331,15 @@ class AsyncStep(Step):
         self._offload = offload
 
     async def _adrive(self, flow: Flow[T]) -> T:
-        sent: Any = None
-        while True:
+        finished, value = _advance(flow)
+        while not finished:
             try:
-                effect = flow.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                sent = await (self._acall_fn(effect) if isinstance(effect, _CallFn) else self._offload(effect))
+                answer = await (self._acall_fn(value) if isinstance(value, _CallFn) else self._offload(value))
             except BaseException as exc:
-                flow.throw(exc)
-                raise  # pragma: no cover - a flow never swallows an effect's error
+                finished, value = _advance(flow, error=exc)
+            else:
+                finished, value = _advance(flow, answer)
+        return value  # type: ignore[no-any-return]
 
     async def _acall_fn(self, call: _CallFn) -> Any:
         with signal_scope(call.signal):
@@ -379,6 +377,16 @@ class _CallFn:
 
     def __init__(self, fn: Callable[[], Any], signal: CancelSignal) -> None:
         self.fn, self.signal = fn, signal
+
+
+def _advance(flow: Flow[Any], answer: Any = None, *, error: BaseException | None = None) -> tuple[bool, Any]:
+    """Send a flow the answer to its last call (or throw it the call's error: its except and finally see it,
+    and what it raises propagates): ``(True, the step's value)`` once it returned, else ``(False, its next
+    call)``."""
+    try:
+        return False, (flow.throw(error) if error is not None else flow.send(answer))
+    except StopIteration as done:
+        return True, done.value
 
 
 Flow = Generator[Any, Any, T]

@@ -441,6 +441,7 @@ class JobWorker(LeaseRenewal, PollingRole):
                 self._async_busy[job.queue] -= 1
             # no loop at all (async concurrency 0 here): offer it again later, to a worker that runs it
             self._return_flight(flight, after_ms=ASYNC_REFUSED_RECHECK_MS if lane is None else 0)
+            return 0
         return 1
 
     def _execute(self, flight: InFlight) -> None:
