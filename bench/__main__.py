@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
-from bench.plan import CASES, EXTRAS, Plan, build_plan
+from bench.plan import CASES, EXTRAS, Plan, build_plan, variant_kind
 from bench.redis_bench import redis_table, run_redis_comparison
 from bench.report import LIBRARIES, header_text, machine, notes_text, summarize, table, write_json
 
@@ -58,6 +58,13 @@ def ours_library(plan: Plan, log: Path) -> Library:
     return local_library(ours.subject(), ours.prepare_ours, ours.run_case, plan, log)
 
 
+def takes_part(lib: Library, case: str, params: dict[str, Any]) -> bool:
+    """Whether ``lib`` runs this work item: the case is one of its own (and, for io, so is the variant)."""
+    if case not in lib.info.get("cases", ()):
+        return False
+    return case != "io" or variant_kind(params["variant"]) in lib.info.get("io_variants", ())
+
+
 def sqlite_library(plan: Plan, log: Path) -> Library:
     """ultimate_jobs on the SQLite driver: one file, one worker process (bench/sqlite.py)."""
     from bench import ours, sqlite
@@ -83,7 +90,12 @@ def local_library(sub: Any, prepare: Callable[[Any], None], run: Callable[..., A
         name=sub.name,
         prepare=lambda: prepare(sub),
         run_case=lambda case, params: run(sub, case, params, plan, log),
-        info={"version": sub.version, "notes": sub.notes, "cases": list(sub.cases)},
+        info={
+            "version": sub.version,
+            "notes": sub.notes,
+            "cases": list(sub.cases),
+            "io_variants": list(sub.io.variants) if sub.io else [],
+        },
     )
 
 
@@ -139,6 +151,8 @@ def work_items(plan: Plan, repetition: int) -> list[tuple[str, dict[str, Any]]]:
             continue
         if case == "drain":
             items.extend(("drain", dict(config)) for config in plan.drain_configs())
+        elif case == "io":
+            items.extend(("io", dict(config)) for config in plan.io_configs())
         else:
             items.append((case, {}))
     return items
@@ -166,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     for repetition in range(plan.runs):
         for case, params in work_items(plan, repetition):
             for lib in libraries:
-                if case not in lib.info.get("cases", ()):
+                if not takes_part(lib, case, params):
                     continue
                 label = f"{case} {params}" if params else case
                 progress(f"repetition {repetition + 1}/{plan.runs}: {lib.name}: {label}")

@@ -5,7 +5,8 @@ idle scheduler.
 Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
 ``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
 ``job_driver().enqueue_many`` over ``handle.build_request``); a worker process is literally
-``python manage.py jobs_worker --quiet --concurrency S`` under the same settings.
+``python manage.py jobs_worker --quiet --concurrency S`` under the same settings (the io case's under
+``bench.settings_io``, which adds its jobs).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from bench.common import (
 from bench.plan import Plan
 from bench.procedure import (
     Figures,
+    IoSpec,
     Subject,
     load_backlog,
     module_subject,
@@ -149,7 +151,7 @@ class ProbeSender:
         close_connections()
 
 
-def pending(conn: psycopg.Connection[Any]) -> bool:
+def pending(conn: psycopg.Connection[Any], name: str = NOOP) -> bool:
     """Two probes, each on a partial index (x_jobs_claim_idx, x_jobs_lease_idx), so the poll costs the
     same over a million finished rows as over none."""
     return bool(
@@ -157,22 +159,70 @@ def pending(conn: psycopg.Connection[Any]) -> bool:
             conn,
             "select exists (select 1 from x_jobs where state in ('ready', 'delayed', 'suspended') and name = %(n)s)"
             " or exists (select 1 from x_jobs where state = 'running' and name = %(n)s)",
-            {"n": NOOP},
+            {"n": name},
         )
     )
 
 
-def finished(conn: psycopg.Connection[Any]) -> int:
-    return int(scalar(conn, "select count(*) from x_jobs where name = %s and state = 'done'", (NOOP,)))
+def finished(conn: psycopg.Connection[Any], name: str = NOOP) -> int:
+    return int(scalar(conn, "select count(*) from x_jobs where name = %s and state = 'done'", (name,)))
 
 
-def completion_span(conn: psycopg.Connection[Any]) -> tuple[float, float]:
-    return time_span(conn, "finished_at", "from x_jobs where name = %s and state = 'done'", (NOOP,))
+def completion_span(conn: psycopg.Connection[Any], name: str = NOOP) -> tuple[float, float]:
+    return time_span(conn, "finished_at", "from x_jobs where name = %s and state = 'done'", (name,))
 
 
 def worker_argv(slots: int) -> list[str]:
     # --quiet: the bench times the queue, not a console line per job
     return [sys.executable, "manage.py", "jobs_worker", "--quiet", "--concurrency", str(slots)]
+
+
+# -- the io case: I/O-bound bodies (bench/io_jobs.py), each form on a queue its worker alone serves --------
+
+IO_ENV = {"DJANGO_SETTINGS_MODULE": "bench.settings_io"}
+IO_ASYNC_QUEUE = "bench_io"  # bench/io_jobs.py's queues (not imported here: see bench/io_enqueue.py)
+IO_SYNC_QUEUE = "bench_io_sync"
+
+
+def io_name(body: str, variant: str) -> str:
+    return f"bench_io_{body}_{'async' if variant == 'async' else 'sync'}"
+
+
+def io_enqueue(body: str, variant: str, n: int, size: int) -> None:
+    """Jobs for rows ``1..n`` of ``bench_rows``, loaded by ``python -m bench.io_enqueue`` (``enqueue_many``,
+    ``size`` at a time) under ``bench.settings_io``; ``RuntimeError`` with its reason when it cannot."""
+    argv = [sys.executable, "-m", "bench.io_enqueue", body, variant, str(n), str(size)]
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **IO_ENV}, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"ours {body} {variant}: {tail}")
+
+
+def io_reruns(conn: psycopg.Connection[Any], name: str) -> int:
+    """Attempts beyond the first over the drain's jobs (each failed attempt the default retry policy re-ran)."""
+    return int(scalar(conn, "select coalesce(sum(attempts - 1), 0) from x_jobs where name = %s", (name,)))
+
+
+def io_worker_argv(body: str, variant: str, plan: Plan) -> list[str]:
+    """``async``: the async bodies' queue at ``--async-concurrency QUEUE=plan.io_in_flight``; ``syncN``: the
+    sync bodies' queue at ``--concurrency N``."""
+    head = [sys.executable, "manage.py", "jobs_worker", "--quiet"]
+    if variant == "async":
+        return [*head, "--queues", IO_ASYNC_QUEUE, "--async-concurrency", f"{IO_ASYNC_QUEUE}={plan.io_in_flight}"]
+    return [*head, "--queues", IO_SYNC_QUEUE, "--concurrency", variant.removeprefix("sync")]
+
+
+def io_unavailable(variant: str) -> str | None:
+    """Why ours cannot run an io variant on this checkout (async: ``jobs_worker`` has no
+    ``--async-concurrency``); None when it can. A body ``@job`` refuses shows when its jobs are enqueued."""
+    if variant != "async":
+        return None
+    from ultimate_jobs.management.commands.jobs_worker import Command
+
+    flags = Command().create_parser("manage.py", "jobs_worker")._option_string_actions
+    if "--async-concurrency" not in flags:
+        return "ours with an async def body: this checkout's jobs_worker has no --async-concurrency"
+    return None
 
 
 def subject() -> Subject:
@@ -182,12 +232,17 @@ def subject() -> Subject:
         version=version(),
         database=DATABASE,
         notes="python manage.py jobs_worker --quiet --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
-        "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many",
+        "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many; io case (M in flight): "
+        "async def bodies at jobs_worker --queues bench_io --async-concurrency bench_io=M, sync bodies (time.sleep) "
+        "at --queues bench_io_sync --concurrency N, both under bench.settings_io; orm body: await "
+        "BenchRow.objects.aget(pk=i) + await BenchRow.objects.filter(pk=i).aupdate(value=...) (sync: get + "
+        "filter().update())",
         cases=(
             "drain",
             "enqueue",
             "latency",
             "idle",
+            "io",
             "claim",
             "memory",
             "outbox",
@@ -198,6 +253,15 @@ def subject() -> Subject:
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
+        io=IoSpec(
+            variants=("async", "sync"),
+            name=io_name,
+            enqueue=io_enqueue,
+            worker_argv=io_worker_argv,
+            unavailable=io_unavailable,
+            worker_env=IO_ENV,
+            reruns=io_reruns,
+        ),
     )
 
 

@@ -15,6 +15,7 @@ CASES = (
     "enqueue",
     "latency",
     "idle",
+    "io",
     "claim",
     "memory",
     "outbox",
@@ -65,6 +66,10 @@ class Plan:
     history_reads: int  # /metrics scrapes and jobs queues reads timed over each filler size
     backfill_rows: int  # rows of bench_rows one backfill pass sweeps
     export_rows: int  # rows of bench_rows one export writes
+    io_n: int  # jobs one I/O-bound drain runs (their bodies wait IO_SLEEP_S each)
+    io_in_flight: int  # how many jobs an async worker holds at once: ours --async-concurrency, the peers' knobs
+    io_sync_slots: tuple[int, ...]  # ours with a sync body: the --concurrency of each row
+    io_bodies: tuple[str, ...]  # "sleep" (awaits IO_SLEEP_S) and "orm" (one read, the wait, one write)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -72,7 +77,7 @@ class Plan:
     @staticmethod
     def from_json(text: str) -> Plan:
         data: dict[str, Any] = json.loads(text)
-        for key in ("cases", "drain_sizes", "drain_processes"):
+        for key in ("cases", "drain_sizes", "drain_processes", "io_sync_slots", "io_bodies"):
             data[key] = tuple(data[key])
         return Plan(**data)
 
@@ -81,6 +86,12 @@ class Plan:
         main = [{"n": n, "processes": p, "slots": self.slots} for n in self.drain_sizes for p in self.drain_processes]
         alt = [{"n": self.drain_sizes[0], "processes": p, "slots": self.alt_slots} for p in self.drain_processes]
         return main + alt
+
+    def io_configs(self) -> list[dict[str, str]]:
+        """Every I/O-bound drain of one repetition: ``{"body", "variant"}``; the variant is ``async`` (every
+        library, at ``io_in_flight``) or ``syncN`` (ours with a sync body at ``--concurrency N``)."""
+        variants = ["async", *(f"sync{slots}" for slots in self.io_sync_slots)]
+        return [{"body": body, "variant": variant} for body in self.io_bodies for variant in variants]
 
 
 FULL = Plan(
@@ -109,6 +120,10 @@ FULL = Plan(
     history_reads=50,
     backfill_rows=1_000_000,
     export_rows=1_000_000,
+    io_n=10_000,
+    io_in_flight=500,
+    io_sync_slots=(10, 100),
+    io_bodies=("sleep", "orm"),
 )
 
 QUICK = replace(
@@ -129,7 +144,13 @@ QUICK = replace(
     history_reads=10,
     backfill_rows=50_000,
     export_rows=50_000,
+    io_n=1_000,
 )
+
+
+def variant_kind(variant: str) -> str:
+    """``async`` or ``sync`` (an io variant ``syncN`` without its slots)."""
+    return variant.rstrip("0123456789")
 
 
 def build_plan(*, quick: bool, runs: int | None = None, cases: tuple[str, ...] | None = None) -> Plan:

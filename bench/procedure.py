@@ -21,20 +21,23 @@ from typing import Any
 
 from bench.common import (
     CountingProxy,
+    RssSampler,
     WorkerProcess,
     check_alive,
     connect,
     emit,
     fresh_database,
+    io_rows_written,
     make_template,
     paced,
     percentile,
     probe_starts,
+    seed_io_rows,
     vacuum_analyze,
     wait_until,
     workers,
 )
-from bench.plan import Plan
+from bench.plan import Plan, variant_kind
 
 DRAIN_TIMEOUT_S = 3_600.0
 POLL_S = 0.05  # backlog poll while draining: the resolution of the from-spawn figure
@@ -60,12 +63,32 @@ class Subject:
     worker_argv: Callable[[int], list[str]]  # slots -> argv of one worker process
     enqueue_single: Callable[[int], None]  # n no-op jobs, one per call
     enqueue_batches: Callable[[int, int], None]  # n no-op jobs in batches of `size`
-    pending: Callable[[Any], bool]  # is any no-op job not finished yet? (on the given psycopg connection)
-    finished: Callable[[Any], int]  # no-op jobs finished successfully
-    completion_span: Callable[[Any], tuple[float, float]]  # first and last completion (epoch s), library's tables
+    # (conn[, name]): is any job of that name (default: the no-op) not finished yet? (on the given psycopg
+    # connection); how many finished successfully; their first and last completion (epoch s), library's tables
+    pending: Callable[..., bool]
+    finished: Callable[..., int]
+    completion_span: Callable[..., tuple[float, float]]
     probe_sender: Callable[[], Any] | None = None  # opens a connection; answers send(kind, n) and close()
     worker_env: dict[str, str] = field(default_factory=dict)
     extra_enqueue: dict[str, Callable[[int], None]] = field(default_factory=dict)  # more 1-per-call rows
+    io: IoSpec | None = None  # how the library runs the io case, when it takes part
+
+
+@dataclass(frozen=True)
+class IoSpec:
+    """One library's half of the io case (I/O-bound bodies). ``body`` is ``sleep`` or ``orm``; ``variant`` is
+    ``async`` (an async body at ``plan.io_in_flight`` in flight) or ``syncN`` (ours: a sync body at
+    ``--concurrency N``)."""
+
+    variants: tuple[str, ...]  # the kinds of variant this library runs: "async", "sync" (any syncN)
+    name: Callable[[str, str], str]  # (body, variant) -> the job name its tables carry
+    enqueue: Callable[[str, str, int, int], None]  # (body, variant, n, batch): jobs 1..n, input row i
+    worker_argv: Callable[[str, str, Plan], list[str]]  # (body, variant, plan) -> argv of one worker process
+    unavailable: Callable[[str], str | None] = lambda variant: None  # why a variant cannot run on this checkout
+    worker_env: dict[str, str] = field(default_factory=dict)
+    # (conn, name) -> attempts beyond the first over the drain's jobs, for a library that retries a failed
+    # attempt on its own (ours: its default retry policy); the peers run no retries, so a failure fails the count
+    reruns: Callable[[Any, str], int] | None = None
 
 
 SUBJECT_FUNCTIONS = (
@@ -144,18 +167,19 @@ def load_backlog(subject: Subject, plan: Plan, n: int) -> float:
     return rate
 
 
-def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int) -> float:
-    """Wait until no no-op job is pending and check that ``n`` finished; answers the epoch time seen."""
+def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int, *name: str) -> float:
+    """Wait until no no-op job (or job called ``name``) is pending and check that ``n`` finished; answers the
+    epoch time seen."""
     with connect(subject.database) as conn:
         alive = check_alive(procs)
 
         def drained() -> bool:
             alive()
-            return not subject.pending(conn)
+            return not subject.pending(conn, *name)
 
         wait_until(drained, timeout=DRAIN_TIMEOUT_S, interval=POLL_S, what=f"{subject.name} to drain {n} jobs")
         seen = time.time()
-        done = subject.finished(conn)
+        done = subject.finished(conn, *name)
     if done != n:
         raise RuntimeError(f"{subject.name}: {done} of {n} jobs finished successfully")
     return seen
@@ -179,6 +203,57 @@ def case_drain(subject: Subject, plan: Plan, config: dict[str, int], log: Path) 
         f"{key}_first_completion_s": first - t0,
         f"{key}_preload": preload,
     }
+
+
+def io_key(params: dict[str, str]) -> str:
+    return f"io_{params['body']}_{params['variant']}"
+
+
+def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> Figures:
+    """One I/O-bound drain: ``plan.io_n`` jobs whose body waits ``IO_SLEEP_S`` (``orm``: and reads then writes
+    its own row of ``bench_rows``), loaded into a fresh database (with rows 1..n) in batches of
+    ``plan.preload_batch`` and vacuumed, then one worker process spawned. Figures as for a drain ('steady'
+    from the library's own completion stamps, 'from spawn' from the spawn to nothing pending), and the
+    worker's peak ``VmRSS`` over the middle 80% of the completions (sampled every 100 ms); for a library that
+    retries on its own, how many attempts were re-runs (a figure measured through failures says so)."""
+    io = subject.io
+    body, variant, key = params["body"], params["variant"], io_key(params)
+    if io is None or variant_kind(variant) not in io.variants:
+        raise ValueError(f"{subject.name} has no io variant {variant!r}")
+    why = io.unavailable(variant)
+    if why is not None:
+        raise RuntimeError(why)
+    name, n = io.name(body, variant), plan.io_n
+    fresh_database(subject.database)
+    with connect(subject.database) as conn:
+        seed_io_rows(conn, n)
+    io.enqueue(body, variant, n, plan.preload_batch)
+    vacuum_analyze(subject.database)
+    spec = WorkerProcess(
+        argv=io.worker_argv(body, variant, plan), env={**subject.worker_env, **io.worker_env}, log_path=log
+    )
+    with workers([spec]) as procs:
+        sampler = RssSampler(procs[0].pid)
+        try:
+            seen = wait_drained(subject, procs, n, name)
+        finally:
+            sampler.stop()
+        t0 = procs[0].spawned_at
+    with connect(subject.database) as conn:
+        first, last = subject.completion_span(conn, name)
+        written = io_rows_written(conn)
+        reruns = io.reruns(conn, name) if io.reruns else None
+    if body == "orm" and written != n:
+        raise RuntimeError(f"{subject.name}: {written} of {n} rows written by the orm bodies")
+    margin = (last - first) * 0.1
+    out = {
+        f"{key}_steady": (n - 1) / (last - first) if last > first else float("nan"),
+        f"{key}_spawn": n / (seen - t0),
+        f"{key}_rss_kb": sampler.peak_between(first + margin, last - margin),
+    }
+    if reruns is not None:
+        out[f"{key}_reruns"] = float(reruns)
+    return out
 
 
 def case_latency(subject: Subject, plan: Plan, log: Path, *, kind: str = "probe") -> Figures:
@@ -242,13 +317,15 @@ def run_case(subject: Subject, case: str, params: dict[str, Any], plan: Plan, lo
         return case_latency(subject, plan, log)
     if case == "idle":
         return case_idle(subject, plan, log)
+    if case == "io":
+        return case_io(subject, plan, params, log)
     raise ValueError(f"{subject.name} has no case {case!r}")
 
 
-def peer_main(subject_factory: Callable[[], Subject], worker_main: Callable[[int], None]) -> int:
-    """A peer script's command line: ``info`` (name, version, notes, cases), ``prepare`` (its template
-    database), ``case NAME --params JSON --plan JSON --log PATH`` (one JSON line of figures), or
-    ``worker --slots N`` (one worker process)."""
+def peer_main(subject_factory: Callable[[], Subject], worker_main: Callable[[int, str], None]) -> int:
+    """A peer script's command line: ``info`` (name, version, notes, cases, io variants), ``prepare`` (its
+    template database), ``case NAME --params JSON --plan JSON --log PATH`` (one JSON line of figures), or
+    ``worker --slots N [--body noop|sleep|orm]`` (one worker process; an io body runs N in flight)."""
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info")
@@ -260,13 +337,22 @@ def peer_main(subject_factory: Callable[[], Subject], worker_main: Callable[[int
     run_cmd.add_argument("--log", required=True, help="the file worker processes' stderr goes to")
     work = sub.add_parser("worker")
     work.add_argument("--slots", type=int, required=True)
+    work.add_argument("--body", choices=("noop", "sleep", "orm"), default="noop")
     args = parser.parse_args()
     if args.command == "worker":
-        worker_main(args.slots)
+        worker_main(args.slots, args.body)
         return 0
     subject = subject_factory()
     if args.command == "info":
-        emit({"library": subject.name, "version": subject.version, "notes": subject.notes, "cases": subject.cases})
+        emit(
+            {
+                "library": subject.name,
+                "version": subject.version,
+                "notes": subject.notes,
+                "cases": subject.cases,
+                "io_variants": subject.io.variants if subject.io else (),
+            }
+        )
     elif args.command == "prepare":
         prepare(subject)
         emit({"prepared": subject.database})
@@ -281,5 +367,14 @@ def peer_worker_argv(module: str) -> Callable[[int], list[str]]:
 
     def argv(slots: int) -> list[str]:
         return [sys.executable, "-m", module, "worker", "--slots", str(slots)]
+
+    return argv
+
+
+def peer_io_argv(module: str) -> Callable[[str, str, Plan], list[str]]:
+    """``IoSpec.worker_argv`` for a peer script: its worker with the io body at ``plan.io_in_flight``."""
+
+    def argv(body: str, variant: str, plan: Plan) -> list[str]:
+        return [sys.executable, "-m", module, "worker", "--slots", str(plan.io_in_flight), "--body", body]
 
     return argv

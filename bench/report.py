@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import connect, median_of
+from bench.common import IO_SLEEP_S, connect, median_of
 from bench.plan import Plan
 
 LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg", "ultimate_jobs sqlite")
@@ -24,6 +24,10 @@ METHOD = (
     "own tables. Enqueue rates include opening the connection. Pickup latency: {lat_n} probes, one every "
     "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
     "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
+    "I/O-bound drains (io): {io_n:,} jobs whose body waits {sleep_ms:g} ms ('orm': and reads then writes its own "
+    "row), one worker process holding {in_flight} async bodies in flight (ours --async-concurrency, pgqueuer "
+    "max_concurrent_tasks, Procrastinate concurrency), and ours with a sync body at --concurrency {sync}; RSS is "
+    "the worker's peak VmRSS over the middle 80% of the completions (sampled every 100 ms). "
     "Repetitions are interleaved (repetition 1 of every case for every library, then 2, ...); cells are "
     "the median with min-max; ours-only extras (claim, memory, outbox, scheduler, history, backfill, export) run in "
     "repetition 1 only."
@@ -47,6 +51,52 @@ def drain_rows(plan: Plan) -> list[Row]:
         what = f"drain {config['n']:,}, {config['processes']} proc x {config['slots']} slots"
         out.append(Row(f"{key}_steady", f"{what}, steady", "jobs/s", True))
         out.append(Row(f"{key}_spawn", f"{what}, from spawn", "jobs/s", True))
+    return out
+
+
+IO_BODIES = {"sleep": "{ms:g} ms await", "orm": "ORM read + {ms:g} ms await + ORM write"}
+
+
+def io_rows(plan: Plan) -> list[Row]:
+    """The io case's rows: per body, the async drain every library runs at ``plan.io_in_flight`` in flight,
+    ours with a sync body at each ``--concurrency``, and ours async over ours sync."""
+    out: list[Row] = []
+    for body in plan.io_bodies:
+        what = f"io {plan.io_n:,} x {IO_BODIES[body].format(ms=IO_SLEEP_S * 1000)}"
+        flight = f"{plan.io_in_flight} in flight"
+        out += [
+            Row(f"io_{body}_async_steady", f"{what}: async, {flight}, steady", "jobs/s", True),
+            Row(f"io_{body}_async_spawn", f"{what}: async, {flight}, from spawn", "jobs/s", True),
+            Row(f"io_{body}_async_rss_kb", f"{what}: async, worker RSS at {flight}", "MiB", False),
+            Row(f"io_{body}_async_reruns", f"{what}: async, attempts re-run after a failure", "attempts", False),
+        ]
+        for slots in plan.io_sync_slots:
+            sync = f"{what}: ours sync --concurrency {slots}"
+            out += [
+                Row(f"io_{body}_sync{slots}_steady", f"{sync}, steady", "jobs/s", True),
+                Row(f"io_{body}_sync{slots}_rss_kb", f"{sync}, worker RSS", "MiB", False),
+                Row(f"io_{body}_sync{slots}_reruns", f"{sync}, attempts re-run after a failure", "attempts", False),
+            ]
+        out += [
+            Row(f"io_{body}_async_over_sync{slots}", f"{what}: ours async / ours sync at {slots}", "ratio", True)
+            for slots in plan.io_sync_slots
+        ]
+    return out
+
+
+def io_ratios(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Ours async over ours sync per io body and sync slots: the quotient of the two steady medians (one
+    figure, no range), added beside the summary's own keys."""
+    out: dict[str, dict[str, float]] = {}
+    for key, stats in summary.items():
+        if not (key.startswith("io_") and "_sync" in key and key.endswith("_steady")):
+            continue
+        body, variant = key.removeprefix("io_").removesuffix("_steady").rsplit("_", 1)
+        async_stats = summary.get(f"io_{body}_async_steady")
+        if async_stats is None or not stats["median"]:
+            continue
+        ratio = async_stats["median"] / stats["median"]
+        out[f"io_{body}_async_over_{variant}"] = {"median": ratio, "min": ratio, "max": ratio, "n": 1.0}
     return out
 
 
@@ -77,6 +127,7 @@ def rows(plan: Plan) -> list[Row]:
         Row("latency_p95", "pickup latency: p95", "ms", False),
         Row("latency_max", "pickup latency: max", "ms", False),
         Row("idle_statements_per_min", "idle worker: statements per minute", "stmt/min", False),
+        *io_rows(plan),
         Row("outbox_p50", f"pickup latency via outbox, {lat}: p50", "ms", False),
         Row("outbox_p95", "pickup latency via outbox: p95", "ms", False),
         Row("scheduler_idle_statements_per_min", "idle scheduler, 35 tasks: statements/min", "stmt/min", False),
@@ -139,6 +190,7 @@ def summarize(runs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             "max": max(finite) if finite else float("nan"),
             "n": float(len(values)),
         }
+    out.update(io_ratios(out))
     return out
 
 
@@ -238,6 +290,10 @@ def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, A
         idle=plan.latency_idle_s,
         window=plan.idle_s,
         warm=plan.idle_warmup_s,
+        io_n=plan.io_n,
+        sleep_ms=IO_SLEEP_S * 1000,
+        in_flight=plan.io_in_flight,
+        sync=" and ".join(str(s) for s in plan.io_sync_slots),
     )
     return "\n".join(
         [
@@ -253,7 +309,8 @@ def header_text(info: dict[str, Any], plan: Plan, results: dict[str, dict[str, A
 def notes_text(results: dict[str, dict[str, Any]], problems: dict[str, str]) -> str:
     lines = [
         "↑ higher is better, ↓ lower is better; ours/pgqueuer (and ours/dramatiq) is the plain quotient of the two "
-        "medians. '—': the library has no such figure, or it was not measured (see below)."
+        "medians. '—': the library has no such figure, or it was not measured (see below). "
+        "The io rows' goal (issue 26): ours async at least the best peer, and at least 20x ours sync at 10 slots."
     ]
     lines.extend(f"{lib}: {result['notes']}" for lib, result in results.items() if result.get("notes"))
     lines.extend(f"NOT MEASURED — {what}: {why}" for what, why in problems.items())
