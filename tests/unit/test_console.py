@@ -113,9 +113,16 @@ def test_text_steps_aside_when_the_app_routes_logs_and_json_always_installs() ->
 
 
 def test_the_start_line_names_driver_queues_and_slots(jobs: JobsEnv) -> None:
-    worker = job_worker(driver=jobs.driver, context=lambda: None, queues=["default", "emails"], concurrency=3)
+    # the async slots said outright: by default a queue some async job names (a test module's) gets 100
+    worker = job_worker(
+        driver=jobs.driver,
+        context=lambda: None,
+        queues=["default", "emails"],
+        concurrency=3,
+        async_concurrency={"default": 0, "emails": 20},
+    )
     line = worker_start_line(worker)
-    assert line.startswith(f"worker {worker.worker_id} serving default (3 slots), emails (3 slots)")
+    assert line.startswith(f"worker {worker.worker_id} serving default (3 slots), emails (3 slots, 20 async)")
     assert "driver memory" in line
 
 
