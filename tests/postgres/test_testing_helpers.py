@@ -95,10 +95,11 @@ def test_after_the_fixture_the_configured_driver_is_back() -> None:
 # -- async tests (docs/testing.md, "Async code and async jobs") --------------------------------------
 
 
-# docs/testing.md's job; named apart from the admin scenario's own send_receipt (module-level: it stays
-# registered in this process)
+# docs/testing.md's job; named apart from the admin scenario's own send_receipt, and on a queue of its own:
+# module-level, it stays registered in every test process, and an async job on "default" would give every
+# worker test there async slots too
 @job(name="docs.send_receipt", idempotency_key=lambda i: f"receipt:{i['order_id']}", tenant="none",
-     retry={"attempts": 2})  # fmt: skip
+     retry={"attempts": 2}, queue="docs-receipts")  # fmt: skip
 async def send_receipt(run: JobRun[Any]) -> str:
     await asyncio.sleep(0)  # the HTTP call, in the real job
     return f"receipt for {run.input['order_id']}"
