@@ -20,7 +20,7 @@ marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="
 
 @pytest.fixture
 def lane() -> Iterator[AsyncLane]:
-    built = AsyncLane(name="test-lane", offload_threads=2)
+    built = AsyncLane(name="test-lane", offload_threads=2, orm_threads=2)
     built.start()
     try:
         yield built
@@ -41,7 +41,13 @@ def test_start_is_idempotent_and_submit_runs_on_the_loop_thread(lane: AsyncLane)
 
     assert lane.submit(where).result(timeout=10) == "test-lane-loop"
     assert lane.thread is not None and lane.thread.name == "test-lane-loop"
-    assert sorted(lane_threads()) == ["test-lane-loop", "test-lane-offload-0", "test-lane-offload-1", "test-lane-orm-0"]
+    assert sorted(lane_threads()) == [
+        "test-lane-loop",
+        "test-lane-offload-0",
+        "test-lane-offload-1",
+        "test-lane-orm-0",
+        "test-lane-orm-1",
+    ]
 
 
 def test_a_task_runs_in_a_copy_of_the_callers_context(lane: AsyncLane) -> None:
@@ -75,6 +81,9 @@ def test_thread_sensitive_sync_to_async_runs_on_the_lanes_orm_thread(lane: Async
         name = sync_to_async(lambda: threading.current_thread().name)
         return [await name(), await name()]
 
+    # one task keeps one ORM thread (its connection) for its whole life; the next task is given the next one
+    assert lane.submit(task).result(timeout=10) == ["test-lane-orm-0", "test-lane-orm-0"]
+    assert lane.submit(task).result(timeout=10) == ["test-lane-orm-1", "test-lane-orm-1"]
     assert lane.submit(task).result(timeout=10) == ["test-lane-orm-0", "test-lane-orm-0"]
 
 

@@ -8,10 +8,13 @@ database call on a thread with a running loop (``SynchronousOnlyOperation``).
 Which thread and connection a body's Django ORM uses (``await Order.objects.aget(...)``, or
 ``sync_to_async(fn)()``, thread-sensitive by default):
 
-- on a started lane, the lane's one **ORM thread**: asgiref sends every thread-sensitive call made from
-  the lane's loop there (the lane registers it as the loop's sync thread). So all async bodies of a
-  process share one connection per database, kept across jobs and closed when the lane stops — the
-  connection count does not grow with the number of jobs in flight. (``sync_to_async(fn,
+- on a started lane, one of the lane's **ORM threads** (``orm_threads``, 8 by default): each task
+  the lane runs is given one of them, in turn, for its whole life, and asgiref sends every
+  thread-sensitive call the task makes there — as Django gives each request of an ASGI server a thread
+  of its own, so a ``sync_to_async`` function's ``transaction.atomic()`` and the task's later ORM calls
+  meet the same connection. Tasks that share an ORM thread take turns on it. So the async bodies of a
+  process hold at most ``orm_threads`` connections per database, kept across jobs and closed when the
+  lane stops: the count does not grow with the number of jobs in flight. (``sync_to_async(fn,
   thread_sensitive=False)`` runs on the loop's default executor, whose connections nobody manages: keep
   ORM calls thread-sensitive, Django's default.)
 - under :meth:`AsyncLane.run_here` (``run_jobs``), the calling thread: the offloads and the ORM calls of
@@ -32,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import itertools
 import logging
 import queue
 import threading
@@ -39,7 +43,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from asgiref.current_thread_executor import CurrentThreadExecutor
-from asgiref.sync import AsyncToSync
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 
 from ..errors import JobDrainedError
 from .dbconn import close_thread_connections
@@ -49,6 +53,9 @@ __all__ = ["AsyncLane"]
 logger = logging.getLogger("ultimate_jobs")
 
 T = TypeVar("T")
+
+DEFAULT_ORM_THREADS = 8
+"""How many threads (so connections per database) a lane's async bodies run their Django ORM calls on."""
 
 CANCELLED_GRACE_S = 5.0
 """How long :meth:`AsyncLane.stop` waits for tasks it cancelled to unwind before it stops the loop anyway."""
@@ -63,14 +70,14 @@ class _ThreadPool(concurrent.futures.Executor):
     """A fixed set of threads that each close their Django connections when the pool shuts down — which a
     ``ThreadPoolExecutor`` cannot be told to do on its own threads."""
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, names: list[str]) -> None:
         self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue()
         )
         self._threads = [
             # a fresh context: the pool outlives any run that happens to start it
-            threading.Thread(target=contextvars.Context().run, args=(self._work,), name=f"{name}-{n}", daemon=True)
-            for n in range(size)
+            threading.Thread(target=contextvars.Context().run, args=(self._work,), name=name, daemon=True)
+            for name in names
         ]
         self._shutdown = False
         for thread in self._threads:
@@ -121,11 +128,14 @@ class AsyncLane:
     >>> lane.stop(wait=True, timeout=25)
     """
 
-    def __init__(self, *, name: str, offload_threads: int = 4) -> None:
+    def __init__(self, *, name: str, offload_threads: int = 4, orm_threads: int = DEFAULT_ORM_THREADS) -> None:
         if offload_threads < 1:
             raise ValueError("AsyncLane(offload_threads=...) must be at least 1")
+        if orm_threads < 1:
+            raise ValueError("AsyncLane(orm_threads=...) must be at least 1")
         self.name = name
         self.offload_threads = offload_threads
+        self.orm_threads = orm_threads
         self.loop: asyncio.AbstractEventLoop
         """The lane's event loop; set by :meth:`start`."""
         self.thread: threading.Thread | None = None
@@ -133,7 +143,11 @@ class AsyncLane:
         self._stopped = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._offload: _ThreadPool | None = None
-        self._orm: _ThreadPool | None = None
+        self._orm: list[_ThreadPool] = []
+        # one asgiref thread-sensitive context per ORM thread, never entered: a task's context points at one
+        # (SyncToAsync.thread_sensitive_context), and asgiref looks its executor up by it
+        self._orm_keys: list[ThreadSensitiveContext] = []
+        self._next_orm = itertools.count()
 
     def __repr__(self) -> str:
         return f"<AsyncLane {self.name} running={self.running()}>"
@@ -141,17 +155,20 @@ class AsyncLane:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the loop's thread, the offload threads and the ORM thread. Idempotent; refused once stopped."""
+        """Start the loop's thread, the offload threads and the ORM threads. Idempotent; refused once stopped."""
         with self._lock:
             self._refuse_if_stopped()
             if self.thread is not None:
                 return
             self.loop = asyncio.new_event_loop()
-            self._offload = _ThreadPool(f"{self.name}-offload", self.offload_threads)
-            self._orm = _ThreadPool(f"{self.name}-orm", 1)
-            # asgiref sends a thread-sensitive sync_to_async call made on this loop (Django's async ORM) to
-            # the thread registered for the loop — here the lane's one ORM thread, whose connection it closes
-            AsyncToSync.loop_thread_executors[self.loop] = self._orm  # type: ignore[assignment]
+            self._offload = _ThreadPool([f"{self.name}-offload-{n}" for n in range(self.offload_threads)])
+            self._orm = [_ThreadPool([f"{self.name}-orm-{n}"]) for n in range(self.orm_threads)]
+            self._orm_keys = [ThreadSensitiveContext() for _ in self._orm]
+            for key, pool in zip(self._orm_keys, self._orm, strict=True):
+                SyncToAsync.context_to_thread_executor[key] = pool  # type: ignore[assignment]
+            # a thread-sensitive call made on the loop outside any task the lane spawned (a callback) goes to
+            # the thread registered for the loop: the first ORM thread
+            AsyncToSync.loop_thread_executors[self.loop] = self._orm[0]  # type: ignore[assignment]
             ready = threading.Event()
             self.thread = threading.Thread(
                 target=contextvars.Context().run,
@@ -186,7 +203,9 @@ class AsyncLane:
                 self.loop.call_soon_threadsafe(self.loop.stop)
                 thread.join()
         AsyncToSync.loop_thread_executors.pop(self.loop, None)
-        for pool in (self._offload, self._orm):
+        for key in self._orm_keys:
+            SyncToAsync.context_to_thread_executor.pop(key, None)
+        for pool in (self._offload, *self._orm):
             if pool is not None:
                 pool.shutdown(wait=True)
         if not self.loop.is_closed():
@@ -228,6 +247,9 @@ class AsyncLane:
     ) -> None:
         if not future.set_running_or_notify_cancel():
             return
+        if self._orm_keys:  # this task's thread-sensitive calls (its Django ORM) go to one ORM thread, in turn
+            key = self._orm_keys[next(self._next_orm) % len(self._orm_keys)]
+            context.run(SyncToAsync.thread_sensitive_context.set, key)
         try:
             task = self.loop.create_task(make(), context=context)  # make() in the loop: a coroutine never orphaned
         except BaseException as exc:
