@@ -165,7 +165,7 @@ class AsyncLane:
             self._orm = [_ThreadPool([f"{self.name}-orm-{n}"]) for n in range(self.orm_threads)]
             self._orm_keys = [ThreadSensitiveContext() for _ in self._orm]
             for key, pool in zip(self._orm_keys, self._orm, strict=True):
-                SyncToAsync.context_to_thread_executor[key] = pool  # type: ignore[assignment]
+                SyncToAsync.context_to_thread_executor[key] = pool
             # a thread-sensitive call made on the loop outside any task the lane spawned (a callback) goes to
             # the thread registered for the loop: the first ORM thread
             AsyncToSync.loop_thread_executors[self.loop] = self._orm[0]  # type: ignore[assignment]
