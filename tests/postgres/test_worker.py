@@ -942,6 +942,8 @@ def test_the_loop_picks_up_an_enqueue_through_the_wake(jobs: AnyJobsEnv, probe: 
         job_id = driver.enqueue(handle.build_request({"k": 1})).id
         assert done.wait(WAIT), "the enqueue never woke the claim loop"
         eventually(lambda: driver.operator.get(job_id).state == "done", timeout=WAIT)  # type: ignore[union-attr]
+        # the row reads done once the settle buffer's ack commits; the worker counts it a moment later
+        assert worker.wait_idle(WAIT)
         assert worker.stats.completed == 1
     finally:
         assert worker.drain(deadline_ms=int(WAIT * 1000)) is True
