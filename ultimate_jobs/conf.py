@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 
 from .core.durations import parse_duration
 from .core.installed import job_clock, register_builders
+from .core.outcomes import no_context
 from .defaults import (
     DEFAULT_DRAIN_DEADLINE_MS,
     DEFAULT_REDIS_URL,
@@ -122,6 +123,7 @@ class JobsSettings:
     metrics_public: bool = False
     metrics_token: str | None = None
     retention: Retention = field(default_factory=Retention)
+    worker_gc: str = "tuned"
 
 
 def _read_driver(value: object) -> str:
@@ -266,6 +268,19 @@ def _read_metrics_public(value: object) -> bool:
     raise SettingError("METRICS_PUBLIC", CHECK_VALUE_INVALID, f"= {_shown(value)} is no bool", "use True or False")
 
 
+WORKER_GC_MODES = ("tuned", "python")
+
+
+def _read_worker_gc(value: object) -> str:
+    """``WORKER_GC``: ``"tuned"`` (default: ``jobs_worker`` freezes the booted app and collects less often,
+    :mod:`ultimate_jobs.runtime.gc_tuning`) or ``"python"`` (the collector as Python sets it)."""
+    if isinstance(value, str) and value in WORKER_GC_MODES:
+        return value
+    raise SettingError(
+        "WORKER_GC", CHECK_VALUE_INVALID, f"= {_shown(value)} is no mode", f"use one of {WORKER_GC_MODES}"
+    )
+
+
 def _read_metrics_token(value: object) -> str | None:
     """``METRICS_TOKEN``: a bearer token for a scraper (default none)."""
     if value is None or (isinstance(value, str) and value.strip()):
@@ -321,6 +336,7 @@ _KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "METRICS_PUBLIC": ("metrics_public", _read_metrics_public),
     "METRICS_TOKEN": ("metrics_token", _read_metrics_token),
     "RETENTION": ("retention", _read_retention),
+    "WORKER_GC": ("worker_gc", _read_worker_gc),
 }
 KNOWN_KEYS = frozenset(_KEYS)
 
@@ -437,9 +453,9 @@ def jobs_settings() -> JobsSettings:
 
 def context_factory(path: str | None) -> Callable[[], Any]:
     """The ctx factory ``ULTIMATE_JOBS['CONTEXT']`` names (a dotted path to a zero-argument callable);
-    with none configured every run gets ``ctx=None``."""
+    with none configured :func:`no_context`: every run gets ``ctx=None``."""
     if path is None:
-        return lambda: None
+        return no_context
     factory = import_string(path)
     if not callable(factory):
         raise InvariantError(f"ULTIMATE_JOBS['CONTEXT'] = {path!r} is not callable", {"path": path})

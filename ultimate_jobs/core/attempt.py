@@ -57,8 +57,9 @@ class Attempt:
         self.timed_out_at: int | None = None
         """When the job's timeout fired: the instant its failure is settled at, however late the settle runs."""
         self._settle_lock = threading.Lock()
-        self._settle_done = threading.Event()
-        self._settled = False
+        self._settled = False  # a settle began (the first wins)
+        self._settle_finished = False  # ... and came back
+        self._settle_waiter: threading.Event | None = None  # made only for an ending() that waits on one
         self._progress_last = -PROGRESS_INTERVAL_MS
         self._progress_pending: Progress | None = None
 
@@ -90,6 +91,11 @@ class Attempt:
         self._progress_pending = Progress(done=done, total=total, note=note, at_ms=now)
         return now - self._progress_last >= PROGRESS_INTERVAL_MS
 
+    @property
+    def progress_pending(self) -> bool:
+        """Whether progress is kept that the next settle writes first (a driver call)."""
+        return self._progress_pending is not None
+
     def flush_progress(self) -> None:
         """Write the progress kept since the last write, if any."""
         pending, self._progress_pending = self._progress_pending, None
@@ -112,7 +118,11 @@ class Attempt:
             self.flush_progress()
             fn(*args)
         finally:
-            self._settle_done.set()
+            with self._settle_lock:
+                self._settle_finished = True
+                waiter = self._settle_waiter
+            if waiter is not None:
+                waiter.set()
         return True
 
     @property
@@ -238,8 +248,12 @@ class Attempt:
     def ending(self) -> Settled | None:
         """What ``on_settled`` is told, or ``None`` when the attempt did not end the run or its settle did
         not land. Waits for a settle still on the wire in the deadline timer's thread."""
-        if self._settled:
-            self._settle_done.wait()
+        with self._settle_lock:
+            waiter = None
+            if self._settled and not self._settle_finished:
+                waiter = self._settle_waiter = self._settle_waiter or threading.Event()
+        if waiter is not None:
+            waiter.wait()
         ex = self.execution
         if ex.outcome not in ENDINGS or not ex.landed:
             return None

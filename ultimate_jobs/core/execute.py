@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 from django.conf import settings
@@ -201,6 +202,17 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
 def prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> bool:
     """Everything before the body: parse the input, derive the tenant, take the fleet slot. Answers whether
     the body runs; when it does not, the attempt is settled already (or handed back)."""
+    refusal = admit(attempt, run_signal, visibility_timeout_ms)
+    if refusal is None:
+        return True
+    refusal()
+    return False
+
+
+def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> Callable[[], object] | None:
+    """:func:`prepare`'s checks without its settle: ``None`` when the body runs, else the call that settles
+    the attempt instead (a driver call: an async attempt makes it off its loop). Makes no driver call
+    itself unless the job takes a fleet slot."""
     claimed, handle, clock = attempt.claimed, attempt.handle, attempt.clock
     try:
         attempt.parsed = handle.parse_stored(claimed.input)
@@ -209,29 +221,28 @@ def prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: i
     except UltimateError as exc:
         if isinstance(exc, ConcurrencyUnenforceableError):
             raise
-        attempt.settle(attempt.fail, exc)
-        return False
+        return partial(attempt.settle, attempt.fail, exc)
     except Exception as exc:  # concurrency.key(input) or tenant(input) threw: the ordinary retry path
-        attempt.settle(attempt.fail, exc)
-        return False
+        return partial(attempt.settle, attempt.fail, exc)
     if verdict == "wait":
-        attempt.settle(attempt.hand_back, clock.now_ms() + KEY_BUSY_RECHECK_MS)
-        log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
-        return False
+
+        def hand_back() -> None:
+            attempt.settle(attempt.hand_back, clock.now_ms() + KEY_BUSY_RECHECK_MS)
+            log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
+
+        return hand_back
     if verdict == "refuse":
         error = JobKeyBusyError(
             f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "
             f"run(s); the body never ran. Fix: python manage.py jobs list --name {handle.name} --state running --json",
             {"job": handle.name, "key": attempt.lease_key},
         )
-        attempt.settle(attempt.refuse, error)
-        return False
+        return partial(attempt.settle, attempt.refuse, error)
     if run_signal.reason is not None:
         # cancelled between the claim and the start (a drain's accept phase): never start the body —
         # settle by the signal's verdict, so a drained run goes back uncounted
-        after_abort_or(attempt, run_signal, attempt.fail, run_signal.reason)
-        return False
-    return True
+        return partial(after_abort_or, attempt, run_signal, attempt.fail, run_signal.reason)
+    return None
 
 
 def arm_deadline(attempt: Attempt, run_signal: CancelSignal, *, settle: bool) -> Timer | None:
@@ -272,7 +283,7 @@ def step_options(attempt: Attempt, run_signal: CancelSignal) -> dict[str, Any]:
         "bus": event_bus,
         "step_timeout_ms": handle.step_timeout_ms,
         "event_poll_ms": handle.event_poll_ms,
-        "secrets": attempt.secrets,
+        "secrets": lambda: attempt.secrets,
     }
 
 

@@ -13,6 +13,7 @@ signal's verdict, exactly as a sync body's is. A timeout settles at once, before
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from .attempt import Attempt
 from .definition import JobHandle
 from .execute import (
     _hand_back_unknown,
+    admit,
     after_abort_or,
     arm_deadline,
     find_handle,
@@ -34,9 +36,9 @@ from .execute import (
 )
 from .installed import job_clock
 from .logs import log_event
-from .outcomes import AttemptEnv, ExecutionHooks, JobExecution
-from .scope import acting_as
-from .signals import CancelSignal, cancel_on_abort, signal_scope
+from .outcomes import AttemptEnv, ExecutionHooks, JobExecution, no_context
+from .scope import enter_scope, leave_scope
+from .signals import CancelSignal, enter_signal, leave_signal
 from .steps import AsyncStep, StepSuspension
 from .tracing import job_span
 
@@ -64,19 +66,48 @@ async def execute_job_async(
     found = find_handle(claimed, handle)
     if found is None:
         return await lane.offload(_hand_back_unknown, claimed, env.driver, env.clock or job_clock())
-    attempt = await lane.offload(Attempt, claimed, found, env, hooks)  # the app's context factory may read the DB
+    if env.context is None or env.context is no_context:
+        attempt = Attempt(claimed, found, env, hooks)
+    else:  # the app's context factory may read the DB
+        attempt = await lane.offload(Attempt, claimed, found, env, hooks)
     run_signal = signal.child() if signal is not None else CancelSignal()
     with job_span(claimed, attempt.execution):  # the child of the enqueue's span (a no-op without OTel)
         try:
             await _run(attempt, run_signal, env.visibility_timeout_ms, lane)
         finally:
-            await lane.offload(release_slot, attempt)
-        await attempt.atell(lane.offload)
+            if attempt.execution.slot_key is not None:
+                await lane.offload(release_slot, attempt)
+        if found.on_settled is not None:
+            await attempt.atell(lane.offload)
     return attempt.execution
 
 
+async def _prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int, lane: AsyncLane) -> bool:
+    """:func:`prepare` from the loop: parsing the input and deriving the tenant touch no database, so a job
+    without a fleet slot to take is checked on the loop itself; a settle it calls for goes off the loop."""
+    if attempt.handle.concurrency is not None:  # the slot's lease is a driver call
+        return await lane.offload(prepare, attempt, run_signal, visibility_timeout_ms)
+    refusal = admit(attempt, run_signal, visibility_timeout_ms)
+    if refusal is None:
+        return True
+    await lane.offload(refusal)
+    return False
+
+
+def _settles_in_memory(attempt: Attempt, run_signal: CancelSignal) -> bool:
+    """Whether the body's return settles without a driver call: its completion is left to the runner's
+    settle buffer, no ``on_settled`` waits on it, no progress is pending and no deadline fired."""
+    return (
+        attempt.env.leave_completions
+        and attempt.handle.on_settled is None
+        and not attempt.progress_pending
+        and run_signal.reason is None
+        and not attempt.settled
+    )
+
+
 async def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int, lane: AsyncLane) -> None:
-    if not await lane.offload(prepare, attempt, run_signal, visibility_timeout_ms):
+    if not await _prepare(attempt, run_signal, visibility_timeout_ms, lane):
         return
     timer = arm_deadline(attempt, run_signal, settle=False)
     writes: set[asyncio.Future[None]] = set()
@@ -95,24 +126,64 @@ async def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms
 
     step = AsyncStep(offload=lane.offload, **step_options(attempt, run_signal))
     job_run = job_run_for(attempt, run_signal, step, progress)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    state = _BodyState()
 
-    async def settle_a_timeout(reason: UltimateError) -> None:
+    def abort_here(reason: UltimateError) -> None:  # on the loop: stop the body at its next await
+        if state.ended:
+            return
+        state.aborted = True
         if reason.code == "X_JOB_TIMEOUT":  # the deadline's verdict lands now, not when the body unwinds
-            await lane.offload(attempt.settle, attempt.fail, reason)
+            state.settling = loop.create_task(lane.offload(attempt.settle, attempt.fail, reason))
+        task.cancel()
 
-    with acting_as(job_run.actor), signal_scope(run_signal):
-        body = asyncio.ensure_future(attempt.handle.fn(job_run))  # the task copies the run's scope and signal
+    def on_abort(reason: UltimateError) -> None:  # from any thread: a deadline's timer, the worker's drain
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(abort_here, reason)
+
+    run_signal.listen(on_abort)
+    error: BaseException | None = None
+    result: Any = None
+    scope, current = enter_scope(job_run.actor), enter_signal(run_signal)  # the body runs in this task
     try:
-        await cancel_on_abort(run_signal, body, on_abort=settle_a_timeout)
+        result = await attempt.handle.fn(job_run)
+    except asyncio.CancelledError as cancelled:
+        if not state.aborted or task.uncancel() > 0:
+            raise  # not the run's own abort: the lane is stopping — the lease lapses, as an abandoned thread's
+        error = cancelled
+    except (Exception, StepSuspension) as exc:  # settled below: by the retry policy, or suspended
+        error = exc
     finally:
+        state.ended = True
+        run_signal.unlisten(on_abort)  # the flight's signal outlives the attempt: leave it no path back to it
+        leave_signal(current)
+        leave_scope(scope)
         if timer is not None:
             timer.cancel()
         if writes:
             await asyncio.wait(writes)
-    error = asyncio.CancelledError() if body.cancelled() else body.exception()
+        if state.settling is not None:
+            await asyncio.wait({state.settling})
     if isinstance(error, StepSuspension):
         await lane.offload(after_abort_or, attempt, run_signal, attempt.suspend, error)
     elif error is not None:
         await lane.offload(after_abort_or, attempt, run_signal, attempt.fail, error)
+    elif _settles_in_memory(attempt, run_signal):
+        # returned in time (no deadline had fired, and for an async attempt none settles from its timer):
+        # an Ack handed to the runner, on the loop — no hop
+        attempt.settle(attempt.complete, result)
     else:
-        await lane.offload(returned, attempt, run_signal, body.result())
+        await lane.offload(returned, attempt, run_signal, result)
+
+
+class _BodyState:
+    """What an async attempt's abort callback and its body's ``await`` share, on the loop."""
+
+    __slots__ = ("aborted", "ended", "settling")
+
+    def __init__(self) -> None:
+        self.aborted = False  # the run's signal cancelled the body (not the lane's stop)
+        self.ended = False  # the body's await came back: an abort after it cancels nothing
+        self.settling: asyncio.Task[Any] | None = None  # a deadline's settle, made without waiting for the body

@@ -27,6 +27,12 @@ class Acker(Protocol):
         """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
 
 
+def no_context() -> None:
+    """The ctx factory when ``ULTIMATE_JOBS['CONTEXT']`` names none: every run gets ``ctx=None`` (an async
+    attempt builds its state on the loop then: no factory of the app's to keep off it)."""
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptEnv:
     """What every attempt a runner starts shares: the ``driver`` it settles through, the ``clock`` (the

@@ -97,11 +97,22 @@ def current_tenant() -> str | None:
 @contextmanager
 def acting_as(actor: Actor) -> Iterator[Actor]:
     """Install ``actor`` as the ambient actor for the block (the executor does this around a body)."""
-    token = _scope.set(_Scope(actor))
+    token = enter_scope(actor)
     try:
         yield actor
     finally:
-        _scope.reset(token)
+        leave_scope(token)
+
+
+def enter_scope(actor: Actor) -> contextvars.Token[_Scope | None]:
+    """:func:`acting_as`'s entry as a call (an async attempt's hot path): pass its answer to
+    :func:`leave_scope`."""
+    return _scope.set(_Scope(actor))
+
+
+def leave_scope(token: contextvars.Token[_Scope | None]) -> None:
+    """Undo :func:`enter_scope`."""
+    _scope.reset(token)
 
 
 def cross_tenant(reason: str, fn: Callable[[], T]) -> T:

@@ -91,12 +91,24 @@ class CancelSignal:
     def add_callback(self, fn: Callable[[UltimateError], None]) -> None:
         """Call ``fn(reason)`` on abort — at once when already aborted."""
         refuse_async(fn, what="CancelSignal.add_callback(fn): fn")
+        self.listen(fn)
+
+    def listen(self, fn: Callable[[UltimateError], None]) -> None:
+        """:meth:`add_callback` without the check that ``fn`` is no coroutine function: for the plain
+        callbacks this package registers on every attempt."""
         with self._lock:
             if not self._aborted:
                 self._callbacks.append(fn)
                 return
         assert self._reason is not None
         fn(self._reason)
+
+    def unlisten(self, fn: Callable[[UltimateError], None]) -> None:
+        """Drop a callback :meth:`listen` registered (no-op once called or gone): an attempt that ended takes
+        its callback back, so nothing of the attempt stays reachable from a signal that outlives it."""
+        with self._lock:
+            if fn in self._callbacks:
+                self._callbacks.remove(fn)
 
     def child(self) -> CancelSignal:
         """A signal that aborts when this one does (with the same reason), and can abort alone."""
@@ -105,7 +117,7 @@ class CancelSignal:
         def forward(reason: UltimateError) -> None:
             child.abort(reason)
 
-        self.add_callback(forward)
+        self.listen(forward)
         return child
 
 
@@ -120,11 +132,22 @@ def current_signal() -> CancelSignal | None:
 @contextmanager
 def signal_scope(signal: CancelSignal) -> Iterator[CancelSignal]:
     """Install ``signal`` as :func:`current_signal` for the duration of the block."""
-    token = _current.set(signal)
+    token = enter_signal(signal)
     try:
         yield signal
     finally:
-        _current.reset(token)
+        leave_signal(token)
+
+
+def enter_signal(signal: CancelSignal) -> contextvars.Token[CancelSignal | None]:
+    """:func:`signal_scope`'s entry as a call (an async attempt's hot path): pass its answer to
+    :func:`leave_signal`."""
+    return _current.set(signal)
+
+
+def leave_signal(token: contextvars.Token[CancelSignal | None]) -> None:
+    """Undo :func:`enter_signal`."""
+    _current.reset(token)
 
 
 async def cancel_on_abort(
@@ -142,19 +165,20 @@ async def cancel_on_abort(
     >>> if await cancel_on_abort(run.signal, body): ...   # settle by the signal's verdict
     """
     loop = asyncio.get_running_loop()
-    aborted: asyncio.Future[None] = loop.create_future()
+    woken: asyncio.Future[None] = loop.create_future()  # the task ended, or the signal aborted
 
-    def resolve() -> None:
-        if not aborted.done():
-            aborted.set_result(None)
+    def resolve(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
 
     def wake(reason: UltimateError) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(resolve)
 
-    signal.add_callback(wake)
+    task.add_done_callback(resolve)
+    signal.listen(wake)
     try:
-        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        await woken
         if task.done():
             return False
         if on_abort is not None and signal.reason is not None:
@@ -166,4 +190,4 @@ async def cancel_on_abort(
         task.cancel()
         raise
     finally:
-        aborted.cancel()
+        task.remove_done_callback(resolve)

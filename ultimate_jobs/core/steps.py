@@ -70,7 +70,7 @@ class Step:
         bus: Callable[[], EventBus],
         step_timeout_ms: int | None = None,
         event_poll_ms: int = DEFAULT_EVENT_POLL_MS,
-        secrets: frozenset[str] = frozenset(),
+        secrets: frozenset[str] | Callable[[], frozenset[str]] = frozenset(),
     ) -> None:
         self._job_id = job_id
         self._ref = ref
@@ -83,7 +83,12 @@ class Step:
         self._step_timeout_ms = step_timeout_ms
         self._event_poll_ms = event_poll_ms
         self._seen: set[str] = set()
-        self._quotes = sorted({form for secret in secrets for form in renderings(secret)}, key=len, reverse=True)
+        self._secrets = secrets  # or how to read them: the input is walked only when a step's result is stored
+
+    @functools.cached_property
+    def _quotes(self) -> list[str]:
+        secrets = self._secrets() if callable(self._secrets) else self._secrets
+        return sorted({form for secret in secrets for form in renderings(secret)}, key=len, reverse=True)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 

@@ -242,20 +242,55 @@ class AsyncLane:
             self.loop.call_soon_threadsafe(self._spawn, make, future, context)
         return future
 
+    def spawn_many(self, runs: list[tuple[Callable[[], Coroutine[Any, Any, Any]], contextvars.Context]]) -> None:
+        """Schedule each ``make()`` of ``runs`` as a task on the loop in its ``context`` (a copy of the context
+        variables the caller took), from any thread, in one wake of the loop: a worker hands it a claim's
+        async rows at once. Nobody waits on them: each must settle its own outcome (a raise is logged
+        ``jobs.lane.task-failed``). ``X_DRAINING`` once the lane stopped."""
+        with self._lock:
+            self._refuse_if_stopped()
+            if self.thread is None:
+                raise RuntimeError(f"AsyncLane {self.name}: call start() before spawn_many()")
+            self.loop.call_soon_threadsafe(self._spawn_all, runs)
+
+    def spawn_here(self, make: Callable[[], Coroutine[Any, Any, Any]], context: contextvars.Context) -> None:
+        """:meth:`spawn_many` for one task, from the loop's own thread (a task that ends starts the next one
+        waiting): no wake of the loop. ``X_DRAINING`` once the lane stopped."""
+        self._refuse_if_stopped()
+        self._task(make, context).add_done_callback(self._forgotten)
+
+    def _spawn_all(self, runs: list[tuple[Callable[[], Coroutine[Any, Any, Any]], contextvars.Context]]) -> None:
+        for make, context in runs:
+            try:
+                task = self._task(make, context)
+            except BaseException as exc:  # make() itself raised: no task, nothing ran
+                logger.error("jobs.lane.task-failed", extra={"jobs": {"lane": self.name, "error": repr(exc)}})
+                continue
+            task.add_done_callback(self._forgotten)
+
+    def _forgotten(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("jobs.lane.task-failed", extra={"jobs": {"lane": self.name, "error": repr(error)}})
+
+    def _task(self, make: Callable[[], Coroutine[Any, Any, T]], context: Any) -> asyncio.Task[T]:
+        if self._orm_keys:  # this task's thread-sensitive calls (its Django ORM) go to one ORM thread, in turn
+            key = self._orm_keys[next(self._next_orm) % len(self._orm_keys)]
+            context.run(SyncToAsync.thread_sensitive_context.set, key)
+        task = self.loop.create_task(make(), context=context)  # make() in the loop: a coroutine never orphaned
+        self._tasks.add(task)
+        return task
+
     def _spawn(
         self, make: Callable[[], Coroutine[Any, Any, T]], future: concurrent.futures.Future[T], context: Any
     ) -> None:
         if not future.set_running_or_notify_cancel():
             return
-        if self._orm_keys:  # this task's thread-sensitive calls (its Django ORM) go to one ORM thread, in turn
-            key = self._orm_keys[next(self._next_orm) % len(self._orm_keys)]
-            context.run(SyncToAsync.thread_sensitive_context.set, key)
         try:
-            task = self.loop.create_task(make(), context=context)  # make() in the loop: a coroutine never orphaned
+            task = self._task(make, context)
         except BaseException as exc:
             future.set_exception(exc)
             return
-        self._tasks.add(task)
         task.add_done_callback(lambda done: self._finished(done, future))
 
     def _finished(self, task: asyncio.Task[T], future: concurrent.futures.Future[T]) -> None:

@@ -64,7 +64,8 @@ class SettleBuffer:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                     self._thread.start()
-                self._cond.notify_all()
+                if len(self._pending) == 1:  # the flusher waits only on an empty buffer: wake it once, not per row
+                    self._cond.notify_all()
         if closed:  # after close(): settle on the caller's thread rather than lose the ack
             self._settle([item])
 

@@ -12,6 +12,7 @@ loop's watchdog lives in :mod:`.watchdog`.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import socket
 import threading
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import registry
 from ..core.attempt import completion_settled
@@ -55,6 +56,8 @@ CLAIM_AHEAD_SHORT_JOB_MS = 50
 SETTLE_BACKLOG_PER_SLOT = 4  # past this many unsettled completions per slot, the claim loop waits for the buffer
 RECENT_EXECUTIONS = 1_000
 HANDBACK_TIMER_WINDOW_MS = 60_000
+ASYNC_AHEAD_DIVISOR = 4  # an async queue claims up to a quarter of its async slots ahead, while its jobs are short
+ASYNC_AHEAD_SHORT_JOB_MS = 1_000  # "short" for an async job: the buffer's wait is small beside its run
 ASYNC_ASK_START = 32  # a queue of both kinds asks this much async room at first; it doubles while filled
 ASYNC_REFUSED_RECHECK_MS = 60_000  # an async row on a queue this worker runs no async job on is offered again then
 LANE_STOP_S = 2.0  # how long the drain's end waits for the event loop's tasks to unwind (+1 s for the loop itself)
@@ -149,6 +152,8 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._avg_ms: dict[str, float] = dict.fromkeys(self.queues, 0.0)  # recent attempt duration, per queue
         self._pools: dict[str, SlotPool[InFlight]] = {}
         self._async_busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # async runs in flight, per queue
+        # claimed async rows waiting for a free async slot (the claim-ahead buffer): a run that ends starts the next
+        self._async_waiting: dict[str, deque[_Waiting]] = {q: deque() for q in self.queues}
         self._async_ask: dict[str, int] = dict(self.async_slots)  # what a claim asks of the async room (mixed queues)
         self._sync_served: frozenset[str] = frozenset()  # queues a sync job (or no job of ours) may come from
         self._lane: AsyncLane | None = None
@@ -339,8 +344,12 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _async_room(self, queue: str) -> int:
         """The async room a claim asks for (caller holds the lock): the free async slots, capped on a queue
         of both kinds by what recent claims there used (:meth:`_adapt_async_ask`)."""
-        free = self.async_slots[queue] - self._async_busy[queue]
-        return max(0, min(free, self._async_ask[queue]))
+        slots, busy, waiting = self.async_slots[queue], self._async_busy[queue], len(self._async_waiting[queue])
+        ahead = slots // ASYNC_AHEAD_DIVISOR if self._avg_ms[queue] < ASYNC_AHEAD_SHORT_JOB_MS else 0
+        room = slots + ahead - busy - waiting
+        if busy >= slots and room * 2 < ahead:
+            return 0  # refill the buffer once half of it started: a claim takes many rows, not one per ended run
+        return max(0, min(room, self._async_ask[queue]))
 
     def _dispatch_claimed(self, jobs: Sequence[ClaimedJob], rooms: Mapping[str, tuple[int, int]]) -> int:
         """Dispatch one claim's rows by the kind of their job: an async one to the event loop, a sync one
@@ -350,12 +359,13 @@ class JobWorker(LeaseRenewal, PollingRole):
         sync_taken: dict[str, int] = {}
         returned: dict[str, int] = {}
         async_taken: dict[str, int] = {}
+        to_loop: list[tuple[InFlight, JobHandle[Any, Any]]] = []
         dispatched = 0
         for job in jobs:
             handle = registry.lookup(job.name)
             if isinstance(handle, JobHandle) and handle.is_async:
                 async_taken[job.queue] = async_taken.get(job.queue, 0) + 1
-                dispatched += self._dispatch(job, handle)
+                dispatched += self._dispatch(job, handle, to_loop)
                 continue
             if isinstance(handle, JobHandle) and sync_taken.get(job.queue, 0) >= rooms[job.queue][0]:
                 returned[job.queue] = returned.get(job.queue, 0) + 1
@@ -364,7 +374,9 @@ class JobWorker(LeaseRenewal, PollingRole):
                     self._sync_served |= {job.queue}
                 continue
             sync_taken[job.queue] = sync_taken.get(job.queue, 0) + 1
-            dispatched += self._dispatch(job, None)
+            dispatched += self._dispatch(job, None, to_loop)
+        if to_loop:
+            dispatched -= self._start_async(to_loop)
         for queue, (_, asked) in rooms.items():
             if asked:
                 used, back = async_taken.get(queue, 0), returned.get(queue, 0)
@@ -403,8 +415,11 @@ class JobWorker(LeaseRenewal, PollingRole):
             return 0
         return room
 
-    def _dispatch(self, job: ClaimedJob, handle: JobHandle[Any, Any] | None) -> int:
-        """Hand a claimed job to its slot: an async job (``handle``) to the event loop at once; a sync one
+    def _dispatch(
+        self, job: ClaimedJob, handle: JobHandle[Any, Any] | None, to_loop: list[tuple[InFlight, JobHandle[Any, Any]]]
+    ) -> int:
+        """Hand a claimed job to its slot: an async job (``handle``) into ``to_loop``, the claim's rows for the
+        event loop (:meth:`_start_async`); a sync one
         to its queue's threads, where a free thread starts it or it waits in the claim-ahead buffer (its
         lease renewed with the others') until one frees. A job over a process-local limit is shed: back to
         the queue uncounted, due after one poll. Answers 1 when dispatched."""
@@ -424,25 +439,79 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._flights[job.claim] = flight
             if handle is None:
                 self._occupied[job.queue] += 1
-            else:
-                self._async_busy[job.queue] += 1
         if handle is None:
             self._pools[job.queue].submit(flight)
             return 1
-        lane = self._lane if self.async_slots[job.queue] else None
-        try:
-            if lane is None:
-                raise RuntimeError(f"queue {job.queue} runs no async job here (its async concurrency is 0)")
-            lane.submit(partial(self._execute_async, lane, flight, handle))
-        except Exception as exc:  # no loop to run it on (stopped, or none): back to ready, uncounted
-            log_event(logging.WARNING, "jobs.worker.async-refused", error=repr(exc), **flight.fields())
-            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-            with self._lock:
-                self._async_busy[job.queue] -= 1
-            # no loop at all (async concurrency 0 here): offer it again later, to a worker that runs it
-            self._return_flight(flight, after_ms=ASYNC_REFUSED_RECHECK_MS if lane is None else 0)
-            return 0
+        to_loop.append((flight, handle))  # started with the rest of the claim's async rows: one wake of the loop
         return 1
+
+    def _start_async(self, batch: list[tuple[InFlight, JobHandle[Any, Any]]]) -> int:
+        """Start a claim's async rows on the event loop in one hand-over, up to the free async slots; the rest
+        wait in the claim-ahead buffer, and a run that ends starts the next (:meth:`_async_slot_freed`). A row the
+        loop cannot take (the lane stopped, or its queue has no async concurrency here) goes back to ready,
+        uncounted. Answers how many went back."""
+        lane = self._lane
+        runs: list[_Waiting] = []
+        refused: list[tuple[InFlight, Exception]] = []
+        with self._lock:
+            for flight, handle in batch:
+                queue = flight.job.queue
+                if lane is None or not self.async_slots[queue]:
+                    error = RuntimeError(f"queue {queue} runs no async job here (its async concurrency is 0)")
+                    refused.append((flight, error))
+                    continue
+                waiting = _Waiting(flight, handle, contextvars.copy_context())
+                if self._async_busy[queue] < self.async_slots[queue]:
+                    self._async_busy[queue] += 1
+                    runs.append(waiting)
+                else:
+                    self._async_waiting[queue].append(waiting)
+        if runs:
+            assert lane is not None
+            try:
+                lane.spawn_many([(partial(self._execute_async, lane, w.flight, w.handle), w.context) for w in runs])
+            except Exception as stopped:  # the loop stopped under the claim: back to ready, uncounted
+                with self._lock:
+                    for w in runs:
+                        self._async_busy[w.flight.job.queue] -= 1
+                refused += [(w.flight, stopped) for w in runs]
+        for flight, why in refused:
+            job = flight.job
+            log_event(logging.WARNING, "jobs.worker.async-refused", error=repr(why), **flight.fields())
+            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            # no loop at all (async concurrency 0 here): offer it again later, to a worker that runs it
+            self._return_flight(flight, after_ms=0 if self.async_slots[job.queue] else ASYNC_REFUSED_RECHECK_MS)
+        return len(refused)
+
+    def _async_slot_freed(self, flight: InFlight, execution: JobExecution | None, lane: AsyncLane) -> None:
+        """On the loop, as an async run ends: :meth:`_slot_freed` for the loop's slot, then start the next row
+        waiting in the claim-ahead buffer (unless a drain is handing the buffer back) — all under one take of
+        the lock — and ask for a claim only once one would take rows (:meth:`_async_room`), not per ended run."""
+        queue = flight.job.queue
+        completion = execution.completion if execution is not None else None
+        with self._lock:
+            self._async_busy[queue] -= 1
+            if completion is not None:
+                self._settling += 1
+            waiting = None
+            if self._async_waiting[queue] and not self._hand_back_on_close:
+                waiting = self._async_waiting[queue].popleft()
+                self._async_busy[queue] += 1
+            claim = self._async_room(queue) > 0
+        if completion is None:
+            self._finish(flight, execution)
+        else:
+            assert execution is not None
+            self._acks.ack_later(completion, then=partial(self._settled, flight, execution))
+        if waiting is not None:
+            try:
+                lane.spawn_here(partial(self._execute_async, lane, waiting.flight, waiting.handle), waiting.context)
+            except Exception:  # the lane stopped: the row stays in the buffer, which the teardown hands back
+                with self._lock:
+                    self._async_busy[queue] -= 1
+                    self._async_waiting[queue].appendleft(waiting)
+        if claim:
+            self.kick()
 
     def _execute(self, flight: InFlight) -> None:
         job = flight.job
@@ -470,7 +539,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-            self._slot_freed(flight, execution, self._async_busy)
+            self._async_slot_freed(flight, execution, lane)
 
     def _slot_freed(self, flight: InFlight, execution: JobExecution | None, busy: dict[str, int]) -> None:
         """The attempt left its slot (a thread's, or the loop's: ``busy`` is that kind's count); a completion
@@ -517,6 +586,13 @@ class JobWorker(LeaseRenewal, PollingRole):
                 with self._lock:
                     self._occupied[flight.job.queue] -= 1
                 self._return_flight(flight)
+        with self._lock:
+            waiting = [w for queue in self._async_waiting.values() for w in queue]
+            for queue in self._async_waiting.values():
+                queue.clear()
+        for w in waiting:
+            self._limiter.release(queue=w.flight.job.queue, tenant_id=w.flight.job.tenant_id)
+            self._return_flight(w.flight)
 
     def _return_flight(self, flight: InFlight, *, after_ms: int = 0) -> None:
         """A dispatched job that never started goes back to ready — at once, or due ``after_ms`` from now —
@@ -581,6 +657,14 @@ class JobWorker(LeaseRenewal, PollingRole):
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
         with self._lock:
             return self._lock.wait_for(lambda: not self._flights, timeout)
+
+
+class _Waiting(NamedTuple):
+    """A claimed async row in the claim-ahead buffer: its flight, its job, and the context it runs in."""
+
+    flight: InFlight
+    handle: JobHandle[Any, Any]
+    context: contextvars.Context
 
 
 def _only_async(handles: Sequence[JobHandle[Any, Any]]) -> frozenset[str]:

@@ -10,9 +10,11 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, add_worker_arguments, port
+from ...conf import jobs_settings
 from ...features.metrics import serve_counters
 from ...integration.console import worker_start_line
 from ...integration.schema import require_migrated
+from ...runtime.gc_tuning import tune_worker_gc
 from ...worker.boot import parse_concurrency, worker_from_settings
 from ...worker.recycle import RecycleLimits, run_supervised
 from ...worker.supervisor import parse_processes, supervisor_from_options
@@ -63,6 +65,8 @@ class Command(RoleCommand):
         )
         if options["metrics_port"] is not None:
             serve_counters(options["metrics_port"])
+        if getattr(self, "_called_from_command_line", False) and jobs_settings().worker_gc == "tuned":
+            tune_worker_gc()  # a process of its own, booted: see ultimate_jobs.runtime.gc_tuning
         self.stdout.write(worker_start_line(worker))
         if supervisor_pid is None:
             worker.run()

@@ -252,7 +252,8 @@ FROM buried j
 # cleared; worker_id keeps the worker of this last attempt (what `jobs show` and django.tasks'
 # worker_ids report) until the next claim replaces it. Moves the 1-minute
 # x_job_counters bucket (done, duration) in the same statement. Takes arrays, so one statement
-# settles a batch. Answers the ids that landed. Its rows are locked in id order first,
+# settles a batch. Answers the ids that landed. Its rows are found by the primary key (an array of ids,
+# never a scan or a join over x_jobs) and locked in id order first,
 # as SQL_HEARTBEAT locks them: a batch settling while the same worker's heartbeat renews an overlapping
 # set of rows cannot deadlock with it.
 SQL_ACK = """
@@ -260,13 +261,13 @@ WITH a AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[], %(durations)s::bigint[])
          AS a(id, worker_id, claim, duration_ms)
 ),
-locked AS (SELECT j.id FROM x_jobs j JOIN a ON j.id = a.id ORDER BY j.id FOR UPDATE OF j),
+locked AS (SELECT j.id FROM x_jobs j WHERE j.id = ANY(%(ids)s::uuid[]) ORDER BY j.id FOR UPDATE OF j),
 acked AS (
     UPDATE x_jobs j
     SET state = 'done', finished_at = to_timestamp(%(now)s / 1000.0), updated_at = to_timestamp(%(now)s / 1000.0),
         claim = NULL, lease_until = NULL
     FROM a
-    WHERE j.id = a.id AND j.id IN (SELECT id FROM locked)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = a.id
       AND j.state = 'running' AND j.worker_id = a.worker_id AND j.claim::text = a.claim
     RETURNING j.id, j.name, a.duration_ms
 ),
@@ -325,11 +326,11 @@ SQL_HEARTBEAT = """
 WITH h AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[]) AS h(id, worker_id, claim)
 ),
-locked AS (SELECT j.id FROM x_jobs j JOIN h ON j.id = h.id ORDER BY j.id FOR UPDATE OF j)
+locked AS (SELECT j.id FROM x_jobs j WHERE j.id = ANY(%(ids)s::uuid[]) ORDER BY j.id FOR UPDATE OF j)
 UPDATE x_jobs j
 SET lease_until = to_timestamp((%(now)s + %(vt)s) / 1000.0)
 FROM h
-WHERE j.id = h.id AND j.id IN (SELECT id FROM locked)
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = h.id
   AND j.state = 'running' AND j.worker_id = h.worker_id AND j.claim::text = h.claim
 RETURNING j.id
 """
