@@ -353,6 +353,55 @@ def test_the_drain_cancels_async_tasks_hands_their_rows_back_uncounted_and_stops
     assert lane.thread is not None and not lane.thread.is_alive()
 
 
+def test_a_claim_takes_async_rows_ahead_and_a_run_that_ends_starts_the_next_one_waiting(
+    jobs: AnyJobsEnv, probe: AsyncProbe, make_worker: Callable[..., JobWorker]
+) -> None:
+    waiting = declare("async_ahead", probe.hold)
+    ids = in_order(jobs, waiting, [{"k": n} for n in range(7)])
+    worker = make_worker(concurrency=1, async_concurrency=4)  # short runs: a quarter of 4 slots claimed ahead
+
+    assert worker.run_once() == 5  # four start, one waits in the buffer with its lease renewed
+    running = ids[:4]
+    probe.started(*running)
+    assert len(worker.in_flight()) == 5 and ids[4] not in probe.runs
+    assert row(jobs, ids[4]).state == "running"  # claimed: no other worker takes it meanwhile
+    assert worker.run_once() == 0  # four busy, the buffer full: no claim
+
+    probe.release(running[0])  # a run ends: the one waiting starts from the loop, with no claim between
+    probe.started(ids[4])
+    probe.release_all()
+
+    def all_done() -> bool:
+        worker.run_once()
+        return all(row(jobs, i).state == "done" for i in ids)
+
+    eventually(all_done, timeout=WAIT)
+    assert [row(jobs, i).attempts for i in ids] == [1] * 7
+
+
+def test_the_drain_hands_back_an_async_row_waiting_in_the_claim_ahead_buffer_at_once_and_uncounted(
+    jobs: AnyJobsEnv, probe: AsyncProbe, make_worker: Callable[..., JobWorker]
+) -> None:
+    waiting = declare("async_ahead_drained", probe.hold)
+    ids = in_order(jobs, waiting, [{"k": n} for n in range(5)])
+    worker = make_worker(concurrency=1, async_concurrency=4)
+    assert worker.run_once() == 5
+    probe.started(*ids[:4])
+
+    drainer = threading.Thread(
+        target=closing_connections(lambda: worker.drain(deadline_ms=int(WAIT * 1000))), name="test-drain"
+    )
+    drainer.start()
+    drainer.join(WAIT)
+    assert not drainer.is_alive() and worker.state == "stopped"
+
+    buffered = row(jobs, ids[4])
+    assert (buffered.state, buffered.attempts) == ("ready", 0)  # back at once, the attempt uncounted
+    assert ids[4] not in probe.runs  # it never started
+    assert all((row(jobs, i).state, row(jobs, i).attempts) == ("ready", 0) for i in ids[:4])
+    assert worker.stats.interrupted == 5 and worker.stats.abandoned == 0
+
+
 # -- limits, fleet keys, on_settled, the settle buffer ----------------------------------------
 
 

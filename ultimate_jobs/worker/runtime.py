@@ -58,6 +58,7 @@ RECENT_EXECUTIONS = 1_000
 HANDBACK_TIMER_WINDOW_MS = 60_000
 ASYNC_AHEAD_DIVISOR = 4  # an async queue claims up to a quarter of its async slots ahead, while its jobs are short
 ASYNC_AHEAD_SHORT_JOB_MS = 1_000  # "short" for an async job: the buffer's wait is small beside its run
+ASYNC_CLAIM_BATCH_DIVISOR = 16  # past half busy, an async queue claims once 1/16 of its slots are free
 ASYNC_ASK_START = 32  # a queue of both kinds asks this much async room at first; it doubles while filled
 ASYNC_REFUSED_RECHECK_MS = 60_000  # an async row on a queue this worker runs no async job on is offered again then
 LANE_STOP_S = 2.0  # how long the drain's end waits for the event loop's tasks to unwind (+1 s for the loop itself)
@@ -342,14 +343,20 @@ class JobWorker(LeaseRenewal, PollingRole):
         return self._room(queue) if queue in self._sync_served else 0
 
     def _async_room(self, queue: str) -> int:
-        """The async room a claim asks for (caller holds the lock): the free async slots, capped on a queue
-        of both kinds by what recent claims there used (:meth:`_adapt_async_ask`)."""
+        """The async room a claim asks for (caller holds the lock): the free async slots plus the claim-ahead
+        buffer (a quarter of the slots while the queue's runs are short), taken in batches once half the
+        slots are busy, and capped on a queue of both kinds by what recent claims there used
+        (:meth:`_adapt_async_ask`)."""
         slots, busy, waiting = self.async_slots[queue], self._async_busy[queue], len(self._async_waiting[queue])
         ahead = slots // ASYNC_AHEAD_DIVISOR if self._avg_ms[queue] < ASYNC_AHEAD_SHORT_JOB_MS else 0
         room = slots + ahead - busy - waiting
         if busy >= slots and room * 2 < ahead:
             return 0  # refill the buffer once half of it started: a claim takes many rows, not one per ended run
-        return max(0, min(room, self._async_ask[queue]))
+        if busy * 2 >= slots and room < slots // ASYNC_CLAIM_BATCH_DIVISOR:
+            return 0  # long runs (no buffer): while half the slots are busy, claim a batch at a time, not a row
+        if queue in self._sync_served:  # a queue of both kinds: capped by what recent claims there used
+            room = min(room, self._async_ask[queue])
+        return max(0, room)
 
     def _dispatch_claimed(self, jobs: Sequence[ClaimedJob], rooms: Mapping[str, tuple[int, int]]) -> int:
         """Dispatch one claim's rows by the kind of their job: an async one to the event loop, a sync one
