@@ -90,8 +90,19 @@ class Plan:
     def io_configs(self) -> list[dict[str, str]]:
         """Every I/O-bound drain of one repetition: ``{"body", "variant"}``; the variant is ``async`` (every
         library, at ``io_in_flight``) or ``syncN`` (ours with a sync body at ``--concurrency N``)."""
-        variants = ["async", *(f"sync{slots}" for slots in self.io_sync_slots)]
-        return [{"body": body, "variant": variant} for body in self.io_bodies for variant in variants]
+        return [
+            {"body": body, "variant": variant}
+            for body in self.io_bodies
+            for variant in [
+                "async",
+                *(f"sync{s}" for s in self.io_sync_slots if body != "orm" or s <= IO_ORM_SYNC_SLOTS_MAX),
+            ]
+        ]
+
+
+IO_ORM_SYNC_SLOTS_MAX = 80
+"""The most thread slots the orm body's sync row runs with: each slot holds a Postgres connection of its
+own, and a server at its default max_connections (100) refuses a 100-slot worker's with the bench's own."""
 
 
 FULL = Plan(
