@@ -1,13 +1,18 @@
 """One attempt of an ``async def`` body → one :class:`JobExecution`, on an event loop.
 
 The same attempt as :func:`~ultimate_jobs.core.execute.execute_job` — the same outcomes, the same settle
-rules, the same pieces (``prepare``, ``arm_deadline``, ``after_abort_or``, ``returned``) — with the body
-awaited as a task of its own on the lane's loop, and every sync call (the driver's settles, the fleet
-slot, the app's context factory, a plain ``on_settled``) made through ``lane.offload``, never on the loop.
+rules, the same pieces (``admit``, ``arm_deadline``, ``after_abort_or``, ``returned``) — with the body
+awaited in the attempt's own task on the lane's loop. What touches no database runs on the loop: building
+the attempt (unless the app has a context factory), parsing the input, deriving the tenant, and the
+settle of a completion left to the runner's settle buffer (an ``Ack`` handed over). Every call that does
+reach the database (a fleet slot, a refusal's or a failure's settle, progress, a plain ``on_settled``, the
+context factory) goes through ``lane.offload``, never on the loop.
 
 When the run's signal aborts — the job's timeout, an operator cancel, a lost lease, the worker's drain —
-the body's task is cancelled (``CancelledError`` at its next ``await``) and the attempt is settled by the
-signal's verdict, exactly as a sync body's is. A timeout settles at once, before the body has unwound.
+the attempt's task is cancelled (``CancelledError`` at the body's next ``await``; the attempt takes the
+cancel back once the body unwound) and the attempt is settled by the signal's verdict, exactly as a sync
+body's is. A timeout settles at once, in a task of its own, before the body has unwound. A cancel that is
+not the run's own (the lane stopping past the drain deadline) propagates: the lease lapses.
 """
 
 from __future__ import annotations

@@ -85,29 +85,31 @@ def job_record(row: Any, d: Dialect) -> JobRecord:
 
 
 def claimed_job(row: Any, steps: tuple[StepRecord, ...], d: Dialect) -> ClaimedJob:
-    """A :class:`ClaimedJob` from a claimed row with the :data:`JOB_FIELDS`."""
-    record = job_record(row, d)
-    assert record.worker_id is not None and record.lease_until_ms is not None
+    """A :class:`ClaimedJob` from a claimed row with the :data:`JOB_FIELDS`: only the columns a run reads are
+    converted (every claimed row passes through here; the operator's columns — progress, errors, finished
+    and updated times — are :func:`job_record`'s)."""
+    lease_until_ms = d.instant_or_none(row.lease_until)
+    assert row.worker_id is not None and lease_until_ms is not None
     return ClaimedJob(
-        id=record.id,
-        run_id=record.run_id,
-        name=record.name,
-        queue=record.queue,
-        tenant_id=record.tenant_id,
-        idempotency_key=record.idempotency_key,
-        input=record.input,
-        attempt=record.attempts,
-        max_attempts=record.max_attempts,
-        priority=record.priority,
-        run_at_ms=record.run_at_ms,
-        created_at_ms=record.created_at_ms,
-        worker_id=record.worker_id,
+        id=d.uid(row.id),
+        run_id=d.uid(row.run_id),
+        name=row.name,
+        queue=row.queue,
+        tenant_id=row.tenant_id,
+        idempotency_key=row.idempotency_key,
+        input=d.json(row.input),
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        priority=row.priority,
+        run_at_ms=d.instant(row.run_at),
+        created_at_ms=d.instant(row.created_at),
+        worker_id=row.worker_id,
         claim=d.uid(row.claim),
-        lease_until_ms=record.lease_until_ms,
+        lease_until_ms=lease_until_ms,
         steps=steps,
-        concurrency_key=record.concurrency_key,
-        enqueued_by=record.enqueued_by,
-        traceparent=record.traceparent,
+        concurrency_key=row.concurrency_key,
+        enqueued_by=row.enqueued_by,
+        traceparent=row.traceparent,
     )
 
 
