@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import itertools
 import json
 import os
@@ -225,6 +226,13 @@ def io_unavailable(variant: str) -> str | None:
     return None
 
 
+def io_event_loop() -> str:
+    """Which loop ours' async bodies run on in this checkout's venv (``EVENT_LOOP`` left at "auto")."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "asyncio's event loop: uvloop is not installed"
+    return "on uvloop: installed (the uvloop extra), EVENT_LOOP left at 'auto'"
+
+
 def subject() -> Subject:
     return module_subject(
         sys.modules[__name__],
@@ -233,7 +241,8 @@ def subject() -> Subject:
         database=DATABASE,
         notes="python manage.py jobs_worker --quiet --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many; io case (M in flight): "
-        "async def bodies at jobs_worker --queues bench_io --async-concurrency bench_io=M, sync bodies (time.sleep) "
+        "async def bodies at jobs_worker --queues bench_io --async-concurrency bench_io=M "
+        f"({io_event_loop()}), sync bodies (time.sleep) "
         "at --queues bench_io_sync --concurrency N, both under bench.settings_io; orm body: await "
         "BenchRow.objects.aget(pk=i) + await BenchRow.objects.filter(pk=i).aupdate(value=...) (sync: get + "
         "filter().update())",

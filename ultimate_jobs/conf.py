@@ -10,6 +10,7 @@ connects to. ``ENVIRONMENT`` is what a backfill's ``environments=`` are matched 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from .errors import DriverUnavailableError, InvariantError, UltimateError
 from .events.base import EventBus
 from .guards.limits import LimitConfig
 from .guards.sync_only import refuse_async
+from .runtime.async_lane import EVENT_LOOPS
 
 DRIVERS = ("postgres", "sqlite", "redis", "memory")
 DRIVER_FOR_VENDOR = {"postgresql": "postgres", "sqlite": "sqlite"}
@@ -124,6 +126,7 @@ class JobsSettings:
     metrics_token: str | None = None
     retention: Retention = field(default_factory=Retention)
     worker_gc: str = "tuned"
+    event_loop: str = "auto"
 
 
 def _read_driver(value: object) -> str:
@@ -281,6 +284,23 @@ def _read_worker_gc(value: object) -> str:
     )
 
 
+def _read_event_loop(value: object) -> str:
+    """``EVENT_LOOP``: the worker's event loop for ``async def`` jobs — ``"auto"`` (default: uvloop when it is
+    installed), ``"asyncio"`` or ``"uvloop"`` (which must then be installed)."""
+    if isinstance(value, str) and value in EVENT_LOOPS:
+        if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise SettingError(
+                "EVENT_LOOP",
+                CHECK_VALUE_INVALID,
+                "= 'uvloop' but uvloop is not installed",
+                "pip install 'ultimate_jobs[uvloop]'",
+            )
+        return value
+    raise SettingError(
+        "EVENT_LOOP", CHECK_VALUE_INVALID, f"= {_shown(value)} is no event loop", f"use one of {EVENT_LOOPS}"
+    )
+
+
 def _read_metrics_token(value: object) -> str | None:
     """``METRICS_TOKEN``: a bearer token for a scraper (default none)."""
     if value is None or (isinstance(value, str) and value.strip()):
@@ -337,6 +357,7 @@ _KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "METRICS_TOKEN": ("metrics_token", _read_metrics_token),
     "RETENTION": ("retention", _read_retention),
     "WORKER_GC": ("worker_gc", _read_worker_gc),
+    "EVENT_LOOP": ("event_loop", _read_event_loop),
 }
 KNOWN_KEYS = frozenset(_KEYS)
 

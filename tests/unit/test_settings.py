@@ -103,6 +103,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "METRICS_TOKEN": "s3cret",
         "RETENTION": {"DONE": "1d", "FAILED": None, "DEAD": "90d", "OUTBOX": "12h", "BATCH": 500},
         "WORKER_GC": "python",
+        "EVENT_LOOP": "asyncio",
     }
     assert set(config) == KNOWN_KEYS
     assert errors_for(config) == []
@@ -113,7 +114,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
     assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
-    assert read.worker_gc == "python"
+    assert (read.worker_gc, read.event_loop) == ("python", "asyncio")
     day = 86_400_000
     assert read.retention == Retention(
         done_ms=day, failed_ms=None, cancelled_ms=30 * day, dead_ms=90 * day, outbox_ms=day // 2, batch=500
@@ -194,6 +195,8 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("RETENTION", {"BATCH": True}, VALUE),
     ("WORKER_GC", "off", VALUE),
     ("WORKER_GC", False, VALUE),
+    ("EVENT_LOOP", "trio", VALUE),
+    ("EVENT_LOOP", None, VALUE),
 ]
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import importlib
 import itertools
 import logging
 import queue
@@ -45,10 +46,10 @@ from typing import Any, TypeVar
 from asgiref.current_thread_executor import CurrentThreadExecutor
 from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 
-from ..errors import JobDrainedError
+from ..errors import InvariantError, JobDrainedError
 from .dbconn import close_thread_connections
 
-__all__ = ["AsyncLane"]
+__all__ = ["EVENT_LOOPS", "AsyncLane", "event_loop_factory"]
 
 logger = logging.getLogger("ultimate_jobs")
 
@@ -64,6 +65,30 @@ _caller: contextvars.ContextVar[concurrent.futures.Executor | None] = contextvar
     "ultimate_jobs_lane_caller", default=None
 )
 """Inside :meth:`AsyncLane.run_here`: the calling thread's executor, where that run's offloads go."""
+
+
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+"""What ``ULTIMATE_JOBS["EVENT_LOOP"]`` may name: ``auto`` (uvloop when it is installed, else asyncio's own),
+``asyncio`` or ``uvloop``."""
+
+
+def event_loop_factory(kind: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
+    """How a lane makes its loop: ``uvloop.new_event_loop`` when ``kind`` is ``uvloop``, or ``auto`` and uvloop
+    is importable; else ``asyncio.new_event_loop``. ``uvloop`` without uvloop installed is ``X_INVARIANT``."""
+    if kind not in EVENT_LOOPS:
+        raise InvariantError(f"event loop {kind!r}: use one of {EVENT_LOOPS}", {"event_loop": kind})
+    if kind == "asyncio":
+        return asyncio.new_event_loop
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        if kind == "uvloop":
+            raise InvariantError(
+                "event loop 'uvloop': uvloop is not installed; pip install 'ultimate_jobs[uvloop]'",
+                {"event_loop": kind},
+            ) from None
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 class _ThreadPool(concurrent.futures.Executor):
@@ -128,7 +153,14 @@ class AsyncLane:
     >>> lane.stop(wait=True, timeout=25)
     """
 
-    def __init__(self, *, name: str, offload_threads: int = 4, orm_threads: int = DEFAULT_ORM_THREADS) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        offload_threads: int = 4,
+        orm_threads: int = DEFAULT_ORM_THREADS,
+        new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         if offload_threads < 1:
             raise ValueError("AsyncLane(offload_threads=...) must be at least 1")
         if orm_threads < 1:
@@ -136,6 +168,7 @@ class AsyncLane:
         self.name = name
         self.offload_threads = offload_threads
         self.orm_threads = orm_threads
+        self._new_loop = new_loop
         self.loop: asyncio.AbstractEventLoop
         """The lane's event loop; set by :meth:`start`."""
         self.thread: threading.Thread | None = None
@@ -160,7 +193,7 @@ class AsyncLane:
             self._refuse_if_stopped()
             if self.thread is not None:
                 return
-            self.loop = asyncio.new_event_loop()
+            self.loop = self._new_loop()
             self._offload = _ThreadPool([f"{self.name}-offload-{n}" for n in range(self.offload_threads)])
             self._orm = [_ThreadPool([f"{self.name}-orm-{n}"]) for n in range(self.orm_threads)]
             self._orm_keys = [ThreadSensitiveContext() for _ in self._orm]

@@ -48,4 +48,5 @@ def worker_from_settings(
         async_concurrency=async_concurrency if async_concurrency is not None else (config.async_concurrency or None),
         limits=config.limits,
         drain_deadline=drain_deadline if drain_deadline is not None else config.drain_deadline_ms,
+        event_loop=config.event_loop,
     )

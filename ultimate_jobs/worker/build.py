@@ -19,6 +19,7 @@ from ..defaults import DEFAULT_ASYNC_CONCURRENCY, MAX_ASYNC_CONCURRENCY
 from ..drivers.protocol import JobDriver
 from ..errors import ClaimQueuesEmptyError, InvariantError
 from ..guards.limits import LimitConfig
+from ..runtime.async_lane import event_loop_factory
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from .runtime import JobWorker
 
@@ -131,6 +132,7 @@ def job_worker(
     drain_deadline: Duration = DEFAULT_DRAIN_DEADLINE_MS,
     worker_id: str | None = None,
     claim_ahead: int | Mapping[str, int] | None = None,
+    event_loop: str = "auto",
 ) -> JobWorker:
     """Build a worker. ``driver`` and ``context`` (a zero-argument factory of the ctx a run executes
     under) are required; everything else defaults: every registered queue, 8 slots per queue, the
@@ -147,6 +149,9 @@ def job_worker(
     claims only for free slots). It applies while the queue's recent attempts average under 50 ms —
     behind longer bodies a buffered job would wait for a slot another worker has free. Buffered jobs'
     leases are renewed with the running ones; a drain hands them back to ready at once, uncounted.
+
+    ``event_loop`` is the loop the async jobs run on: ``"auto"`` (uvloop when it is installed, else asyncio's
+    own), ``"asyncio"`` or ``"uvloop"``.
 
     >>> worker = job_worker(driver=job_driver(), context=lambda: AppContext(), concurrency={"emails": 4})
     >>> worker.run()          # blocks; SIGTERM drains
@@ -186,4 +191,5 @@ def job_worker(
         limits=limits or LimitConfig(),
         drain_deadline_ms=parse_duration(drain_deadline, field="drain_deadline"),
         worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        new_loop=event_loop_factory(event_loop),
     )

@@ -12,6 +12,7 @@ loop's watchdog lives in :mod:`.watchdog`.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import socket
@@ -117,6 +118,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         limits: LimitConfig,
         drain_deadline_ms: int,
         worker_id: str,
+        new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
     ) -> None:
         self.driver = driver
         self.context = context
@@ -130,6 +132,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.drain_deadline_ms = drain_deadline_ms
         self.worker_id = worker_id
+        self._new_loop = new_loop  # the async lane's event loop (uvloop's when installed, by default)
         self.host = socket.gethostname()
         self.stats = WorkerStats()
         # the most recent attempts, for tests and the demo; bounded so a long-lived worker does not grow
@@ -202,7 +205,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             if not self.async_slots[queue]:
                 log_event(logging.WARNING, "jobs.worker.async-disabled", queue=queue, worker_id=self.worker_id)
         if any(self.async_slots.values()):
-            self._lane = AsyncLane(name=f"jobs-async-{self.worker_id}")
+            self._lane = AsyncLane(name=f"jobs-async-{self.worker_id}", new_loop=self._new_loop)
             self._lane.start()
             self._watchdog = LoopWatchdog(self._lane, worker=self, stall_ms=self.loop_stall_ms)
             self._watchdog.start()
