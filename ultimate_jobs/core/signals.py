@@ -191,3 +191,4 @@ async def cancel_on_abort(
         raise
     finally:
         task.remove_done_callback(resolve)
+        signal.unlisten(wake)
