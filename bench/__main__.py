@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT
+from bench.common import ROOT, compile_checkout
 from bench.plan import CASES, EXTRAS, Plan, build_plan, variant_kind
 from bench.redis_bench import redis_table, run_redis_comparison
 from bench.report import LIBRARIES, header_text, machine, notes_text, summarize, table, write_json
@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / f"{stamp}.workers.log"
     info = machine()
+    compile_checkout()
     progress(f"plan {plan.name}: {plan.runs} interleaved repetition(s); worker stderr goes to {log.relative_to(ROOT)}")
     problems: dict[str, str] = {}
     postgres_cases = [c for c in plan.cases if c != "redis"]

@@ -50,6 +50,18 @@ SQLITE_FILE = ROOT / "bench" / "results" / "sqlite" / "bench.sqlite3"
 """The SQLite column's database file (``bench/sqlite.py``), copied fresh from its template per measurement."""
 
 
+def compile_checkout() -> None:
+    """Byte-compile this checkout's ``ultimate_jobs`` and ``bench`` (the peers' bench modules too), as ``pip
+    install`` compiles an installed package: every library then starts its workers from ``.pyc`` files —
+    the peers' packages and Django already are, and ``PYTHONDONTWRITEBYTECODE`` (set on some machines)
+    would otherwise have ours compile its source again in every worker it spawns."""
+    import compileall
+
+    for folder in ("ultimate_jobs", "bench"):
+        if not compileall.compile_dir(ROOT / folder, quiet=1):
+            raise RuntimeError(f"python -m compileall {folder} failed: the checkout has a syntax error")
+
+
 def conninfo(dbname: str) -> str:
     """A libpq conninfo for ``dbname`` on the bench server."""
     parts = {"host": PG_HOST, "port": PG_PORT, "user": PG_USER, "dbname": dbname}

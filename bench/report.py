@@ -17,8 +17,10 @@ LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg", "ulti
 LOAD_WARNING = 0.5
 
 METHOD = (
-    "method: each library in its own database, freshly created (a copy of a template holding only its "
-    "schema) for every measurement. A drain loads its backlog in batches of {batch:,}, runs VACUUM ANALYZE, "
+    "method: the checkout's ultimate_jobs and bench modules byte-compiled first, as pip install compiles an "
+    "installed package (the peers' packages are). Each library in its own database, freshly created (a copy "
+    "of a template holding only its schema) for every measurement. A drain loads its backlog in batches of "
+    "{batch:,}, runs VACUUM ANALYZE, "
     "then spawns the worker process(es); 'from spawn' runs from the first spawn until the bench sees nothing "
     "pending (50 ms poll), 'steady' is (N-1) over the first-to-last completion time stamped in the library's "
     "own tables. Enqueue rates include opening the connection. Pickup latency: {lat_n} probes, one every "

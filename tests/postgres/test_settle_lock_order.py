@@ -72,3 +72,19 @@ def test_renewals_and_a_batched_settle_over_the_same_rows_in_opposite_orders_nev
     )
     assert errors == []
     assert landed == [frozenset(j.id for j in claimed)]
+
+
+def test_a_batched_settle_lands_its_claimed_ids_and_refuses_what_names_no_claimed_row() -> None:
+    driver = PostgresDriver(clock=FrozenClock())
+    driver.enqueue_many([request() for _ in range(3)])
+    first, second, third = driver.claim(queues=[QUEUE], limit=3, worker_id="w1", visibility_timeout_ms=VT_MS).jobs
+    acks = [
+        Ack(first.id, first.ref, 5),  # as Postgres prints it: lands
+        Ack(second.id.upper(), second.ref, 5),  # the same row in another spelling: lands under its canonical id
+        Ack("not-a-uuid", third.ref, 5),  # names no row: nothing is sent for it
+        Ack(third.id, first.ref, 5),  # a real row under another claim's fence: refused
+    ]
+    assert driver.ack_many(acks) == frozenset({first.id, second.id})
+    operator = driver.operator
+    assert operator is not None
+    assert [getattr(operator.get(j.id), "state", None) for j in (first, second, third)] == ["done", "done", "running"]

@@ -117,6 +117,30 @@ def test_completed(jobs: JobsEnv) -> None:
     assert counters(jobs, "completes") == (1, 0, 0, 0)
 
 
+def test_the_step_runner_is_built_once_when_the_body_first_reads_it(
+    jobs: JobsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ultimate_jobs.core import execute as execute_module
+    from ultimate_jobs.core.steps import Step
+
+    built: list[Step] = []
+
+    class CountedStep(Step):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            built.append(self)
+
+    monkeypatch.setattr(execute_module, "Step", CountedStep)
+    declare(lambda run: None, name="no_steps").enqueue({})
+    assert execute(jobs).outcome == "completed"
+    assert built == []  # a body that takes no step pays for no step runner
+
+    declare(lambda run: [run.step is run.step, run.step.run("one", lambda: 1)], name="one_step").enqueue({})
+    ex = execute(jobs)
+    assert (ex.outcome, ex.result) == ("completed", [True, 1])
+    assert len(built) == 1  # one runner per attempt, however often the body reads run.step
+
+
 def test_suspended_is_uncounted(jobs: JobsEnv) -> None:
     def sleeps(run: JobRun[Any]) -> None:
         run.step.sleep("1h")

@@ -73,3 +73,22 @@ def test_a_secret_object_comes_back_as_itself_when_restored() -> None:
     assert unseal(sealed)[0] == SECRET
     with pytest.raises(TypeError):
         seal_object(object())
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        ({"row": 7, "note": "x", "ok": True, "none": None, "f": 1.5}, False),  # the flat payload: no walk
+        ({"a": {"b": [1, {"c": [seal(SECRET)]}]}}, True),  # an envelope at any depth is found
+        ([1, "x", [None, [seal(1)]]], True),
+        ({"tuple": (1, seal(2))}, True),  # a container a JSON decoder never builds: the full walk decides
+        ({"a": [{"b": {}}], "c": []}, False),
+        ({ENVELOPE_KEY: "not a token"}, True),  # a key that only looks like an envelope: unseal refuses it
+    ],
+)
+def test_may_hold_envelope_finds_an_envelope_at_any_depth_and_none_in_a_plain_payload(value: Any, found: bool) -> None:
+    from ultimate_jobs.guards.sealing import may_hold_envelope
+
+    assert may_hold_envelope(value) is found
+    if not found:
+        assert unseal(value) is value  # a payload with no envelope comes back as it is: nothing rebuilt

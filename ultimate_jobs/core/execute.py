@@ -183,7 +183,7 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
     if not prepare(attempt, run_signal, visibility_timeout_ms):
         return
     timer = arm_deadline(attempt, run_signal, settle=True)
-    job_run = job_run_for(attempt, run_signal, Step(**step_options(attempt, run_signal)), attempt.progress)
+    job_run = job_run_for(attempt, run_signal, lambda: Step(**step_options(attempt, run_signal)), attempt.progress)
     try:
         with acting_as(job_run.actor), signal_scope(run_signal):
             result = attempt.handle.fn(job_run)
@@ -290,14 +290,15 @@ def step_options(attempt: Attempt, run_signal: CancelSignal) -> dict[str, Any]:
 def job_run_for(
     attempt: Attempt,
     run_signal: CancelSignal,
-    step: Step,
+    make_step: Callable[[], Step],
     progress: Callable[[float, float | None, str | None], None],
 ) -> JobRun[Any]:
-    """The one argument the body receives."""
+    """The one argument the body receives; its step runner is ``make_step()``, built when the body first
+    reads ``run.step``."""
     claimed = attempt.claimed
     return JobRun(
         input=attempt.parsed,
-        step=step,
+        _make_step=make_step,
         ctx=attempt.context,
         attempt=claimed.attempt,
         final_attempt=attempt.final,

@@ -129,8 +129,9 @@ async def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms
         if error is not None:  # a sync body would have seen it raise; here the run goes on without it
             log_event(logging.WARNING, "jobs.progress.failed", error=repr(error), **attempt.log_fields())
 
-    step = AsyncStep(offload=lane.offload, **step_options(attempt, run_signal))
-    job_run = job_run_for(attempt, run_signal, step, progress)
+    job_run = job_run_for(
+        attempt, run_signal, lambda: AsyncStep(offload=lane.offload, **step_options(attempt, run_signal)), progress
+    )
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None

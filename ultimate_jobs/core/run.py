@@ -25,10 +25,8 @@ class JobRun(Generic[InputT]):
     """
 
     input: InputT
-    step: Any
-    """The step runner: a :class:`~ultimate_jobs.core.steps.Step` in a sync body, an
-    :class:`~ultimate_jobs.core.steps.AsyncStep` (the same steps, awaited) in an ``async def`` one — typed
-    ``Any`` so each reads naturally: ``run.step.run(...)`` there, ``await run.step.run(...)`` here."""
+    _make_step: Callable[[], Any] = field(repr=False)
+    """Builds :attr:`step` the first time a body reads it: a body that takes no step builds none."""
     ctx: Any
     attempt: int
     final_attempt: bool
@@ -39,6 +37,16 @@ class JobRun(Generic[InputT]):
     queue: str = "default"
     actor: Actor = field(default_factory=Actor)
     _progress: Callable[[float, float | None, str | None], None] | None = None
+    _step: Any = field(default=None, repr=False)
+
+    @property
+    def step(self) -> Any:
+        """The step runner: a :class:`~ultimate_jobs.core.steps.Step` in a sync body, an
+        :class:`~ultimate_jobs.core.steps.AsyncStep` (the same steps, awaited) in an ``async def`` one — typed
+        ``Any`` so each reads naturally: ``run.step.run(...)`` there, ``await run.step.run(...)`` here."""
+        if self._step is None:
+            self._step = self._make_step()
+        return self._step
 
     @property
     def tenant_id(self) -> str | None:

@@ -139,11 +139,11 @@ class ClaimedJob:
     concurrency_key: str | None = None
     enqueued_by: str | None = None
     traceparent: str | None = None
+    ref: ClaimRef = field(init=False, repr=False, compare=False)
+    """``claimOf(claimed)``: the fence this claim's settles carry (built once: every settle reads it)."""
 
-    @property
-    def ref(self) -> ClaimRef:
-        """``claimOf(claimed)``: the fence this claim's settles carry."""
-        return ClaimRef(self.worker_id, self.claim)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", ClaimRef(self.worker_id, self.claim))
 
 
 @dataclass(frozen=True, slots=True)

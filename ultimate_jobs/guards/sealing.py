@@ -136,12 +136,18 @@ def may_hold_envelope(value: Any) -> bool:
     builds them), so a payload with no secret costs no walk that builds anything."""
     kind = type(value)
     if kind is dict:
-        return ENVELOPE_KEY in value or any(may_hold_envelope(item) for item in value.values())
-    if kind is list:
-        return any(may_hold_envelope(item) for item in value)
-    if kind in _SCALARS:
-        return False
-    return isinstance(value, Mapping | list | tuple)  # another container: the full walk decides
+        if ENVELOPE_KEY in value:
+            return True
+        items = value.values()
+    elif kind is list:
+        items = value
+    else:
+        return kind not in _SCALARS and isinstance(value, Mapping | list | tuple)  # another container: walk it
+    # a flat payload of scalars (the common one) costs a type test per value, and no generator
+    for item in items:  # noqa: SIM110
+        if type(item) not in _SCALARS and may_hold_envelope(item):
+            return True
+    return False
 
 
 def _unseal(value: Any, restore: bool, what: str, path: str) -> Any:

@@ -207,7 +207,8 @@ class RoleLifecycle:
 
     def kick(self) -> None:
         """Ask for one pass now; a kick during a pass asks for one more behind it, never a second loop."""
-        self._wake.set()
+        if not self._wake.is_set():  # set() takes the event's lock even when it is set already
+            self._wake.set()
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the role reached ``stopped``; answers whether it did within ``timeout`` seconds."""
