@@ -115,6 +115,29 @@ def vacuum_analyze(dbname: str) -> None:
         conn.execute("vacuum analyze")
 
 
+def wal_position(conn: psycopg.Connection[Any]) -> int:
+    """The server's WAL insert position, in bytes."""
+    row = conn.execute("select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
+
+
+def row_updates(dbname: str) -> tuple[int, int]:
+    """``(updates, HOT updates)`` of every table of ``dbname`` so far (``pg_stat_user_tables``), read once the
+    counts stopped moving: a backend reports its counts when it goes idle or ends, not at each update."""
+    query = "select coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0) from pg_stat_user_tables"
+    last: tuple[int, int] | None = None
+    for _ in range(20):
+        with connect(dbname) as conn:
+            row = conn.execute(query).fetchone()
+        now = (int(row[0]), int(row[1])) if row else (0, 0)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.25)
+    assert last is not None
+    return last
+
+
 def ensure_latency_table(conn: psycopg.Connection[Any]) -> None:
     """The table a probe job's body writes its start into: ``(kind, n, started)``, ``started`` the body's
     wall clock (epoch seconds) when it began."""
@@ -212,6 +235,100 @@ class RssSampler:
         inside = [kb for at, kb in self.samples if start <= at <= end]
         chosen = inside or [kb for _, kb in self.samples]
         return float(max(chosen)) if chosen else float("nan")
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name: field 3 (state) is ``[0]``."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """Every process as ``(pid, parent pid, command name)``."""
+    out: list[tuple[int, int, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        out.append((int(entry.name), int(text.rsplit(")", 1)[1].split()[1]), name))
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of ``pid`` and the processes below it now — a worker that
+    runs its jobs in child processes is measured whole."""
+    table = _processes()
+    wanted, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, ppid, _ in table if ppid == parent and p not in wanted]
+        wanted.update(children)
+        frontier.extend(children)
+    total = 0
+    for member in wanted:
+        try:
+            fields = _stat_fields(member)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds of the PostgreSQL server on this machine: every ``postgres`` process now (backends,
+    background workers), plus what its ended backends used (the postmaster's children's time)."""
+    table = _processes()
+    server = [(p, ppid) for p, ppid, name in table if name.startswith("postgres")]
+    pids = {p for p, _ in server}
+    total = 0
+    for member, parent in server:
+        try:
+            fields = _stat_fields(member)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+        if parent not in pids:  # the postmaster: its reaped children's time too
+            total += int(fields[13]) + int(fields[14])
+    return total / CLOCK_TICKS
+
+
+class CpuSampler:
+    """Samples the CPU seconds of worker process trees and of the PostgreSQL server every ``interval``
+    seconds on a thread of its own, with the wall clock of each sample, until :meth:`stop`."""
+
+    def __init__(self, pids: Sequence[int], interval: float = 0.1) -> None:
+        self.pids = list(pids)
+        self.interval_s = interval
+        self.samples: list[tuple[float, float, float]] = []  # (epoch s, workers' CPU s, server's CPU s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-cpu", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), sum(tree_cpu_s(pid) for pid in self.pids), postgres_cpu_s()))
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def per_job_between(self, start: float, end: float, jobs: float) -> tuple[float, float]:
+        """Microseconds of CPU per job, (workers, server), between ``start`` and ``end`` (epoch s) while
+        ``jobs`` finished at a steady rate: the CPU between the first and the last sample inside the window
+        over the jobs of that part of it; NaN when the window holds fewer than two samples."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2 or jobs <= 0:
+            return float("nan"), float("nan")
+        (t0, w0, p0), (t1, w1, p1) = inside[0], inside[-1]
+        share = jobs * (t1 - t0) / (end - start)  # the jobs of the sampled part of the window
+        return 1e6 * (w1 - w0) / share, 1e6 * (p1 - p0) / share
 
 
 class LogFields(logging.Filter):

@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.common import (
     CountingProxy,
+    CpuSampler,
     RssSampler,
     WorkerProcess,
     check_alive,
@@ -32,9 +33,11 @@ from bench.common import (
     paced,
     percentile,
     probe_starts,
+    row_updates,
     seed_io_rows,
     vacuum_analyze,
     wait_until,
+    wal_position,
     workers,
 )
 from bench.plan import Plan, variant_kind
@@ -187,21 +190,39 @@ def wait_drained(subject: Subject, procs: list[WorkerProcess], n: int, *name: st
 
 def case_drain(subject: Subject, plan: Plan, config: dict[str, int], log: Path) -> Figures:
     """One drain: the backlog loaded, then ``processes`` worker processes of ``slots`` slots spawned back
-    to back. Two figures: from the first spawn to the bench seeing nothing pending, and the steady rate
-    between the first and the last completion the library recorded."""
+    to back. Two rates: from the first spawn to the bench seeing nothing pending, and the steady rate
+    between the first and the last completion the library recorded. And what each job cost: the CPU of
+    the worker processes (their trees) and of the PostgreSQL server per job over the middle 80% of the
+    completions (sampled every 100 ms), the share of row updates Postgres made HOT (heap-only: no index
+    written) over the drain, and the WAL it wrote per job from the spawn to the end."""
     n, key = config["n"], drain_key(config)
     preload = load_backlog(subject, plan, n)
+    updates_before = row_updates(subject.database)
+    with connect(subject.database) as conn:
+        wal_before = wal_position(conn)
     with workers([spawn_argv(subject, config["slots"], log) for _ in range(config["processes"])]) as procs:
-        seen = wait_drained(subject, procs, n)
+        sampler = CpuSampler([p.pid for p in procs])
+        try:
+            seen = wait_drained(subject, procs, n)
+        finally:
+            sampler.stop()
         t0 = procs[0].spawned_at
     with connect(subject.database) as conn:
         first, last = subject.completion_span(conn)
+        wal = wal_position(conn) - wal_before
+    updates, hot = (now - before for now, before in zip(row_updates(subject.database), updates_before, strict=True))
+    margin = (last - first) * 0.1
+    worker_us, server_us = sampler.per_job_between(first + margin, last - margin, (n - 1) * 0.8)
     return {
         f"{key}_spawn": n / (seen - t0),
         f"{key}_spawn_s": seen - t0,
         f"{key}_steady": (n - 1) / (last - first) if last > first else float("nan"),
         f"{key}_first_completion_s": first - t0,
         f"{key}_preload": preload,
+        f"{key}_worker_cpu_us": worker_us,
+        f"{key}_server_cpu_us": server_us,
+        f"{key}_hot_pct": 100.0 * hot / updates if updates else float("nan"),
+        f"{key}_wal_bytes": wal / n,
     }
 
 
@@ -215,7 +236,8 @@ def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> 
     ``plan.preload_batch`` and vacuumed, then one worker process spawned. Figures as for a drain ('steady'
     from the library's own completion stamps, 'from spawn' from the spawn to nothing pending), and the
     worker's peak ``VmRSS`` over the middle 80% of the completions (sampled every 100 ms); for a library that
-    retries on its own, how many attempts were re-runs (a figure measured through failures says so)."""
+    retries on its own, how many attempts were re-runs (a figure measured through failures says so); the
+    worker's and the server's CPU per job, as for a drain."""
     io = subject.io
     body, variant, key = params["body"], params["variant"], io_key(params)
     if io is None or variant_kind(variant) not in io.variants:
@@ -233,11 +255,12 @@ def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> 
         argv=io.worker_argv(body, variant, plan), env={**subject.worker_env, **io.worker_env}, log_path=log
     )
     with workers([spec]) as procs:
-        sampler = RssSampler(procs[0].pid)
+        sampler, cpu = RssSampler(procs[0].pid), CpuSampler([procs[0].pid])
         try:
             seen = wait_drained(subject, procs, n, name)
         finally:
             sampler.stop()
+            cpu.stop()
         t0 = procs[0].spawned_at
     with connect(subject.database) as conn:
         first, last = subject.completion_span(conn, name)
@@ -246,10 +269,13 @@ def case_io(subject: Subject, plan: Plan, params: dict[str, str], log: Path) -> 
     if body == "orm" and written != n:
         raise RuntimeError(f"{subject.name}: {written} of {n} rows written by the orm bodies")
     margin = (last - first) * 0.1
+    worker_us, server_us = cpu.per_job_between(first + margin, last - margin, (n - 1) * 0.8)
     out = {
         f"{key}_steady": (n - 1) / (last - first) if last > first else float("nan"),
         f"{key}_spawn": n / (seen - t0),
         f"{key}_rss_kb": sampler.peak_between(first + margin, last - margin),
+        f"{key}_worker_cpu_us": worker_us,
+        f"{key}_server_cpu_us": server_us,
     }
     if reruns is not None:
         out[f"{key}_reruns"] = float(reruns)

@@ -26,6 +26,10 @@ METHOD = (
     "own tables. Enqueue rates include opening the connection. Pickup latency: {lat_n} probes, one every "
     "{lat_ms:g} ms, into one worker idle {idle:g} s, from the enqueue call's return (its commit done) to the "
     "body's start. Idle statements: {window:g} s after {warm:g} s idle, counted by a proxy, per minute. "
+    "Cost per job (drains): the worker processes' CPU (user + system, with their children) and the PostgreSQL "
+    "server's (every postgres process, and its ended backends) per job over the middle 80% of the completions, "
+    "sampled every 100 ms; HOT: the share of the drain's row updates Postgres made heap-only "
+    "(pg_stat_user_tables); WAL: bytes the server wrote from the spawn to the end, per job. "
     "I/O-bound drains (io): {io_n:,} jobs whose body waits {sleep_ms:g} ms ('orm': and reads then writes its own "
     "row), one worker process holding {in_flight} async bodies in flight (ours --async-concurrency, pgqueuer "
     "max_concurrent_tasks, Procrastinate concurrency), and ours with a sync body at --concurrency {sync}; RSS is "
@@ -56,6 +60,22 @@ def drain_rows(plan: Plan) -> list[Row]:
     return out
 
 
+def cost_rows(plan: Plan) -> list[Row]:
+    """What each job of a drain cost the machine: CPU per job of the worker processes and of the PostgreSQL
+    server, the share of row updates Postgres made HOT, and WAL bytes per job."""
+    out: list[Row] = []
+    for config in plan.drain_configs():
+        key = f"drain_{config['n']}_{config['processes']}p_{config['slots']}s"
+        what = f"drain {config['n']:,}, {config['processes']} proc x {config['slots']} slots"
+        out += [
+            Row(f"{key}_worker_cpu_us", f"{what}: worker CPU per job", "us/job", False),
+            Row(f"{key}_server_cpu_us", f"{what}: Postgres CPU per job", "us/job", False),
+            Row(f"{key}_hot_pct", f"{what}: HOT updates (no index written)", "%", True),
+            Row(f"{key}_wal_bytes", f"{what}: WAL per job", "bytes", False),
+        ]
+    return out
+
+
 IO_BODIES = {"sleep": "{ms:g} ms await", "orm": "ORM read + {ms:g} ms await + ORM write"}
 
 
@@ -70,6 +90,8 @@ def io_rows(plan: Plan) -> list[Row]:
             Row(f"io_{body}_async_steady", f"{what}: async, {flight}, steady", "jobs/s", True),
             Row(f"io_{body}_async_spawn", f"{what}: async, {flight}, from spawn", "jobs/s", True),
             Row(f"io_{body}_async_rss_kb", f"{what}: async, worker RSS at {flight}", "MiB", False),
+            Row(f"io_{body}_async_worker_cpu_us", f"{what}: async, worker CPU per job", "us/job", False),
+            Row(f"io_{body}_async_server_cpu_us", f"{what}: async, Postgres CPU per job", "us/job", False),
             Row(f"io_{body}_async_reruns", f"{what}: async, attempts re-run after a failure", "attempts", False),
         ]
         for slots in plan.io_sync_slots:
@@ -116,6 +138,7 @@ def rows(plan: Plan) -> list[Row]:
     lat = f"1 per {plan.latency_interval_s * 1000:g} ms"
     return [
         *drain_rows(plan),
+        *cost_rows(plan),
         Row("enqueue_single", f"enqueue, 1 per transaction (N={plan.enqueue_single_n:,})", "jobs/s", True),
         Row("enqueue_single_async", "enqueue, 1 per transaction (async)", "jobs/s", True),
         Row(
