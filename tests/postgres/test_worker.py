@@ -1183,6 +1183,31 @@ def test_a_slot_takes_its_next_job_while_its_settle_is_buffered_and_wait_idle_wa
     eventually(lambda: worker.stats.completed == 2, timeout=WAIT)
 
 
+def test_the_claim_loop_waits_while_the_unsettled_completions_pass_the_backlog_and_resumes_once_they_land(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    from ultimate_jobs.worker.runtime import SETTLE_BACKLOG_PER_SLOT
+
+    limit = SETTLE_BACKLOG_PER_SLOT  # one slot, no claim-ahead
+    quick = declare("settle_backlog", probe.enter)
+    ids = in_order(jobs, quick, [{"k": n} for n in range(limit + 3)])
+    driver = HeldAcks(jobs.driver)
+    worker = make_worker(driver=driver, concurrency=1)
+    try:
+        for n in range(limit + 1):  # each claim takes the one free slot; its completion waits on the wire
+            eventually(lambda: worker.run_once() == 1, timeout=WAIT)
+            probe.started(ids[n])
+        assert driver.entered.acquire(timeout=WAIT)
+        eventually(lambda: worker._settling == limit + 1, timeout=WAIT)
+        assert worker.run_once() == 0  # past the backlog: no claim, though the slot is free
+        assert [row(jobs, i).state for i in ids[limit + 1 :]] == ["ready", "ready"]
+    finally:
+        driver.open.set()
+    eventually(lambda: worker.run_once() == 1, timeout=WAIT)  # the flush landed: claims go on
+    probe.started(ids[limit + 1])
+    assert worker.wait_idle(WAIT)
+
+
 def test_a_settle_held_on_the_wire_past_the_window_keeps_its_lease_and_the_job_runs_once(
     jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
