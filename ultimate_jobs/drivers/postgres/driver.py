@@ -124,7 +124,7 @@ class PostgresDriver(SqlDriver):
                 "record": record is not None,
                 **{f"w_{k}": v for k, v in registry.items()},
             },
-            binding="prepared",
+            binding="generic",
         )
         named = [ClaimRow._make(row) for row in rows]
         claimed = [claimed_job(r, self._steps(r.steps), POSTGRES) for r in named if r.kind == "claimed"]

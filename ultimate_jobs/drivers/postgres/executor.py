@@ -7,11 +7,13 @@ enqueue there joins the caller's transaction.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol
 
 import psycopg
 from django.conf import settings
 from django.db import connections
+from psycopg.pq import TransactionStatus
 
 from ...guards.session_scope import observe, uses_other_wrappers
 from ..sql.dialect import dumps, loads
@@ -21,6 +23,14 @@ from ..sql.executor import Binding, Params, checked_alias
 # on a connection Django left at None only the statements the driver asks for are ever prepared
 ONLY_WHEN_ASKED = 2**31 - 1
 
+# Postgres plans a prepared statement again on every run while that plan's estimated cost stays below the
+# generic plan's: SQL_CLAIM's does (its queue list is a parameter, so its generic plan is costed for ten
+# queues), and planning it cost more than running it. On a connection that ran a "generic" statement,
+# plan_cache_mode is force_generic_plan for the rest of the session.
+FORCE_GENERIC_PLAN = "SET plan_cache_mode = force_generic_plan"
+_planned_once: weakref.WeakSet[Any] = weakref.WeakSet()  # the psycopg connections FORCE_GENERIC_PLAN ran on
+IDLE = TransactionStatus.IDLE
+
 
 class Executor(Protocol):
     """Runs one statement and answers its rows (an empty list for a statement with no result)."""
@@ -29,21 +39,29 @@ class Executor(Protocol):
 
     def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         """Run ``sql`` with ``params``; psycopg and Django errors surface as they are. ``binding`` marks a
-        hot-path statement the executor may bind server-side (``"server"``: enqueue) and prepare on its
-        connection (``"prepared"``: the worker's claim, ack, nack, heartbeat, step)."""
+        hot-path statement the executor may bind server-side (``"server"``: enqueue), prepare on its
+        connection (``"prepared"``: the worker's ack, nack, heartbeat, step), or prepare and plan once
+        (``"generic"``: the claim)."""
 
 
 class DjangoExecutor:
     """Statements on ``connections[alias]`` — the ambient transaction's connection when there is one.
 
     A ``"server"`` statement (an enqueue) is sent with server-side binding on the same psycopg
-    connection. A ``"prepared"`` one (the worker's hot path: claim, ack, nack, heartbeat, step) is also
-    prepared there once, so Postgres plans it
-    once per connection instead of on every call (planning ``SQL_CLAIM`` costs more than running it).
-    Django turns psycopg's automatic preparing off by default (``prepare_threshold`` None, for
-    transaction-pooling proxies); these statements are prepared anyway — the worker role needs a
-    direct or session-pooled connection already, for its LISTEN session — unless ``DATABASES[alias]
-    ["OPTIONS"]`` names ``prepare_threshold`` itself: then psycopg's rule applies (``None``: never).
+    connection. A ``"prepared"`` one (the worker's hot path: ack, nack, heartbeat, step) is also
+    prepared there once, so Postgres parses it once per connection. Django turns psycopg's automatic
+    preparing off by default (``prepare_threshold`` None, for transaction-pooling proxies); these
+    statements are prepared anyway — the worker role needs a direct or session-pooled connection already,
+    for its LISTEN session — unless ``DATABASES[alias]["OPTIONS"]`` names ``prepare_threshold`` itself:
+    then psycopg's rule applies (``None``: never) and the executor changes nothing else on the connection.
+
+    A ``"generic"`` one (``SQL_CLAIM``) is prepared the same way, and the first time it runs on a
+    connection outside a transaction the executor sets that session's ``plan_cache_mode`` to
+    ``force_generic_plan`` (:data:`FORCE_GENERIC_PLAN`), so Postgres plans it once and not on every claim
+    (planning it cost more than running it). The setting stays for the session; the worker's claim loop
+    has a connection of its own, where only the driver's statements run, and with Django's default
+    (nothing of the project's prepared) it touches no statement of the project's but a PL/pgSQL
+    function's, should one run there.
     Under ``DEBUG`` (or a test that captures queries, or any ``execute_wrapper`` but the tenant scope's
     own) every statement goes through Django's cursor, so ``connection.queries`` shows it.
     """
@@ -55,13 +73,13 @@ class DjangoExecutor:
     def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         conn = connections[self.alias]
         if binding != "django" and not (settings.DEBUG or conn.force_debug_cursor or uses_other_wrappers(conn)):
-            return self._query_bound(conn, sql, params, prepare=binding == "prepared")
+            return self._query_bound(conn, sql, params, prepare=binding != "server", once=binding == "generic")
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
     @staticmethod
-    def _query_bound(conn: Any, sql: str, params: Params, *, prepare: bool) -> list[tuple[Any, ...]]:
+    def _query_bound(conn: Any, sql: str, params: Params, *, prepare: bool, once: bool) -> list[tuple[Any, ...]]:
         """What Django's cursor wrapper does around a statement, on a server-side binding cursor."""
         conn.close_if_health_check_failed()
         conn.ensure_connection()
@@ -77,6 +95,9 @@ class DjangoExecutor:
         else:
             prepare_it = False
         with conn.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            if once and prepare_it and raw not in _planned_once and raw.info.transaction_status == IDLE:
+                cursor.execute(FORCE_GENERIC_PLAN)  # outside a transaction: no rollback can take it back
+                _planned_once.add(raw)
             cursor.execute(sql, params, prepare=prepare_it)
             return list(cursor.fetchall()) if cursor.description is not None else []
 

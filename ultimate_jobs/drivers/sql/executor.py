@@ -10,9 +10,10 @@ from django.db import connections
 from ...errors import DriverUnavailableError
 
 Params = Mapping[str, Any] | Sequence[Any] | None
-Binding = Literal["django", "server", "prepared"]
-"""How a statement may be bound: through Django's cursor, server-side, or prepared on its connection (a
-backend that binds every statement alike ignores it)."""
+Binding = Literal["django", "server", "prepared", "generic"]
+"""How a statement may be bound: through Django's cursor, server-side, prepared on its connection, or
+prepared and planned once for every later run (``"generic"``: the claim); a backend that binds every
+statement alike ignores it."""
 
 
 def checked_alias(alias: str, *, vendor: str, refusal: str) -> str:
