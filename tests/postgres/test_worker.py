@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.contrib.auth.models import Group
+from django.db import connection, connections, transaction
 from prometheus_client import REGISTRY
 
 from tests.conftest import ON_POSTGRES, AnyJobsEnv
@@ -1298,3 +1299,42 @@ def test_a_job_with_on_settled_waits_for_its_settle_and_hears_it_once_after_the_
     assert worker.run_once() == 0
     assert worker.drain() is True
     assert len(told) == 2  # once each, never again
+
+
+@postgres_only  # a transaction left open on a Postgres session: the memory driver has none
+def test_a_body_that_leaks_an_atomic_block_does_not_break_the_next_job_on_its_slot(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    """A body that enters ``atomic()`` and never leaves it: its writes roll back, its ``on_commit``
+    callback never runs, and the next job on the same slot thread queries on a fresh session."""
+    committed: list[str] = []
+    seen: list[int] = []
+
+    def leaks(run: JobRun[Any]) -> None:
+        transaction.atomic().__enter__()  # never exited
+        Group.objects.create(name="leaked-write")
+        transaction.on_commit(lambda: committed.append("leaked"))
+        probe.enter(run)
+
+    def queries(run: JobRun[Any]) -> None:
+        seen.append(Group.objects.filter(name="leaked-write").count())
+        probe.enter(run)
+
+    leaky = declare("leaks_atomic", leaks)
+    after = declare("after_the_leak", queries)
+    worker = make_worker(concurrency=1)
+    first = leaky.enqueue({"k": 1}).id
+    jobs.clock.advance(1)
+    second = after.enqueue({"k": 2}).id
+
+    assert worker.run_once() == 1
+    probe.started(first)
+    eventually(lambda: not worker.in_flight(), timeout=WAIT)
+    assert worker.run_once() == 1
+    probe.started(second)
+    eventually(lambda: row(jobs, second).state == "done", timeout=WAIT)
+
+    assert row(jobs, first).state == "done"
+    assert seen == [0]  # the leaked write was never visible, even to the same slot
+    assert not Group.objects.filter(name="leaked-write").exists()
+    assert committed == []

@@ -10,20 +10,48 @@ error left it unusable, when a body leaked an open ``atomic()`` block, or when a
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
+
+_opened = threading.local()
+"""``wrappers``: the connections this thread opened (a weak set), from its first
+:func:`release_stale_connections` on — read after every job in its place of ``connections.all()``, which
+walks every alias through Django's thread-critical local (3 µs a job)."""
+
+
+def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:
+    wrappers = getattr(_opened, "wrappers", None)
+    if wrappers is not None:  # the thread's first check takes what it opened before from connections.all()
+        wrappers.add(connection)
+
+
+connection_created.connect(_on_connection_created, dispatch_uid="ultimate_jobs.runtime.dbconn")
+
+
+def _thread_connections() -> weakref.WeakSet[BaseDatabaseWrapper]:
+    """Every connection wrapper this thread opened a connection on: the ones it had at its first check, and
+    each that connected since (Django's ``connection_created``, sent on the thread that connects)."""
+    wrappers: weakref.WeakSet[BaseDatabaseWrapper] | None = getattr(_opened, "wrappers", None)
+    if wrappers is None:
+        wrappers = _opened.wrappers = weakref.WeakSet(connections.all(initialized_only=True))
+    return wrappers
 
 
 def release_stale_connections() -> None:
     """Close this thread's connections that must not serve the next job."""
-    for conn in connections.all(initialized_only=True):
+    for conn in list(_thread_connections()):
         if conn.connection is None:
             continue
         if conn.in_atomic_block:  # a body left a transaction open: never let the next job join it
-            conn.close()
+            _discard_leaked_transaction(conn)
             continue
         max_age = conn.settings_dict.get("CONN_MAX_AGE", 0)
         if max_age and conn.close_at is not None and time.monotonic() >= conn.close_at:
@@ -34,6 +62,20 @@ def release_stale_connections() -> None:
                 conn.close()
             else:
                 conn.errors_occurred = False
+
+
+def _discard_leaked_transaction(conn: BaseDatabaseWrapper) -> None:
+    """Close a connection a body left inside ``atomic()`` — its writes roll back, its ``on_commit``
+    callbacks never run — and forget the block, so this thread's next query dials a fresh session.
+    Django's ``close()`` alone keeps the wrapper inside the block, where every later query fails with
+    "the connection is closed": one leaked block would fail every later job of the slot."""
+    conn.close()
+    conn.in_atomic_block = False  # what Django's connect() resets, which it runs only with no connection
+    conn.closed_in_transaction = False
+    conn.needs_rollback = False
+    conn.savepoint_ids = []
+    conn.atomic_blocks = []
+    conn.connection = None
 
 
 def close_thread_connections() -> None:
