@@ -1,4 +1,5 @@
-"""``python -m bench.io_enqueue BODY VARIANT N BATCH``: load one io drain's jobs for ultimate_jobs — rows
+"""``python -m bench.io_enqueue BODY VARIANT N BATCH``: load one io drain's jobs (or, BODY ``steps``, the steps
+case's ``run`` or ``atomic`` jobs) for ultimate_jobs — rows
 ``1..N`` of ``bench_rows``, one job each, through ``job_driver().enqueue_many`` ``BATCH`` at a time — under
 ``bench.settings_io``, in a process of its own so the bench process never registers the io jobs (its other
 cases read the registry: ``jobs queues``, ``/metrics``).
@@ -28,7 +29,10 @@ def main(argv: list[str]) -> int:
     if variant == "async" and io_jobs.ASYNC_UNAVAILABLE is not None:
         print(io_jobs.ASYNC_UNAVAILABLE, file=sys.stderr)
         return UNAVAILABLE
-    handle = (io_jobs.ASYNC_HANDLES if variant == "async" else io_jobs.SYNC_HANDLES)[body]
+    if body == "steps":  # the steps case: variant "run" or "atomic"
+        handle = io_jobs.STEP_HANDLES[variant]
+    else:
+        handle = (io_jobs.ASYNC_HANDLES if variant == "async" else io_jobs.SYNC_HANDLES)[body]
     driver = job_driver()
     for start in range(1, n + 1, size):
         rows = range(start, min(start + size, n + 1))

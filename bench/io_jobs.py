@@ -5,7 +5,8 @@ Imported under the io case's settings only (``bench.settings_io``: ``ULTIMATE_JO
 worker processes and by ``python -m bench.io_enqueue``, which loads a drain's jobs. Never by the bench process
 or the other cases' workers, so their registries and queues stay as they were.
 Each form has a queue of its own, which its worker alone serves: ``bench_io`` for the ``async def`` bodies,
-``bench_io_sync`` for the plain ones.
+``bench_io_sync`` for the plain ones. The steps case's two jobs (one ORM write of the job's own row, in a
+``step.run`` or a ``step.atomic``) are on ``bench_steps``.
 
 The ``async def`` bodies exist only where ultimate_jobs runs them: on a checkout whose ``@job`` still refuses
 an async body (``X_JOB_ASYNC_UNSUPPORTED``), they are not declared and :data:`ASYNC_UNAVAILABLE` says why, so
@@ -18,6 +19,8 @@ import asyncio
 import time
 from typing import Any
 
+from django.db.models import F
+
 from bench.common import IO_SLEEP_S
 from bench.models import BenchRow
 from ultimate_jobs import JobRun, job
@@ -25,6 +28,7 @@ from ultimate_jobs.errors import UltimateError
 
 ASYNC_QUEUE = "bench_io"
 SYNC_QUEUE = "bench_io_sync"
+STEPS_QUEUE = "bench_steps"
 
 
 def _key(i: dict[str, Any]) -> str:
@@ -71,5 +75,23 @@ def _declare_async() -> tuple[dict[str, Any], str | None]:
         return {}, f"this checkout's @job refuses an async def body: {exc}"
 
 
+def _write_row(run: JobRun[Any]) -> int:
+    """The steps case's one write: its row's ``value`` plus one (a row written twice would read 2)."""
+    return BenchRow.objects.filter(pk=run.input["row"]).update(value=F("value") + 1)
+
+
+@job(name="bench_step_run", queue=STEPS_QUEUE, idempotency_key=_key, tenant="none")
+def bench_step_run(run: JobRun[Any]) -> None:
+    """One ``step.run`` whose function writes the job's own row (the write, then the checkpoint)."""
+    run.step.run("write", lambda: _write_row(run))
+
+
+@job(name="bench_step_atomic", queue=STEPS_QUEUE, idempotency_key=_key, tenant="none")
+def bench_step_atomic(run: JobRun[Any]) -> None:
+    """The same write as a transactional step: the write and the checkpoint in one transaction."""
+    run.step.atomic("write", lambda: _write_row(run))
+
+
+STEP_HANDLES: dict[str, Any] = {"run": bench_step_run, "atomic": bench_step_atomic}
 SYNC_HANDLES: dict[str, Any] = {"sleep": bench_io_sleep_sync, "orm": bench_io_orm_sync}
 ASYNC_HANDLES, ASYNC_UNAVAILABLE = _declare_async()

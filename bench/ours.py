@@ -32,9 +32,11 @@ from bench.common import (
     check_alive,
     connect,
     fresh_database,
+    io_rows_written,
     paced,
     percentile,
     probe_starts,
+    seed_io_rows,
     vacuum_analyze,
     wait_until,
     workers,
@@ -259,6 +261,7 @@ def subject() -> Subject:
             "history",
             "backfill",
             "export",
+            "steps",
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
@@ -603,6 +606,35 @@ def case_export(sub: Subject, plan: Plan, log: Path) -> Figures:
     }
 
 
+STEPS_QUEUE = "bench_steps"  # bench/io_jobs.py's (not imported here: see bench/io_enqueue.py)
+
+
+def case_steps(sub: Subject, plan: Plan, log: Path) -> Figures:
+    """What a transactional step costs: ``plan.claim_n`` jobs of one step that writes the job's own
+    ``bench_rows`` row through the ORM (``value + 1``) — as a ``step.run``, then as a ``step.atomic`` — each
+    drained by one worker process at ``plan.slots`` slots from a fresh database; the steady rate of each, and
+    their quotient. Every row must read 1 after a drain (written once) or the measurement fails."""
+    out: Figures = {}
+    for variant in ("run", "atomic"):
+        name, n = f"bench_step_{variant}", plan.claim_n
+        fresh_database(DATABASE)
+        with connect(DATABASE) as conn:
+            seed_io_rows(conn, n)
+        io_enqueue("steps", variant, n, plan.preload_batch)
+        vacuum_analyze(DATABASE)
+        argv = [*worker_argv(plan.slots), "--queues", STEPS_QUEUE]
+        with workers([WorkerProcess(argv=argv, env={**ENV, **IO_ENV}, log_path=log)]) as procs:
+            wait_drained(sub, procs, n, name)
+        with connect(DATABASE) as conn:
+            first, last = completion_span(conn, name)
+            written = io_rows_written(conn)
+        if written != n:
+            raise RuntimeError(f"steps {variant}: {written} of {n} rows read 1 after the drain")
+        out[f"steps_{variant}_steady"] = (n - 1) / (last - first)
+    out["steps_atomic_over_run"] = out["steps_atomic_steady"] / out["steps_run_steady"]
+    return out
+
+
 def case_scheduler(plan: Plan, log: Path) -> Figures:
     from bench.scheduler_idle import measure_in_child
 
@@ -631,4 +663,6 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_backfill(sub, plan, log)
     if case == "export":
         return case_export(sub, plan, log)
+    if case == "steps":
+        return case_steps(sub, plan, log)
     return procedure.run_case(sub, case, params, plan, log)

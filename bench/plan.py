@@ -23,6 +23,7 @@ CASES = (
     "history",
     "backfill",
     "export",
+    "steps",
     "redis",
 )
 EXTRAS = (

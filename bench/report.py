@@ -201,6 +201,9 @@ def rows(plan: Plan) -> list[Row]:
         ),
         Row("export_plain_rows_per_s", "plain csv.writer loop over the QuerySet's .iterator()", "rows/s", True),
         Row("export_ratio", "export / plain csv.writer loop", "ratio", True),
+        Row("steps_run_steady", f"drain {plan.claim_n:,}: one step.run writing its row (ORM), steady", "jobs/s", True),
+        Row("steps_atomic_steady", "the same write as a step.atomic, steady", "jobs/s", True),
+        Row("steps_atomic_over_run", "step.atomic / step.run (rate ratio)", "ratio", True),
     ]
 
 

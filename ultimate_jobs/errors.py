@@ -276,6 +276,25 @@ class StepDuplicateError(CodedError):
     default_code = "X_STEP_DUPLICATE"
 
 
+class StepAtomicUnsupportedError(CodedError):
+    """``run.step.atomic()`` where its writes cannot commit with the step's checkpoint: a driver whose jobs
+    live outside Django's databases (Redis, memory), ``using=`` another alias than the jobs', or an
+    ``async def`` function (Django's transactions are synchronous)."""
+
+    default_code = "X_STEP_ATOMIC_UNSUPPORTED"
+
+    @classmethod
+    def outside_django(cls, driver: str, step: str | None = None) -> StepAtomicUnsupportedError:
+        """The refusal on a driver whose jobs live outside Django's databases."""
+        return cls(
+            f"run.step.atomic() needs the jobs in a Django database (the postgres or sqlite driver), so the "
+            f"step's writes and its checkpoint commit in one transaction; the {driver!r} driver keeps them "
+            "elsewhere — use run.step.run() with an idempotency key on the effect, or move the jobs to the "
+            "postgres driver",
+            {"driver": driver, **({"step": step} if step is not None else {})},
+        )
+
+
 class SchemaNotMigratedError(CodedError):
     """A role (``jobs_worker``, ``jobs_scheduler``, ``jobs_relay``, ``jobs_dev``) was started on a database
     that lacks ultimate_jobs migrations: its tables are missing or out of date. Run ``python manage.py
@@ -428,6 +447,7 @@ _RETRY: dict[str, RetryClass] = {
     "X_WEBHOOK_DELIVERY_FAILED": "retryable",
     "X_JOB_KEY_BUSY": "terminal",
     "X_STEP_DUPLICATE": "terminal",
+    "X_STEP_ATOMIC_UNSUPPORTED": "terminal",
     "X_JOB_TENANT_MISMATCH": "terminal",
     "X_JOB_SECRET_UNREADABLE": "terminal",
     "X_VALIDATION": "terminal",

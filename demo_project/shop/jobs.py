@@ -19,7 +19,16 @@ from typing import Any
 from django.db.models import Count, F
 from pydantic import BaseModel, Field
 
-from ultimate_jobs import Concurrency, JobRun, Settled, backfill, cross_tenant, job, register_error_retry
+from ultimate_jobs import (
+    Concurrency,
+    JobRun,
+    Settled,
+    backfill,
+    cross_tenant,
+    job,
+    job_driver,
+    register_error_retry,
+)
 
 from .models import Order
 from .services import MAIL_TEMPORARY, REFUND_REJECTED, WAREHOUSE_BUSY, ShopServices
@@ -288,7 +297,11 @@ def await_bank_transfer(run: JobRun[TransferAwaited]) -> dict[str, Any]:
         Order.objects.filter(org_id=run.input.org_id, number=run.input.number).update(status=Order.Status.PAID)
         return str(transfer["reference"])
 
-    reference = run.step.run("mark-paid", mark_paid)
+    # A transactional step: the order's new status and the step's checkpoint commit together, so a worker
+    # killed in between leaves neither. The Redis driver keeps its jobs outside the database, where no
+    # transaction reaches them: there the update runs as a plain step (it is idempotent — the same status).
+    in_database = job_driver().alias is not None
+    reference = run.step.atomic("mark-paid", mark_paid) if in_database else run.step.run("mark-paid", mark_paid)
     return {"reference": reference, "amount_cents": transfer["amount_cents"]}
 
 

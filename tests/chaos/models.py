@@ -7,8 +7,9 @@ from django.utils import timezone
 
 
 class Effect(models.Model):
-    """A step's side effect, as the worker process that ran it wrote it (autocommit, before the step's
-    checkpoint). Two rows for one ``(job_id, step)`` are a doubled effect."""
+    """A step's side effect, as the worker process that ran it wrote it: in a ``step.run``, committed at once
+    (autocommit), before the step's checkpoint; in a ``step.atomic``, in the checkpoint's transaction. Two
+    rows for one ``(job_id, step)`` are a doubled effect."""
 
     job_id = models.UUIDField(db_index=True)
     step = models.CharField(max_length=32)

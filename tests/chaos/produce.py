@@ -1,8 +1,8 @@
 """The chaos suite's producer process: ``python -m tests.chaos.produce jobs N`` or ``... orders N``, with
 ``DJANGO_SETTINGS_MODULE=tests.chaos.settings``.
 
-- ``jobs N``: enqueues ``chaos_steps`` under keys ``job-000000``… in batches straight to the driver,
-  then prints ``ENQUEUED <n>``.
+- ``jobs N``: enqueues ``chaos_steps`` and ``chaos_atomic`` in turn under keys ``job-000000``… in batches
+  straight to the driver, then prints ``ENQUEUED <n>``.
 - ``orders N``: installs the outbox (``mode="required"``) and places orders, each in its own
   ``transaction.atomic()``: the demo shop's ``Order`` row and ``chaos_order`` staged with it. Every
   odd-numbered order raises before the commit, so it rolls back. It places them as the parent says:
@@ -29,12 +29,15 @@ class Declined(Exception):
 
 
 def enqueue_jobs(count: int) -> None:
-    from tests.chaos.workload import chaos_steps
+    from tests.chaos.workload import chaos_atomic, chaos_steps
     from ultimate_jobs.core.installed import job_driver
 
     driver = job_driver()
+    kinds = (chaos_steps, chaos_atomic)  # every other job's steps are transactional
     for start in range(0, count, BATCH):
-        requests = [chaos_steps.build_request({"key": f"job-{i:06d}"}) for i in range(start, min(count, start + BATCH))]
+        requests = [
+            kinds[i % 2].build_request({"key": f"job-{i:06d}"}) for i in range(start, min(count, start + BATCH))
+        ]
         driver.enqueue_many(requests)
     print(f"ENQUEUED {count}", flush=True)
 

@@ -7,6 +7,8 @@ immediate``). Asserts outcomes, never timing:
 - no checkpoint without its effect: every stored step has its ledger row (the effect commits first);
 - doubled effects are at-least-once only where it is allowed: the first run of a doubled step was on
   a worker this test SIGKILLed, or just before the Postgres crash (its checkpoint write then failed);
+- none at all where the steps are transactional: half of the jobs (``chaos_atomic``) write their ledger
+  rows with ``run.step.atomic``, in the transaction of the step's checkpoint;
 - the outbox holds under a relay SIGKILLed again and again: one job per committed order, none for an
   order that rolled back, nothing left unpublished.
 
@@ -49,7 +51,7 @@ POLL_S = 0.2
 ENQUEUE_S = 300.0
 
 SQL_PROGRESS = """
-SELECT count(*) FILTER (WHERE name = 'chaos_steps' AND state = 'done'),
+SELECT count(*) FILTER (WHERE name IN ('chaos_steps', 'chaos_atomic') AND state = 'done'),
        count(*) FILTER (WHERE state IN ('failed', 'dead', 'cancelled')),
        count(*) FILTER (WHERE name = 'chaos_order'),
        count(*) FILTER (WHERE name = 'chaos_order' AND state = 'done'),
@@ -66,10 +68,10 @@ WHERE s.status = 'done'
   AND NOT EXISTS (SELECT 1 FROM chaos_effect e WHERE e.job_id = s.job_id AND e.step = s.name)
 """
 
-# A step whose function ran more than once: its ledger rows in the order they were written.
+# A step whose function ran more than once: its ledger rows in the order they were written, and its job's name.
 SQL_DOUBLED = """
-SELECT job_id::text, step, array_agg(worker_pid ORDER BY id), min(at)
-FROM chaos_effect GROUP BY job_id, step HAVING count(*) > 1
+SELECT e.job_id::text, e.step, array_agg(e.worker_pid ORDER BY e.id), min(e.at), min(j.name)
+FROM chaos_effect e JOIN x_jobs j ON j.id = e.job_id GROUP BY e.job_id, e.step HAVING count(*) > 1
 """
 
 # Jobs per order row that committed, and jobs whose order never committed.
@@ -287,10 +289,11 @@ class Verdict:
 
     elapsed_s: float
     states: dict[str, int]
-    lost: int  # chaos_steps jobs not done
+    lost: int  # three-step jobs (chaos_steps, chaos_atomic) not done
     stuck: int  # jobs seen running past twice the visibility timeout
     unsettled: int  # checkpoints without their ledger row
-    doubled: list[tuple[str, str, list[int], str | None]]  # (job, step, pids in order, why)
+    doubled: list[tuple[str, str, list[int], str | None]]  # step.run jobs: (job, step, pids in order, why)
+    doubled_atomic: list[tuple[str, str, list[int], str | None]]  # step.atomic jobs: the same (none allowed)
     per_order: dict[str, int]  # committed order number -> its jobs
     jobs_without_order: int
     outbox_without_job: int
@@ -300,14 +303,18 @@ class Verdict:
     @classmethod
     def read(cls, run: Chaos, elapsed_s: float) -> Verdict:
         db = run.db
-        done = db.one("SELECT count(*) FROM x_jobs WHERE name = 'chaos_steps' AND state = 'done'")
+        done = db.one("SELECT count(*) FROM x_jobs WHERE name IN ('chaos_steps', 'chaos_atomic') AND state = 'done'")
+        doubled = [
+            (job, step, pids, run.explained(pids[0], at), name) for job, step, pids, at, name in db.query(SQL_DOUBLED)
+        ]
         return cls(
             elapsed_s=elapsed_s,
             states=dict(db.query("SELECT state, count(*) FROM x_jobs GROUP BY state")),
             lost=run.size.jobs - int(done),
             stuck=len(run.stuck),
             unsettled=db.one(SQL_CHECKPOINTS_WITHOUT_EFFECT),
-            doubled=[(job, step, pids, run.explained(pids[0], at)) for job, step, pids, at in db.query(SQL_DOUBLED)],
+            doubled=[d[:4] for d in doubled if d[4] != "chaos_atomic"],
+            doubled_atomic=[d[:4] for d in doubled if d[4] == "chaos_atomic"],
             per_order=dict(db.query(SQL_JOBS_PER_ORDER)),
             jobs_without_order=db.one(SQL_JOBS_WITHOUT_ORDER),
             outbox_without_job=db.one(SQL_OUTBOX_WITHOUT_JOB),
@@ -320,7 +327,7 @@ class Verdict:
         why = [d[3] for d in self.doubled]
         placed = sum(len(numbers) for numbers in self.placed.values())
         rows = [
-            ("jobs (three steps each)", f"{size.jobs}"),
+            ("jobs (three steps each): step.run / step.atomic", f"{size.jobs - size.jobs // 2} / {size.jobs // 2}"),
             ("worker processes x slots", f"{size.workers} x {size.concurrency}"),
             ("worker SIGKILLs", f"{len(run.killed_pids)}"),
             ("Postgres crashes (restart -m immediate)", f"{int(run.crash is not None)}"),
@@ -328,10 +335,11 @@ class Verdict:
             (f"stuck (running > {2 * VT_S} s past its lease)", f"{self.stuck}"),
             ("checkpoints without their effect", f"{self.unsettled}"),
             (
-                "doubled effects",
+                "doubled effects, step.run jobs",
                 f"{len(why)} (first run on a killed worker {why.count('killed')}, "
                 f"just before the crash {why.count('crash')}, unexplained {why.count(None)})",
             ),
+            ("doubled effects, step.atomic jobs", f"{len(self.doubled_atomic)}"),
             (
                 "orders committed / rolled back",
                 f"{len(self.per_order)} / {placed - len(self.per_order)} "
@@ -385,6 +393,9 @@ def test_jobs_and_the_outbox_survive_sigkills_and_a_postgres_crash(
     assert not unexplained, (
         f"doubled effects whose first run was on a worker that was not killed: {unexplained[:5]}\n{table}\n"
         + "\n".join(run.by_pid[pid].describe() for pid in {d[2][0] for d in unexplained} if pid in run.by_pid)
+    )
+    assert verdict.doubled_atomic == [], (
+        f"transactional steps whose effect doubled: {verdict.doubled_atomic[:5]}\n{table}"
     )
     assert set(verdict.per_order.values()) == {1}, f"jobs per committed order: {verdict.per_order}"
     assert (verdict.jobs_without_order, verdict.outbox_without_job, verdict.backlog) == (0, 0, 0), table

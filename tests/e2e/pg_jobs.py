@@ -9,11 +9,16 @@ a table the test creates, so the test reads which process ran what, and how ofte
   a SIGKILL, a pick-up after a drain) writes ``again:<job id>`` and returns at once.
 - ``work_through`` (3 attempts): writes ``running:<job id>``, then works ``WORK_S`` without ever reading
   its signal (as most bodies do), then returns — a drain must wait for it, not hand it back.
+- ``atomic_effect`` (3 attempts): one transactional step (``run.step.atomic``) that writes
+  ``atomic:<key>`` in the step's transaction and appends a line to the input's ``ran`` file (outside any
+  transaction: a count of the function's runs). On attempt 1 the input's ``kill`` (``"after-write"``)
+  kills the worker (SIGKILL, itself) inside that transaction, right after the effect's row.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -80,3 +85,18 @@ def work_through(run: JobRun[Any]) -> dict[str, Any]:
     record(f"running:{run.job_id}", run.attempt)
     time.sleep(WORK_S)  # the signal is never read: a drain waits for the body to return
     return {"attempt": run.attempt}
+
+
+@job(idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 3})
+def atomic_effect(run: JobRun[Any]) -> int:
+    key, kill = run.input["key"], run.input.get("kill") if run.attempt == 1 else None
+
+    def write() -> int:
+        with open(run.input["ran"], "a") as ran:  # outside the transaction: every run of the function counts
+            ran.write(f"{os.getpid()} {run.attempt}\n")
+        record(f"atomic:{key}", run.attempt)  # the step's transaction (the slot's connection, in atomic())
+        if kill == "after-write":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run.attempt
+
+    return int(run.step.atomic("write", write))

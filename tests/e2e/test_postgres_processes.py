@@ -129,7 +129,7 @@ def pg() -> Iterator[PgJobs]:
         yield PgJobs(driver, pg_jobs)
     finally:
         set_job_driver(None)
-        for name in ("record_effect", "hold_retry", "hold_once", "work_through"):
+        for name in ("record_effect", "hold_retry", "hold_once", "work_through", "atomic_effect"):
             registry.unregister(name)  # declared for the children; this process only enqueues
 
 
@@ -210,6 +210,29 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn
     assert markers(job_id) == [("running", a.pid, 1)], f"the body ran again: {b.describe()}"
     counted = query("SELECT coalesce(sum(dead), 0) FROM x_job_counters WHERE job = 'hold_once'")
     assert counted == [(1,)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", ["after-write"])
+def test_a_worker_killed_inside_a_transactional_step_leaves_neither_write_nor_checkpoint(
+    spawn: Spawn, pg: PgJobs, tmp_path: Path, kill: str
+) -> None:
+    """SIGKILL inside ``run.step.atomic``'s transaction, after the effect's write: Postgres rolls it back,
+    and the next worker runs the step once more — one effect in all, from attempt 2."""
+    ran = tmp_path / "ran"
+    job_id = pg.jobs.atomic_effect.enqueue({"key": f"atomic-{kill}", "kill": kill, "ran": str(ran)}).id
+    (a,) = start_workers(spawn, "A", vt="2s")
+    assert a.wait(timeout=START_S) == -signal.SIGKILL, a.describe()  # it killed itself inside the step
+    assert query("SELECT count(*) FROM e2e_effects WHERE job_key = %s", [f"atomic:atomic-{kill}"]) == [(0,)]
+    assert query("SELECT count(*) FROM x_job_steps WHERE job_id = %s", [job_id]) == [(0,)]
+
+    (b,) = start_workers(spawn, "B", vt="2s")
+    done = eventually(row_in(job_id, "done"), timeout=20.0, interval=POLL_S)
+    assert done["attempts"] == 2, b.describe()
+    effects = query("SELECT worker_pid, attempt FROM e2e_effects WHERE job_key = %s", [f"atomic:atomic-{kill}"])
+    assert effects == [(b.pid, 2)]  # attempt 1's write rolled back; attempt 2's is the one
+    assert ran.read_text().split("\n")[:-1] == [f"{a.pid} 1", f"{b.pid} 2"]  # the step ran again, once
+    assert query("SELECT output::int FROM x_job_steps WHERE job_id = %s AND name = 'write'", [job_id]) == [(2,)]
 
 
 @pytest.mark.slow

@@ -465,3 +465,15 @@ def test_current_signal_is_the_steps_inside_step_run_and_the_runs_in_the_body(jo
     assert seen["step"] is not None and seen["step"] is not seen["body"]
     seen["body"].abort()
     assert seen["step"].aborted  # a step's signal aborts with its run's
+
+
+def test_step_atomic_is_refused_on_a_driver_whose_jobs_live_outside_django(jobs: JobsEnv) -> None:
+    """The memory driver keeps its jobs outside Django's databases, as Redis does: no transaction could hold
+    a step's writes with its checkpoint, so ``step.atomic`` is refused, terminally, before ``fn`` runs."""
+    ran: list[int] = []
+    queued = declare(lambda run: run.step.atomic("mark-paid", lambda: ran.append(1)), name="pay_in_memory").enqueue({})
+    run_jobs(clock=jobs.clock)
+    found = row(jobs, queued.id)
+    assert (found.state, found.attempts, found.last_code) == ("dead", 1, "X_STEP_ATOMIC_UNSUPPORTED")
+    assert "'memory' driver" in found.last_error and "run.step.run()" in found.last_error
+    assert ran == []

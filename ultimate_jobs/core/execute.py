@@ -48,7 +48,7 @@ from .run import JobRun
 from .scope import Actor, acting_as
 from .settled import announce_exhausted, drop_exhausted_names
 from .signals import CancelSignal, signal_scope
-from .steps import Step, StepSuspension
+from .steps import Step, StepSuspension, StepTransactions
 from .tracing import job_span
 
 __all__ = [
@@ -284,6 +284,11 @@ def step_options(attempt: Attempt, run_signal: CancelSignal) -> dict[str, Any]:
         "step_timeout_ms": handle.step_timeout_ms,
         "event_poll_ms": handle.event_poll_ms,
         "secrets": lambda: attempt.secrets,
+        "transactions": StepTransactions(
+            attempt.driver.alias,
+            attempt.driver.name,
+            lambda record: attempt.driver.save_step_held(claimed.id, claimed.ref, record),
+        ),
     }
 
 

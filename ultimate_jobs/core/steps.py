@@ -14,17 +14,27 @@ any string or number that quotes a secret of the job's input, in any rendering
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 
 from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import ClaimRef, StepRecord
-from ..errors import InvariantError, JobAbortedError, JobTimeoutError, LeaseLostError, StepDuplicateError, UltimateError
+from ..errors import (
+    InvariantError,
+    JobAbortedError,
+    JobTimeoutError,
+    LeaseLostError,
+    StepAtomicUnsupportedError,
+    StepDuplicateError,
+    UltimateError,
+)
 from ..events.base import EventBus
 from ..guards.admission import check_json, check_text
 from ..guards.redaction import renderings
@@ -55,6 +65,17 @@ class StepSuspension(BaseException):
 SaveStep = Callable[[StepRecord], bool]
 
 
+class StepTransactions:
+    """What ``run.step.atomic`` needs of the run's driver: the Django alias its jobs live in (``None`` when
+    they live elsewhere), its name for messages, and the save that runs inside the caller's transaction
+    and holds the job's row until it ends (``driver.save_step_held``)."""
+
+    __slots__ = ("alias", "driver", "save_held")
+
+    def __init__(self, alias: str | None, driver: str, save_held: SaveStep) -> None:
+        self.alias, self.driver, self.save_held = alias, driver, save_held
+
+
 class Step:
     """The step runner a body reaches as ``run.step``."""
 
@@ -71,8 +92,10 @@ class Step:
         step_timeout_ms: int | None = None,
         event_poll_ms: int = DEFAULT_EVENT_POLL_MS,
         secrets: frozenset[str] | Callable[[], frozenset[str]] = frozenset(),
+        transactions: StepTransactions | None = None,
     ) -> None:
         self._job_id = job_id
+        self._transactions = transactions
         self._ref = ref
         self._records: dict[str, StepRecord] = {r.name: r for r in completed}
         self._next_seq = max((r.seq for r in completed), default=0) + 1
@@ -151,7 +174,12 @@ class Step:
         finished, value = _advance(flow)
         while not finished:
             try:
-                answer = self._call_fn(value) if isinstance(value, _CallFn) else value()
+                if isinstance(value, _CallFn):
+                    answer = self._call_fn(value)
+                elif isinstance(value, _InTransaction):
+                    answer = self._in_transaction(value)
+                else:
+                    answer = value()
             except BaseException as exc:
                 finished, value = _advance(flow, error=exc)
             else:
@@ -171,6 +199,19 @@ class Step:
             return self._replayed(name, record.output)
         started = self._clock.now_ms()
         step_signal = self._signal.child()
+        with self._step_deadline(name, step_signal, started):
+            output = yield _CallFn(fn, step_signal)
+        stored = self._sealed(name, output)
+        # started: when fn began, so the step's duration (finished - started) is the time fn took
+        done = self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
+        yield from self._persist(done)
+        return self._replayed(name, stored)
+
+    @contextlib.contextmanager
+    def _step_deadline(self, name: str, step_signal: CancelSignal, started: int) -> Iterator[None]:
+        """The job's ``step_timeout`` over the block: the step's signal aborts at the ceiling, and the block
+        raises the signal's reason — the timeout, or the cancel — once it ended with the signal aborted
+        (an error the function raised because of it is chained)."""
         timer = None
         if self._step_timeout_ms is not None:
             ceiling = self._step_timeout_ms
@@ -182,7 +223,7 @@ class Step:
 
             timer = self._clock.call_at(started + ceiling, on_ceiling)
         try:
-            output = yield _CallFn(fn, step_signal)
+            yield
         except Exception as exc:
             if step_signal.reason is not None and not self._signal.aborted and step_signal.reason is not exc:
                 raise step_signal.reason from exc
@@ -192,11 +233,64 @@ class Step:
                 timer.cancel()
         if step_signal.reason is not None and not self._signal.aborted:
             raise step_signal.reason
-        stored = self._sealed(name, output)
-        # started: when fn began, so the step's duration (finished - started) is the time fn took
-        done = self._record(name, "done", output=stored, started_at_ms=started, finished_at_ms=self._clock.now_ms())
-        yield from self._persist(done)
-        return self._replayed(name, stored)
+
+    def _atomic_flow(self, name: str, fn: Callable[[], Any], using: str | None) -> Flow[Any]:
+        alias = self._transactional_alias(name, fn, using)
+        record = self._enter(name)
+        if record is not None and record.status == "done":
+            return self._replayed(name, record.output)
+        started = self._clock.now_ms()
+        step_signal = self._signal.child()
+        with self._step_deadline(name, step_signal, started):
+            done: StepRecord = yield _InTransaction(name, fn, step_signal, alias, started)
+        self._records[name] = done
+        return self._replayed(name, done.output)
+
+    def _transactional_alias(self, name: str, fn: Callable[[], Any], using: str | None) -> str:
+        """The alias ``step.atomic`` runs its transaction on, or its refusal (``X_STEP_ATOMIC_UNSUPPORTED``)."""
+        meta = {"step": name, "job_id": self._job_id}
+        if is_coroutine_callable(fn) or asyncio.iscoroutine(fn):
+            raise StepAtomicUnsupportedError(
+                f"step.atomic({name!r}) takes a plain def: Django's transactions are synchronous, so the "
+                "function runs on one thread inside transaction.atomic() — write it with the sync ORM "
+                "(an async body awaits run.step.atomic() all the same)",
+                meta,
+            )
+        transactions = self._transactions
+        if transactions is None or transactions.alias is None:
+            raise StepAtomicUnsupportedError.outside_django(
+                transactions.driver if transactions is not None else "none", name
+            )
+        if using is not None and using != transactions.alias:
+            raise StepAtomicUnsupportedError(
+                f"step.atomic({name!r}, using={using!r}): the jobs live in database {transactions.alias!r}, and "
+                "only writes there commit with the step's checkpoint — write through that alias, or use "
+                "run.step.run() with an idempotency key on the effect",
+                {**meta, "using": using, "alias": transactions.alias},
+            )
+        return transactions.alias
+
+    def _in_transaction(self, call: _InTransaction) -> StepRecord:
+        """Run the function and save its checkpoint in one transaction on the jobs' database; answers the
+        saved record. Anything raised — the function's error, its timeout or cancel, a lost claim — rolls
+        both back."""
+        assert self._transactions is not None
+        with transaction.atomic(using=call.alias):
+            output = self._call_fn(_CallFn(call.fn, call.signal))
+            if call.signal.reason is not None:  # cancelled or timed out while it ran: none of it commits
+                raise call.signal.reason
+            stored = self._sealed(call.name, output)
+            done = self._record(
+                call.name, "done", output=stored, started_at_ms=call.started, finished_at_ms=self._clock.now_ms()
+            )
+            self._refuse_if_aborted(call.name)
+            if not self._transactions.save_held(done):
+                raise LeaseLostError(
+                    f"step {call.name!r} rolled back: this worker no longer holds the job's claim, so neither "
+                    "its writes nor its checkpoint were committed",
+                    {"step": call.name, "job_id": self._job_id},
+                )
+        return done
 
     def _sleep_flow(self, name_or_duration: str | Duration, duration: Duration | None) -> Flow[None]:
         if duration is None:
@@ -270,6 +364,23 @@ class Step:
         """
         return self._drive(self._run_flow(name, fn))  # type: ignore[no-any-return]
 
+    def atomic(self, name: str, fn: Callable[[], T], *, using: str | None = None) -> T:
+        """Run ``fn`` once ever under ``name``, inside ``transaction.atomic()`` on the jobs' database, and
+        write the step's checkpoint in that same transaction: its database writes and its checkpoint
+        commit together or not at all. A worker killed before the commit leaves neither (the step runs
+        again, cleanly); one killed after leaves both (the step replays). A worker that lost the job's
+        claim cannot commit: its writes roll back, and the new owner's run is the one that counts.
+
+        For writes to the database the jobs live in (an order marked paid, a ledger row); an enqueue
+        inside ``fn`` commits with it too. Not for effects outside that database (an HTTP call, an email):
+        use :meth:`run` with an idempotency key on the call. ``fn`` is a plain ``def`` (Django's
+        transactions are synchronous); the output rules are :meth:`run`'s; the step's timeout or a cancel
+        rolls the transaction back. ``using`` may only name the jobs' own alias. Refused with
+        ``X_STEP_ATOMIC_UNSUPPORTED`` on a driver whose jobs live outside Django's databases (Redis,
+        memory), for another alias, and for an ``async def`` ``fn``.
+        """
+        return self._drive(self._atomic_flow(name, fn, using))  # type: ignore[no-any-return]
+
     def _sealed(self, name: str, output: Any) -> Any:
         """``output`` as it is stored: its JSON, with every secret object and every value that quotes a
         secret of the job's input sealed — the whole output when its JSON still quotes one."""
@@ -339,7 +450,12 @@ class AsyncStep(Step):
         finished, value = _advance(flow)
         while not finished:
             try:
-                answer = await (self._acall_fn(value) if isinstance(value, _CallFn) else self._offload(value))
+                if isinstance(value, _CallFn):
+                    answer = await self._acall_fn(value)
+                elif isinstance(value, _InTransaction):  # the function and the save on the ORM's one thread
+                    answer = await sync_to_async(self._in_transaction)(value)
+                else:
+                    answer = await self._offload(value)
             except BaseException as exc:
                 finished, value = _advance(flow, error=exc)
             else:
@@ -357,6 +473,11 @@ class AsyncStep(Step):
     async def run(self, name: str, fn: Callable[[], Any]) -> Any:  # type: ignore[override]
         """``await step.run(name, fn)``: :meth:`Step.run`, with ``fn`` an ``async def`` or a plain ``def``."""
         return await self._adrive(self._run_flow(name, fn))
+
+    async def atomic(self, name: str, fn: Callable[[], Any], *, using: str | None = None) -> Any:  # type: ignore[override]
+        """``await step.atomic(name, fn)``: :meth:`Step.atomic`; ``fn`` (a plain ``def``) and the checkpoint's
+        save run in one transaction on the thread the body's ORM uses (``sync_to_async``, thread-sensitive)."""
+        return await self._adrive(self._atomic_flow(name, fn, using))
 
     async def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:  # type: ignore[override]
         """``await step.sleep("3d")``: :meth:`Step.sleep`."""
@@ -382,6 +503,16 @@ class _CallFn:
 
     def __init__(self, fn: Callable[[], Any], signal: CancelSignal) -> None:
         self.fn, self.signal = fn, signal
+
+
+class _InTransaction:
+    """A flow's request to run a transactional step: the function and the checkpoint's save in one
+    transaction on ``alias`` (:meth:`Step._in_transaction`), answered with the saved record."""
+
+    __slots__ = ("alias", "fn", "name", "signal", "started")
+
+    def __init__(self, name: str, fn: Callable[[], Any], signal: CancelSignal, alias: str, started: int) -> None:
+        self.name, self.fn, self.signal, self.alias, self.started = name, fn, signal, alias, started
 
 
 def _advance(flow: Flow[Any], answer: Any = None, *, error: BaseException | None = None) -> tuple[bool, Any]:

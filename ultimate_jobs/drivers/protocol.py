@@ -280,6 +280,12 @@ class JobDriver(Protocol):
     def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
         """Persist one step under the claim; answers whether it landed."""
 
+    def save_step_held(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        """:meth:`save_step` inside the caller's transaction on :attr:`alias` (``run.step.atomic``), holding
+        the job's row against a new claim until that transaction ends — so the checkpoint and the step's
+        writes commit together only while this worker still holds the claim. Answers whether it landed
+        (the caller rolls back when it did not). A driver with no alias raises ``X_STEP_ATOMIC_UNSUPPORTED``."""
+
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
         """Store ``run.progress()`` on a running row, fenced on ``ref`` like every settle; answers whether it
         landed (a miss logs ``jobs.settle.unowned``)."""

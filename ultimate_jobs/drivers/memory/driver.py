@@ -18,7 +18,7 @@ from typing import Literal
 
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
-from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError, StepAtomicUnsupportedError
 from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -367,6 +367,10 @@ class MemoryDriver:
                 return False
             row.steps[step.name] = copy_step(step)
             return True
+
+    def save_step_held(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        """No transaction of Django's reaches this driver's rows: ``X_STEP_ATOMIC_UNSUPPORTED``."""
+        raise StepAtomicUnsupportedError.outside_django(self.name, step.name)
 
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
         with self.lock:

@@ -26,7 +26,13 @@ from redis.retry import Retry
 from ...core.clock import Clock, system_clock
 from ...core.ids import new_id
 from ...core.logs import log_event
-from ...errors import ClaimQueuesEmptyError, DriverUnavailableError, InvariantError, JobDuplicateError
+from ...errors import (
+    ClaimQueuesEmptyError,
+    DriverUnavailableError,
+    InvariantError,
+    JobDuplicateError,
+    StepAtomicUnsupportedError,
+)
 from ..records import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
@@ -344,6 +350,10 @@ class RedisDriver:
         if not landed:
             self._unowned(job_id, ref, "save_step")
         return landed
+
+    def save_step_held(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        """No transaction of Django's reaches this driver's rows: ``X_STEP_ATOMIC_UNSUPPORTED``."""
+        raise StepAtomicUnsupportedError.outside_django(self.name, step.name)
 
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:
         landed = bool(self.run("record_progress", job_id, ref.worker_id, ref.claim, progress_json(progress)))

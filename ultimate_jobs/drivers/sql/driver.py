@@ -246,6 +246,12 @@ class SqlDriver(ABC):
         }
 
     def save_step(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        return self._save_step(self.sql.SQL_SAVE_STEP, job_id, ref, step, "save_step")
+
+    def save_step_held(self, job_id: str, ref: ClaimRef, step: StepRecord) -> bool:
+        return self._save_step(self.sql.SQL_SAVE_STEP_HELD, job_id, ref, step, "save_step_held")
+
+    def _save_step(self, statement: str, job_id: str, ref: ClaimRef, step: StepRecord, what: str) -> bool:
         fenced = self._fence(job_id, ref.claim)
         landed: Sequence[Any] = ()
         if fenced is not None:
@@ -263,9 +269,9 @@ class SqlDriver(ABC):
                 "wake": d.at_or_none(step.wake_at_ms),
                 "meta": dumps(dict(step.meta)),
             }
-            landed = self.executor.query(self.sql.SQL_SAVE_STEP, params, binding="prepared")
+            landed = self.executor.query(statement, params, binding="prepared")
         if not landed:
-            self._unowned(job_id, ref, "save_step")
+            self._unowned(job_id, ref, what)
         return bool(landed)
 
     def record_progress(self, job_id: str, ref: ClaimRef, progress: Progress) -> bool:

@@ -351,6 +351,27 @@ SET seq = excluded.seq, status = excluded.status, output = excluded.output, star
 RETURNING s.id
 """
 
+# SQL_SAVE_STEP_HELD — SQL_SAVE_STEP for run.step.atomic(), inside the caller's transaction: the job's
+# row is locked (FOR NO KEY UPDATE, by its primary key) while the fence is read, and stays locked until
+# that transaction ends. A claim that would take the row over waits for it (or, SKIP LOCKED, passes it by);
+# one that committed first changed the claim, so nothing is written and the caller rolls back. Either way
+# the checkpoint and the step's own writes commit only under this worker's claim.
+SQL_SAVE_STEP_HELD = """
+WITH owned AS (
+    SELECT j.id FROM x_jobs j
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
+    FOR NO KEY UPDATE OF j
+)
+INSERT INTO x_job_steps AS s (job_id, name, seq, status, output, started_at, finished_at, wake_at, meta)
+SELECT o.id, %(name)s, %(seq)s, %(status)s, %(output)s::jsonb, to_timestamp(%(started)s / 1000.0),
+       to_timestamp(%(finished)s / 1000.0), to_timestamp(%(wake)s / 1000.0), %(meta)s::jsonb
+FROM owned o
+ON CONFLICT (job_id, name) DO UPDATE
+SET seq = excluded.seq, status = excluded.status, output = excluded.output, started_at = excluded.started_at,
+    finished_at = excluded.finished_at, wake_at = excluded.wake_at, meta = excluded.meta
+RETURNING s.id
+"""
+
 # SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle (state = 'running'
 # AND worker_id AND claim): a body whose lease lapsed cannot report on the run that replaced it.
 # Primary key. Answers the id when it landed.

@@ -219,6 +219,11 @@ SET seq = excluded.seq, status = excluded.status, output = excluded.output, star
 RETURNING id
 """
 
+# SQL_SAVE_STEP_HELD — SQL_SAVE_STEP for run.step.atomic(), inside the caller's transaction. SQLite has one
+# writer at a time: from this write on, the caller's transaction holds the database's write lock until it
+# ends, so no claim can take the row over between the fence read here and the commit.
+SQL_SAVE_STEP_HELD = SQL_SAVE_STEP
+
 # SQL_RECORD_PROGRESS — write run.progress(), fenced on the claim like every settle. Answers the id.
 SQL_RECORD_PROGRESS = """
 UPDATE x_jobs SET progress = :progress
