@@ -1,11 +1,14 @@
 """``run.step.atomic(name, fn)``: ``fn``'s writes and the step's checkpoint commit in one transaction on the
 jobs' database. Not collected here: tests/postgres/test_step_atomic.py runs these on Postgres and
 tests/sqlite/test_step_atomic_sqlite.py on SQLite (each directory's ``any_jobs``); the refusal on a driver
-whose jobs live elsewhere is tests/unit/test_step_atomic_refusal.py's (memory) and tests/redis'. The effect
-each body writes is an auth ``Group`` row (a unique name), read back with the ORM.
+whose jobs live elsewhere is tests/unit/test_steps.py's (memory) and tests/redis/test_redis_specific.py's.
+The effect each body writes is an auth ``Group`` row (a unique name), read back with the ORM.
 
-A worker killed between the body's write and the commit is tests/e2e/test_postgres_processes.py's; the
-chaos suite's transactional variant counts doubled effects under SIGKILLs and a Postgres crash."""
+A lease lost while the step is open is each driver module's own case (Postgres: the claim goes through
+and the late commit fails; SQLite: the claim waits on the write lock). A worker killed between the body's
+write and the commit is tests/e2e/test_postgres_processes.py's; the chaos suite's transactional variant
+counts doubled effects under SIGKILLs and a Postgres crash; tests/security/test_cross_org_work.py runs
+the tenant guard and row-level security inside the step."""
 
 from __future__ import annotations
 
@@ -146,35 +149,51 @@ def test_a_step_timeout_rolls_the_transaction_back(any_jobs: AnyJobsEnv) -> None
     assert groups() == ["order-4:attempt-2"]
 
 
-def test_a_worker_that_lost_the_claim_cannot_commit_and_the_new_owners_run_counts(any_jobs: AnyJobsEnv) -> None:
-    """The lease lapses while the step runs and another worker claims the job: the first worker's
-    checkpoint cannot land, so its write rolls back with it; the new owner runs the step from scratch."""
+def test_a_worker_paused_past_its_lease_before_the_step_cannot_commit_it(any_jobs: AnyJobsEnv) -> None:
+    """The lease lapses before the step's transaction opens and another worker claims the job: the late
+    worker's function still runs, but its checkpoint cannot land (the fence names the new claim), so its
+    write rolls back with it and the new owner runs the step from scratch."""
     driver, clock = any_jobs.driver, any_jobs.clock
     taken: list[Any] = []
 
     def mark_paid(run: JobRun[Any]) -> str:
-        if run.attempt == 1:  # paused past its lease: another worker takes the job over
-            clock.advance(driver.visibility_timeout_ms + 1)
-            claim = on_another_thread(lambda: driver.claim(queues=["default"], limit=1, worker_id="thief"))
-            taken.extend(claim.jobs)
-        Group.objects.create(name=f"order-5:attempt-{run.attempt}")
+        Group.objects.create(name=f"order-7:attempt-{run.attempt}")
         return f"paid on attempt {run.attempt}"
 
-    handle = declare("pay_late", lambda run: run.step.atomic("mark-paid", lambda: mark_paid(run)))
-    queued = handle.enqueue({"k": 1})
+    def body(run: JobRun[Any]) -> str:
+        if run.attempt == 1:  # paused past its lease: another worker takes the job over
+            clock.advance(driver.visibility_timeout_ms + 1)
+            taken.extend(on_another_thread(lambda: steal(any_jobs)).jobs)
+        answer: str = run.step.atomic("mark-paid", lambda: mark_paid(run))
+        return answer
+
+    queued = declare("pay_after_a_pause", body).enqueue({"k": 1})
     run_jobs(clock=clock, advance=False)
+    assert_taken_over(any_jobs, queued.id, taken)
+    assert_the_new_owner_counts(any_jobs, queued.id, "order-7")
 
-    assert [j.id for j in taken] == [queued.id]
+
+def steal(env: AnyJobsEnv) -> Any:
+    """Another worker's claim on the default queue (from its own thread and connection)."""
+    return env.driver.claim(queues=["default"], limit=1, worker_id="thief")
+
+
+def assert_taken_over(env: AnyJobsEnv, job_id: str, taken: list[Any]) -> None:
+    """The thief holds the job, found no checkpoint, and the late worker left neither write nor checkpoint."""
+    assert [j.id for j in taken] == [job_id]
     assert taken[0].steps == ()  # the new owner found no checkpoint
-    stolen = row(any_jobs, queued.id)
+    stolen = row(env, job_id)
     assert (stolen.state, stolen.worker_id, stolen.attempts) == ("running", "thief", 2)
-    assert groups() == [] and steps(any_jobs, queued.id) == {}  # the late worker's write and checkpoint: gone
+    assert groups() == [] and steps(env, job_id) == {}  # the late worker's write and checkpoint: gone
 
-    clock.advance(driver.visibility_timeout_ms + 1)  # the thief never settles: its lease lapses in turn
-    run_jobs(clock=clock)
-    assert row(any_jobs, queued.id).state == "done"
-    assert groups() == ["order-5:attempt-3"]
-    assert steps(any_jobs, queued.id)["mark-paid"].output == "paid on attempt 3"
+
+def assert_the_new_owner_counts(env: AnyJobsEnv, job_id: str, order: str) -> None:
+    """The thief never settles; once its lease lapses in turn, the next attempt runs the step once."""
+    env.clock.advance(env.driver.visibility_timeout_ms + 1)
+    run_jobs(clock=env.clock)
+    assert row(env, job_id).state == "done"
+    assert groups() == [f"{order}:attempt-3"]
+    assert steps(env, job_id)["mark-paid"].output == "paid on attempt 3"
 
 
 def test_an_async_body_awaits_the_same_step(any_jobs: AnyJobsEnv) -> None:

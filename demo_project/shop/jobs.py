@@ -2,9 +2,11 @@
 
 Each job shows one behaviour:
 
-- ``fulfil_order``: durable steps. The receipt email fails once; attempt 2 replays ``charge`` from
-  storage (the card is charged once), then the run sleeps three days without holding a process and
-  sends a nudge.
+- ``fulfil_order``: durable steps. The card is charged in a plain step (the gateway is outside the
+  database); the order is marked paid in a transactional step, its row and the step's checkpoint
+  committed together. The receipt email fails once; attempt 2 replays ``charge`` and ``mark-paid``
+  from storage (the card is charged once), then the run sleeps three days without holding a process
+  and sends a nudge.
 - ``book_shipment``: a flaky carrier API; the run retries on the backoff and succeeds.
 - ``sync_inventory``: a warehouse that stays down; retried at its Retry-After, then dead-lettered.
 - ``issue_refund``: a terminal code; dead-lettered on attempt 1, the other attempts unspent.
@@ -13,8 +15,9 @@ Each job shows one behaviour:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Count, F
 from pydantic import BaseModel, Field
@@ -32,6 +35,8 @@ from ultimate_jobs import (
 
 from .models import Order
 from .services import MAIL_TEMPORARY, REFUND_REJECTED, WAREHOUSE_BUSY, ShopServices
+
+T = TypeVar("T")
 
 # Classify the shop's codes where the jobs that meet them live. An unclassified code (or a plain
 # Python exception such as TimeoutError) follows the backoff schedule.
@@ -112,10 +117,13 @@ def fulfil_order(run: JobRun[OrderRef]) -> dict[str, Any]:
     shop: ShopServices = run.ctx
     order = _order(run.input)
 
-    def charge() -> dict[str, Any]:
+    def charge() -> dict[str, Any]:  # the gateway: outside the database, so a plain step (keyed by the order)
         charge_id = shop.gateway.charge(order_number=order.number, amount_cents=order.total_cents)
-        Order.objects.filter(pk=order.pk).update(charged=True, charges=F("charges") + 1, status=Order.Status.PAID)
+        Order.objects.filter(pk=order.pk).update(charges=F("charges") + 1)  # counts the gateway's charges
         return {"charge_id": charge_id, "amount_cents": order.total_cents}
+
+    def mark_paid() -> None:
+        Order.objects.filter(pk=order.pk).update(charged=True, status=Order.Status.PAID)
 
     def email(subject: str) -> str:
         message_id = shop.mailer.send(to=_customer(order), subject=subject)
@@ -123,6 +131,7 @@ def fulfil_order(run: JobRun[OrderRef]) -> dict[str, Any]:
         return message_id
 
     charged = run.step.run("charge", charge)  # attempt 2 reads this back; the gateway is not called
+    database_step(run, "mark-paid", mark_paid)  # the order's new status commits with this step's checkpoint
     run.step.run("email-receipt", lambda: email(f"Receipt for order {order.number}"))
     run.step.sleep("3d")  # the run suspends; the queue hands it back in three days
     run.step.run("nudge", lambda: email(f"How was order {order.number}?"))
@@ -297,12 +306,18 @@ def await_bank_transfer(run: JobRun[TransferAwaited]) -> dict[str, Any]:
         Order.objects.filter(org_id=run.input.org_id, number=run.input.number).update(status=Order.Status.PAID)
         return str(transfer["reference"])
 
-    # A transactional step: the order's new status and the step's checkpoint commit together, so a worker
-    # killed in between leaves neither. The Redis driver keeps its jobs outside the database, where no
-    # transaction reaches them: there the update runs as a plain step (it is idempotent — the same status).
-    in_database = job_driver().alias is not None
-    reference = run.step.atomic("mark-paid", mark_paid) if in_database else run.step.run("mark-paid", mark_paid)
+    reference = database_step(run, "mark-paid", mark_paid)
     return {"reference": reference, "amount_cents": transfer["amount_cents"]}
+
+
+def database_step(run: JobRun[Any], name: str, write: Callable[[], T]) -> T:
+    """``write`` (an update of the shop's own rows) as a transactional step: the rows and the step's
+    checkpoint commit together, so a worker killed in between leaves neither and the write lands once.
+    The Redis driver keeps its jobs outside the database, where no transaction reaches them: there the
+    write runs as a plain step (the demo's writes are idempotent — the same status again)."""
+    if job_driver().alias is not None:
+        return run.step.atomic(name, write)
+    return run.step.run(name, write)
 
 
 # -- maintenance: a backfill over the orders ---------------------------------------------------------

@@ -385,7 +385,7 @@ def _fulfil_note(f: _Facts) -> str:
     slept = format_duration(sleep.wake_at_ms - sleep.started_at_ms) if sleep and sleep.wake_at_ms else "?"
     receipt_attempt = f.executions[len(failed)].attempt if len(f.executions) > len(failed) else "?"
     return (
-        f"charges={order.charges} (attempt {receipt_attempt} replayed 'charge' from storage); "
+        f"charges={order.charges} (attempt {receipt_attempt} replayed 'charge' and 'mark-paid' from storage); "
         f"receipt failed {failed[0].code if failed else '-'} on attempt 1, sent on attempt {receipt_attempt}; "
         f"slept {slept} on the frozen clock, then the nudge; emails={order.emailed}; status={order.status}"
     )

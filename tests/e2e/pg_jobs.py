@@ -11,8 +11,10 @@ a table the test creates, so the test reads which process ran what, and how ofte
   its signal (as most bodies do), then returns — a drain must wait for it, not hand it back.
 - ``atomic_effect`` (3 attempts): one transactional step (``run.step.atomic``) that writes
   ``atomic:<key>`` in the step's transaction and appends a line to the input's ``ran`` file (outside any
-  transaction: a count of the function's runs). On attempt 1 the input's ``kill`` (``"after-write"``)
-  kills the worker (SIGKILL, itself) inside that transaction, right after the effect's row.
+  transaction: a count of the function's runs). On attempt 1 the input's ``kill`` kills the worker
+  (SIGKILL, itself) inside that transaction: ``"after-write"`` right after the effect's row,
+  ``"after-checkpoint"`` right after the step's checkpoint row landed (a fault hook on the slot's
+  connection, :func:`kill_after_the_checkpoint`) — the moment before the commit.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import connection
 
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.drivers.postgres.queries.jobs import SQL_SAVE_STEP_HELD
 
 QUEUE = "e2e-pg"
 HOLD_MAX_S = 20.0
@@ -99,4 +103,15 @@ def atomic_effect(run: JobRun[Any]) -> int:
             os.kill(os.getpid(), signal.SIGKILL)
         return run.attempt
 
-    return int(run.step.atomic("write", write))
+    with connection.execute_wrapper(kill_after_the_checkpoint) if kill == "after-checkpoint" else nullcontext():
+        return int(run.step.atomic("write", write))
+
+
+def kill_after_the_checkpoint(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    """A fault hook (Django's ``execute_wrapper``, so every statement of the slot's connection passes it):
+    run the statement, and SIGKILL this worker once the transactional step's checkpoint write has run —
+    inside the step's transaction, before its commit."""
+    answer = execute(sql, params, many, context)
+    if sql == SQL_SAVE_STEP_HELD:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return answer

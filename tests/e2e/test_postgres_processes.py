@@ -213,12 +213,13 @@ def test_a_sigkilled_final_attempt_is_buried_dead_by_the_next_claim(spawn: Spawn
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill", ["after-write"])
+@pytest.mark.parametrize("kill", ["after-write", "after-checkpoint"])
 def test_a_worker_killed_inside_a_transactional_step_leaves_neither_write_nor_checkpoint(
     spawn: Spawn, pg: PgJobs, tmp_path: Path, kill: str
 ) -> None:
-    """SIGKILL inside ``run.step.atomic``'s transaction, after the effect's write: Postgres rolls it back,
-    and the next worker runs the step once more — one effect in all, from attempt 2."""
+    """SIGKILL inside ``run.step.atomic``'s transaction — after the effect's write, or after the checkpoint's
+    too, just before the commit: Postgres rolls both back, and the next worker runs the step once more —
+    one effect in all, from attempt 2."""
     ran = tmp_path / "ran"
     job_id = pg.jobs.atomic_effect.enqueue({"key": f"atomic-{kill}", "kill": kill, "ran": str(ran)}).id
     (a,) = start_workers(spawn, "A", vt="2s")

@@ -1,20 +1,23 @@
 """What only the Redis driver has: done rows expiring on its clock, one hash-tag slot for every key,
-scripts called by SHA that survive a flushed script cache, the stream wake, prefixes, and the errors
-of a bad construction or an unreachable server."""
+scripts called by SHA that survive a flushed script cache, the stream wake, prefixes, the errors
+of a bad construction or an unreachable server, and the refusal of a transactional step."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
 from redis.crc import key_slot
 
+from tests.conftest import installed
+from ultimate_jobs import JobRun, job
 from ultimate_jobs.drivers.records import NackOptions, StepRecord
 from ultimate_jobs.drivers.redis import DONE_TTL_MS, RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
-from ultimate_jobs.testing import FrozenClock
+from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.testing.conformance import QUEUE, claim, claim_one, enqueue_finished, raises_code, request
 
 from .conftest import REDIS_URL
@@ -179,3 +182,21 @@ def test_the_driver_reads_no_settings(clock: FrozenClock, redis_client: redis.Re
             build_driver()
     with pytest.raises(TypeError):
         RedisDriver()  # type: ignore[call-arg]  # no client: from_url(url) builds one
+
+
+def test_step_atomic_is_refused_before_its_function_runs(driver: RedisDriver, clock: FrozenClock) -> None:
+    """The Redis driver keeps its jobs outside Django's databases: no transaction can hold a step's writes
+    with its checkpoint, so ``run.step.atomic`` is refused, terminally, naming the fix."""
+    ran: list[int] = []
+    with installed(clock, driver):
+
+        @job(name="pay_on_redis", idempotency_key=lambda i: "k", tenant="none", retry={"attempts": 3})
+        def pay(run: JobRun[Any]) -> None:
+            run.step.atomic("mark-paid", lambda: ran.append(1))
+
+        queued = pay.enqueue({})
+        run_jobs(clock=clock)
+    found = driver.operator.get(queued.id)
+    assert found is not None and (found.state, found.attempts) == ("dead", 1)
+    assert found.last_code == "X_STEP_ATOMIC_UNSUPPORTED" and "'redis' driver" in found.last_error
+    assert ran == [] and driver.operator.steps(queued.id) == []

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.db import connection, transaction
 
 from tests.conftest import AnyJobsEnv, installed
 from tests.djtasks import tasks
 from tests.secapp.models import Bucket, Item
-from tests.security.attacks import A, B
+from tests.security.attacks import A, B, two_orgs
 from tests.security.cross_org import DRIVERS, ROLES, database_role, declare_charge, jobs_on_driver
 from ultimate_jobs import JobRun, backfill, cross_tenant, job, operator
 from ultimate_jobs.core.routing import jobs_router, set_jobs_router
@@ -262,3 +262,58 @@ def test_a_run_lists_its_own_orgs_jobs_and_reads_them(env: AnyJobsEnv) -> None:
     assert in_a_run_of(A, env, read_own) == ([(A, "charge")], mine)
     everything = in_a_run_of(A, env, lambda run: cross_tenant("support", lambda: len(operator.list_jobs().rows)))
     assert everything >= 3  # both charges and the attacking runs
+
+
+# -- inside a transactional step (run.step.atomic: Postgres, the step's writes share one transaction) ----
+
+
+def secrets_in_the_session() -> list[str]:
+    """Every item secret this session's raw SQL reads (all of them where Postgres skips the policies)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT secret FROM secapp_item ORDER BY secret")
+        return [secret for (secret,) in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("env", ["postgres"], indirect=True)
+def test_a_transactional_step_of_org_a_cannot_enqueue_for_org_b_and_its_writes_roll_back(env: AnyJobsEnv) -> None:
+    charge = declare_charge()
+
+    def pay_and_fan_out() -> None:
+        Bucket.objects.create(org_id=A, name="marked paid")
+        charge.enqueue({"org_id": A, "n": 1})  # org A's own: staged in the step's transaction
+        charge.enqueue({"org_id": B})
+
+    refused(in_a_run_of(A, env, lambda run: run.step.atomic("pay", pay_and_fan_out)))
+    assert rows_of(env, name="charge") == []  # org A's enqueue rolled back with the refused step
+    assert list(Bucket.objects.values_list("name", flat=True)) == []
+
+    def pay_for_own_org() -> str:
+        Bucket.objects.create(org_id=A, name="marked paid")
+        return charge.enqueue({"org_id": A, "n": 2}).id
+
+    own = in_a_run_of(A, env, lambda run: run.step.atomic("pay", pay_for_own_org))
+    assert [(r.id, r.tenant_id) for r in rows_of(env, name="charge")] == [(own, A)]
+    assert list(Bucket.objects.values_list("name", flat=True)) == ["marked paid"]
+
+
+@pytest.mark.parametrize("env", ["postgres"], indirect=True)
+def test_a_transactional_step_acts_under_its_runs_org(env: AnyJobsEnv, role: str) -> None:
+    rows = two_orgs()
+
+    def peek() -> list[Any]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('ultimate_jobs.org_id', true)")
+            (org,) = cursor.fetchone() or ("",)
+        return [org, secrets_in_the_session()]
+
+    org, raw = in_a_run_of(A, env, lambda run: run.step.atomic("peek", peek))
+    assert org == A  # the step's transaction carries the run's scope
+    if role == "app role":  # where the policies apply, raw SQL in it reads org A's rows only
+        assert raw == ["secret of org-A"]
+
+    theirs = rows[B]["item"]
+    forged = Item(pk=theirs.pk, org_id=A, bucket=rows[A]["bucket"], secret="overwritten", total=0)
+    refused(in_a_run_of(A, env, lambda run: run.step.atomic("overwrite", forged.save)))
+    theirs.refresh_from_db()
+    assert (theirs.org_id, theirs.secret) == (B, "secret of org-B")
+    assert len(secrets_in_the_session()) == 2  # the slot's connection is unscoped again after the runs
