@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from tests.helpers import eventually
-from ultimate_jobs import Concurrency, JobRun, job
+from ultimate_jobs import Concurrency, JobRun, current_signal, job
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import Settled, job_lease_key
@@ -461,6 +461,33 @@ def test_cancel_stops_a_running_body(
     assert worker.executions[0].landed is False  # the fenced settle did not un-cancel it
     assert events(caplog, "jobs.job.cancelled")
     assert not events(caplog, "jobs.lease.lost") and worker.stats.leases_lost == 0
+
+
+@postgres_only
+def test_cancel_rolls_back_a_transactional_step_that_is_running(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    """A cancel heard while ``run.step.atomic``'s function runs: the step's signal aborts, and its write
+    rolls back with the checkpoint it never wrote."""
+
+    def mark_paid(run: JobRun[Any]) -> None:
+        Group.objects.create(name="paid-then-cancelled")
+        probe.enter(run)
+        current_signal().wait(WAIT)  # the step's own signal: aborted with its run's
+
+    handle = declare("cancelled_in_step", lambda run: run.step.atomic("mark-paid", lambda: mark_paid(run)))
+    job_id = handle.enqueue({"k": 1}).id
+    worker = make_worker()
+    worker.run_once()
+    probe.started(job_id)
+
+    assert jobs.driver.operator.cancel(job_id, "operator") is not None
+    jobs.clock.advance(HEARTBEAT_MS)  # the renewal hears the cancel
+    assert worker.wait_idle(WAIT)
+    record = row(jobs, job_id)
+    assert (record.state, record.last_code) == ("cancelled", "X_JOB_CANCELLED")
+    assert not Group.objects.filter(name="paid-then-cancelled").exists()
+    assert jobs.driver.operator.steps(job_id) == []
 
 
 # -- the drain and stop ------------------------------------------------------------------------
