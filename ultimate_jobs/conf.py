@@ -114,6 +114,7 @@ class JobsSettings:
     database: str = "default"
     redis_url: str = DEFAULT_REDIS_URL
     queues: dict[str, int] = field(default_factory=dict)
+    fair_queues: frozenset[str] = frozenset()
     async_concurrency: dict[str, int] = field(default_factory=dict)
     outbox: str = "off"
     context: str | None = None
@@ -178,6 +179,18 @@ def _read_queues(value: object) -> dict[str, int]:
         CHECK_VALUE_INVALID,
         f"= {_shown(value)} is no slot table",
         "map queue names to slot counts >= 1, e.g. {'default': 8}",
+    )
+
+
+def _read_fair_queues(value: object) -> frozenset[str]:
+    """``FAIR_QUEUES``: the queues whose claims serve their orgs in turn."""
+    if isinstance(value, list | tuple | set | frozenset) and all(isinstance(q, str) and q for q in value):
+        return frozenset(value)
+    raise SettingError(
+        "FAIR_QUEUES",
+        CHECK_VALUE_INVALID,
+        f"= {_shown(value)} is no list of queue names",
+        "list the queues to serve their orgs in turn, e.g. ['imports', 'payments']",
     )
 
 
@@ -345,6 +358,7 @@ _KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "DATABASE": ("database", _read_database),
     "REDIS_URL": ("redis_url", _read_redis_url),
     "QUEUES": ("queues", _read_queues),
+    "FAIR_QUEUES": ("fair_queues", _read_fair_queues),
     "ASYNC_CONCURRENCY": ("async_concurrency", _read_async_concurrency),
     "OUTBOX": ("outbox", _read_outbox),
     "CONTEXT": ("context", _read_context),
@@ -486,25 +500,26 @@ def context_factory(path: str | None) -> Callable[[], Any]:
 
 def build_driver(config: JobsSettings | None = None) -> JobDriver:
     """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names, passing it the settings it needs (its database
-    alias, ``VISIBILITY_TIMEOUT``, ``REDIS_URL``): this is where a built-in driver's settings are read —
-    the drivers themselves read none. A dotted path is called with no argument."""
+    alias, ``VISIBILITY_TIMEOUT``, ``FAIR_QUEUES``, ``REDIS_URL``): this is where a built-in driver's
+    settings are read — the drivers themselves read none. A dotted path is called with no argument."""
     config = config or jobs_settings()
+    common: dict[str, Any] = {  # what every built-in driver takes
+        "clock": job_clock(),
+        "visibility_timeout_ms": config.visibility_timeout_ms,
+        "fair_queues": config.fair_queues,
+    }
     if config.driver == "memory":
         from .drivers.memory import MemoryDriver
 
-        return MemoryDriver(clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms)
+        return MemoryDriver(**common)
     if config.driver == "postgres":
         from .drivers.postgres.driver import PostgresDriver
 
-        return PostgresDriver(
-            alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
-        )
+        return PostgresDriver(alias=config.database, **common)
     if config.driver == "sqlite":
         from .drivers.sqlite.driver import SqliteDriver
 
-        return SqliteDriver(
-            alias=config.database, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
-        )
+        return SqliteDriver(alias=config.database, **common)
     if config.driver == "redis":
         try:
             from .drivers.redis import RedisDriver
@@ -514,9 +529,7 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
                 "ULTIMATE_JOBS['DRIVER'] = 'postgres' (jobs in your Django database)",
                 {"driver": config.driver},
             ) from exc
-        return RedisDriver.from_url(
-            config.redis_url, clock=job_clock(), visibility_timeout_ms=config.visibility_timeout_ms
-        )
+        return RedisDriver.from_url(config.redis_url, **common)
     factory = import_string(config.driver)
     built: JobDriver = factory()
     return built

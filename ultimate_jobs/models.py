@@ -44,6 +44,9 @@ class Job(models.Model):
     enqueued_by = models.TextField(null=True)
     traceparent = models.TextField(null=True)
     concurrency_key = models.TextField(null=True)
+    lane = models.TextField(null=True)
+    """The row's lane in a fair queue (its tenant, ``""`` for none), set at enqueue when its queue is in
+    ``FAIR_QUEUES``; ``NULL`` in every other queue. ``x_jobs_turn`` keeps ``x_job_turns`` from it."""
 
     class Meta:
         db_table = "x_jobs"
@@ -67,6 +70,24 @@ class Job(models.Model):
                 condition=Q(state__in=("ready", "delayed", "suspended")),
                 name="x_jobs_claim_idx",
             ),
+            # SQL_CLAIM_FAIR's lane arm: one lane's due rows in claim order (fair queues' rows only).
+            models.Index(
+                F("queue"),
+                F("lane"),
+                F("priority").desc(),
+                F("run_at"),
+                F("id"),
+                condition=Q(lane__isnull=False, state__in=("ready", "delayed", "suspended")),
+                name="x_jobs_lane_idx",
+            ),
+            # SQL_CLAIM_FAIR's retirement: when a lane's first waiting row falls due.
+            models.Index(
+                F("queue"),
+                F("lane"),
+                F("run_at"),
+                condition=Q(lane__isnull=False, state__in=("ready", "delayed", "suspended")),
+                name="x_jobs_lane_run_at_idx",
+            ),
             # SQL_CLAIM's second arm: running rows whose lease lapsed.
             models.Index(F("lease_until"), condition=Q(state="running"), name="x_jobs_lease_idx"),
             # list(): newest first, by queue/state filters.
@@ -77,6 +98,37 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.id} ({self.state})"
+
+
+class JobTurn(models.Model):
+    """``x_job_turns``: one row per lane (an org) of a fair queue — the rotation its claims serve.
+
+    ``turn_at`` is when the lane last took its turn, or joined the rotation: a claim serves the lanes with
+    the oldest first and stamps the ones it served with its own time. ``NULL`` while the lane has nothing
+    due, with ``wake_at`` the run time of its first waiting row (``NULL``: none). The ``x_jobs_turn``
+    trigger files a lane when a row of it becomes waiting; the claim retires a lane it found empty."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.TextField()
+    lane = models.TextField()
+    turn_at = models.DateTimeField(null=True)
+    wake_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "x_job_turns"
+        constraints = [models.UniqueConstraint(fields=["queue", "lane"], name="x_job_turns_queue_lane_uniq")]
+        indexes = [
+            models.Index(F("queue"), F("turn_at"), condition=Q(turn_at__isnull=False), name="x_job_turns_turn_idx"),
+            models.Index(
+                F("queue"),
+                F("wake_at"),
+                condition=Q(turn_at__isnull=True, wake_at__isnull=False),
+                name="x_job_turns_wake_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.lane or '(no tenant)'}"
 
 
 class JobStep(models.Model):

@@ -200,3 +200,23 @@ def test_step_atomic_is_refused_before_its_function_runs(driver: RedisDriver, cl
     assert found is not None and (found.state, found.attempts) == ("dead", 1)
     assert found.last_code == "X_STEP_ATOMIC_UNSUPPORTED" and "'redis' driver" in found.last_error
     assert ran == [] and driver.operator.steps(queued.id) == []
+
+
+def test_a_fair_claim_over_thousands_of_lanes_serves_each_lane_once_before_any_twice(
+    redis_client: redis.Redis, clock: FrozenClock
+) -> None:
+    """2,000 orgs with one job each and a noisy org with 500: every claim hands out its whole limit, and the
+    rotation reaches every org once before it serves any twice (the noisy org included)."""
+    driver = RedisDriver(redis_client, clock=clock, fair_queues=[QUEUE])
+    quiet = [request(tenant_id=f"org-{n}") for n in range(2_000)]
+    driver.enqueue_many(quiet + [request(tenant_id="noisy") for _ in range(500)])
+    served: list[str | None] = []
+    for _ in range(250):  # 2,500 jobs, 10 a claim
+        jobs = claim(driver, limit=10)
+        assert len(jobs) == 10
+        served += [job.tenant_id for job in jobs]
+        clock.advance(1)
+    assert claim(driver) == []
+    first_turns = served[:2_001]  # 2,001 lanes: every one's first turn, in the first 2,001 jobs handed out
+    assert len(set(first_turns)) == 2_001
+    assert served.count("noisy") == 500 and set(served[2_001:]) == {"noisy"}

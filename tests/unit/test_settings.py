@@ -18,7 +18,15 @@ from tests.conftest import JobsEnv
 from tests.helpers import command
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.apps import check_settings
-from ultimate_jobs.conf import KNOWN_KEYS, Retention, SettingError, driver_resolution, jobs_settings
+from ultimate_jobs.conf import (
+    KNOWN_KEYS,
+    JobsSettings,
+    Retention,
+    SettingError,
+    build_driver,
+    driver_resolution,
+    jobs_settings,
+)
 from ultimate_jobs.core.routing import DirectRouter, jobs_router
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import OutboxNoTxError
@@ -91,6 +99,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "DATABASE": "default",
         "REDIS_URL": "rediss://:secret@cache.internal:6380/2",
         "QUEUES": {"default": 8, "emails": 2},
+        "FAIR_QUEUES": ["imports", "payments"],
         "ASYNC_CONCURRENCY": {"default": 500, "emails": 0},
         "OUTBOX": "required",
         "CONTEXT": "demo_project.shop.services.shop_services",
@@ -111,6 +120,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         read = jobs_settings()
     assert read.redis_url == "rediss://:secret@cache.internal:6380/2"
     assert (read.queues, read.async_concurrency) == ({"default": 8, "emails": 2}, {"default": 500, "emails": 0})
+    assert read.fair_queues == {"imports", "payments"}
     assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
@@ -142,6 +152,9 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("QUEUES", {"default": 0}, VALUE),
     ("QUEUES", {"default": True}, VALUE),
     ("QUEUES", ["default"], VALUE),
+    ("FAIR_QUEUES", "imports", VALUE),
+    ("FAIR_QUEUES", ["imports", ""], VALUE),
+    ("FAIR_QUEUES", [3], VALUE),
     ("ASYNC_CONCURRENCY", {"default": -1}, VALUE),
     ("ASYNC_CONCURRENCY", {"default": 10_001}, VALUE),
     ("ASYNC_CONCURRENCY", {"default": True}, VALUE),
@@ -427,3 +440,10 @@ def test_an_outbox_the_database_cannot_hold_installs_nothing_and_fails_the_check
         assert install_outbox_from_settings() is None
     assert isinstance(jobs_router(), DirectRouter)
     assert ids_for(config) == ["ultimate_jobs.X_SETTINGS_DATABASE_UNKNOWN"]
+
+
+@pytest.mark.parametrize("driver", ["memory", "postgres", "redis"])
+def test_the_built_driver_serves_the_fair_queues_the_settings_name(driver: str) -> None:
+    """(The SQLite driver's build is tests/sqlite's: this suite's database is Postgres.)"""
+    built = build_driver(JobsSettings(driver=driver, fair_queues=frozenset({"imports"})))
+    assert built.fair_queues == {"imports"}

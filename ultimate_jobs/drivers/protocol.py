@@ -200,6 +200,12 @@ class JobDriver(Protocol):
     and ``driver.operator.workers()`` keeps a registry row this long after its last beat. A worker over the
     driver leases and renews with it (``job_worker()``)."""
 
+    fair_queues: frozenset[str]
+    """The queues whose claims serve their orgs in turn (``ULTIMATE_JOBS["FAIR_QUEUES"]``): each claim of
+    one takes the due jobs of the orgs least recently served first, each org at most its share of the
+    batch, and fills the rest in the queue's own order. Read on every enqueue and claim, so it may be
+    set after the driver is built; empty by default."""
+
     supports_wake: bool
     """Whether :meth:`subscribe` tells a listener the queues that become due. ``False``: the worker and
     the relay find work by polling alone."""

@@ -83,6 +83,12 @@ def same_tenant(stored: str | None, requested: str | None) -> bool:
     return (stored or "") == (requested or "")
 
 
+def lane_of(request: EnqueueRequest, fair_queues: frozenset[str]) -> str | None:
+    """The request's lane in a fair queue — its tenant, ``""`` for none (jobs with no tenant share one
+    lane) — or ``None`` when its queue is not among ``fair_queues``."""
+    return (request.tenant_id or "") if request.queue in fair_queues else None
+
+
 def id_taken(request: EnqueueRequest) -> JobDuplicateError:
     """``X_JOB_DUPLICATE`` for a request whose ``id`` names a row of another tenant. Every driver answers
     it the same way and it says nothing of that row — no run id, no tenant, no state — so a caller cannot

@@ -70,3 +70,48 @@ class DropIndexIfExists(Operation):
     @property
     def migration_name_fragment(self) -> str:
         return f"drop_{self.name.lower()}"
+
+
+class RunVendorSQL(Operation):
+    """Run the SQL written for the database the migration runs on — ``postgresql``'s or ``sqlite``'s, each a
+    ``(forwards, backwards)`` pair of scripts — and change no model state. For what only raw SQL says (a
+    trigger), written once per database the jobs tables live in.
+
+    >>> RunVendorSQL(postgresql=(SQL_CREATE, SQL_DROP), sqlite=(SQLITE_CREATE, SQLITE_DROP))
+    """
+
+    reversible = True
+    reduces_to_sql = True
+
+    def __init__(self, *, postgresql: tuple[str, str], sqlite: tuple[str, str]) -> None:
+        self.postgresql = postgresql
+        self.sqlite = sqlite
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (self.__class__.__qualname__, [], {"postgresql": self.postgresql, "sqlite": self.sqlite})
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # raw SQL: no model knows it
+
+    def _scripts(self, schema_editor: Any) -> tuple[str, str]:
+        vendor = schema_editor.connection.vendor
+        if vendor not in ("postgresql", "sqlite"):
+            raise NotImplementedError(f"ultimate_jobs' tables live in PostgreSQL or SQLite, not {vendor}")
+        return self.postgresql if vendor == "postgresql" else self.sqlite
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._run(schema_editor, self._scripts(schema_editor)[0])
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._run(schema_editor, self._scripts(schema_editor)[1])
+
+    @staticmethod
+    def _run(schema_editor: Any, script: str) -> None:
+        """One statement at a time: a script's statements end at a ``;`` closing a line that a blank line
+        follows (a function's or trigger's body holds ``;`` of its own, never a blank line)."""
+        for statement in script.split(";\n\n"):
+            if statement.strip():
+                schema_editor.execute(statement.strip().removesuffix(";"))
+
+    def describe(self) -> str:
+        return "Run the database's own SQL"

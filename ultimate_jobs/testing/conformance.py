@@ -24,6 +24,7 @@ from ..drivers.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore
 from .clock import FrozenClock
 from .conformance_async import AsyncJobContract
 from .conformance_backfills import BackfillContract
+from .conformance_fairness import FairnessContract
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
 from .conformance_retention import RetentionContract
@@ -56,6 +57,7 @@ __all__ = [
     "BackfillContract",
     "DriverConformance",
     "DriverFactory",
+    "FairnessContract",
     "LeaseContract",
     "OperatorContract",
     "QueueContract",
@@ -142,6 +144,7 @@ class LeaseContract:
 
 class DriverConformance(
     QueueContract,
+    FairnessContract,
     OperatorContract,
     LeaseContract,
     SchedulerContract,

@@ -12,13 +12,14 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...errors import ClaimQueuesEmptyError, JobDuplicateError, StepAtomicUnsupportedError
+from ..lanes import LanePick, lanes_to_serve, share_of
 from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -41,6 +42,7 @@ from ..records import (
     WorkerInfo,
     finished_cutoffs,
     id_taken,
+    lane_of,
     nack_counter,
     nack_state,
     same_tenant,
@@ -68,10 +70,15 @@ class MemoryDriver:
     supports_listen = False  # the wake is this process's enqueues only
 
     def __init__(
-        self, *, clock: Clock | None = None, visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+        self,
+        *,
+        clock: Clock | None = None,
+        visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        fair_queues: Iterable[str] = (),
     ) -> None:
         self.clock = clock or system_clock()
         self.visibility_timeout_ms = visibility_timeout_ms
+        self.fair_queues: frozenset[str] = frozenset(fair_queues)
         self.lock = threading.RLock()
         self.rows: dict[str, MemoryRow] = {}
         self._seq = itertools.count(1)  # insertion order: the tie-break between rows due at one instant
@@ -201,8 +208,7 @@ class MemoryDriver:
             self._index.file(row)
         return answers, sorted({row.queue for row in fresh.values() if row.run_at_ms <= now})
 
-    @staticmethod
-    def _new_row(request: EnqueueRequest, now: int) -> MemoryRow:
+    def _new_row(self, request: EnqueueRequest, now: int) -> MemoryRow:
         run_at = request.run_at_ms if request.run_at_ms is not None else now
         return MemoryRow(
             id=request.id or str(uuid.uuid4()),
@@ -221,6 +227,7 @@ class MemoryDriver:
             enqueued_by=request.enqueued_by,
             traceparent=request.traceparent,
             concurrency_key=request.concurrency_key,
+            lane=lane_of(request, self.fair_queues),
         )
 
     # -- claim ---------------------------------------------------------------------------------
@@ -245,14 +252,31 @@ class MemoryDriver:
         with self.lock:
             now = self.clock.now_ms()
             lapsed: list[MemoryRow] = []
-            offered: list[ClaimEntry] = []  # each queue's first rows in claim order, up to its cap
+            offered: list[ClaimEntry] = []  # each queue's first rows in claim order (a fair queue's lanes first)
+            popped: list[ClaimEntry] = []  # from the due heaps: what is not taken goes back there
+            from_lanes: list[ClaimEntry] = []  # from a fair queue's lane heaps: back there
+            fair: list[tuple[str, LanePick[ClaimEntry]]] = []
             for queue in sorted(set(queues) - self._operator.paused_queue_set):
                 lapsed += self._index.fall_due(queue, now)
                 cap = limit if queue_limits is None else min(limit, queue_limits.get(queue, limit))
-                offered += self._index.pop(queue, now, cap)
+                filled = self._index.pop(queue, now, cap)
+                popped += filled
+                if queue not in self.fair_queues:
+                    offered += filled
+                    continue
+                pick = self._fair_pick(queue, now, cap)
+                from_lanes += pick.first
+                firsts = {entry[-1].id for entry in pick.first}
+                offered += (pick.first + [entry for entry in filled if entry[-1].id not in firsts])[:cap]
+                fair.append((queue, pick))
             exhausted = [self._bury(row, drop_exhausted) for row in sorted(lapsed, key=claim_order)]
             offered.sort()  # the first ``limit`` of every queue's first ``cap`` are what one sorted pass takes
-            self._index.restore(offered[max(limit, 0) :])
+            taken = {entry[-1].id for entry in offered[: max(limit, 0)]}
+            self._index.restore(entry for entry in popped if entry[-1].id not in taken)
+            self._index.restore_lanes(entry for entry in from_lanes if entry[-1].id not in taken)
+            for queue, pick in fair:
+                served, woken, retired = pick.moves(lambda entry: entry[-1].id in taken)
+                self._index.turn(queue, now, served=served, woken=woken, retired=retired)
             for *_, row in offered[: max(limit, 0)]:
                 row.attempts += 1
                 row.worker_id, row.claim = worker_id, uuid.uuid4().hex
@@ -260,6 +284,14 @@ class MemoryDriver:
                 self.set_state(row, "running")
                 claimed.append(self._claimed(row))
         return Claim(jobs=claimed, buried=exhausted)
+
+    def _fair_pick(self, queue: str, now: int, cap: int) -> LanePick[ClaimEntry]:
+        """A fair queue's lanes for one claim (:mod:`..lanes`), each lane's due rows popped from its heap."""
+        active, waking = self._index.turns(queue, now, cap)
+        lanes = lanes_to_serve(active, waking, cap)
+        share = share_of(cap, lanes)
+        rows = {lane: self._index.pop_lane(queue, lane, now, share) for lane in lanes}
+        return LanePick(lanes, [lane for _, lane in waking], rows)
 
     def _bury(self, row: MemoryRow, drop_exhausted: frozenset[str]) -> ExhaustedJob:
         state: Literal["failed", "dead"] = "failed" if row.name in drop_exhausted else "dead"

@@ -43,6 +43,7 @@ class MemoryRow:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None
+    lane: str | None = None  # its lane when its queue is fair (the tenant, "" for none), else None
     steps: dict[str, StepRecord] = field(default_factory=dict)
 
     @property

@@ -15,6 +15,7 @@ from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
 from .executor import Executor, django_executor, from_jsonb, jsonb
 from .operator import PostgresOperatorStore
+from .queries import fairness
 from .queries import jobs as sql
 from .queries import scheduler as scheduler_sql
 from .rows import POSTGRES, canonical_id, enqueue_rows, is_uuid
@@ -58,7 +59,7 @@ class PostgresDriver(SqlDriver):
             return []
         if len(requests) == 1:
             return [self._enqueue_one(requests[0])]
-        rows = enqueue_rows(requests)
+        rows = enqueue_rows(requests, self.fair_queues)
         # One statement is atomic on its own; a batch that may refuse a member — on_conflict="error", or a
         # caller's id that may name another tenant's row — needs a transaction so a refused request inserts
         # no row of its batch (all or nothing).
@@ -88,7 +89,7 @@ class PostgresDriver(SqlDriver):
 
     def _enqueue_one(self, request: EnqueueRequest) -> Enqueued:
         """One request through SQL_ENQUEUE_ONE; the holder is looked up only when it inserted nothing."""
-        rows = enqueue_rows([request])
+        rows = enqueue_rows([request], self.fair_queues)
         now = self._now()
         params = {key: value for key, value in rows[0].items() if key not in ("ord", "run_at_ms")}
         run_at = now if rows[0]["run_at_ms"] is None else rows[0]["run_at_ms"]
@@ -111,11 +112,13 @@ class PostgresDriver(SqlDriver):
     def _claim(self, ask: ClaimAsk) -> ClaimAnswer:
         record = ask.record
         registry = worker_params(record, POSTGRES) if record is not None else NO_WORKER_ROW
+        fair = [name in self.fair_queues for name in ask.names]
         rows = self.executor.query(
-            sql.SQL_CLAIM,
+            fairness.SQL_CLAIM_FAIR if any(fair) else sql.SQL_CLAIM,
             {
                 "queues": ask.names,
                 "caps": ask.caps,
+                "fair": fair,
                 "bury": CLAIM_BURY_SCAN,
                 "now": self._now(),
                 "vt": ask.vt,

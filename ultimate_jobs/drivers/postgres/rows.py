@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.ids import new_id
-from ..records import EnqueueRequest
+from ..records import EnqueueRequest, lane_of
 from ..sql.dialect import Dialect, canonical_id, loads
 
 __all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "uuid_or_none"]
@@ -44,8 +44,9 @@ POSTGRES = Dialect(name="postgres", uid=str, uid_param=uuid_or_none, instant=int
 as text)."""
 
 
-def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
-    """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none."""
+def enqueue_rows(requests: Sequence[EnqueueRequest], fair_queues: frozenset[str]) -> list[dict[str, Any]]:
+    """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none; a
+    row of one of ``fair_queues`` carries its lane (:func:`lane_of`)."""
     return [
         {
             "ord": i,
@@ -62,6 +63,7 @@ def enqueue_rows(requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
             "enqueued_by": r.enqueued_by,
             "traceparent": r.traceparent,
             "concurrency_key": r.concurrency_key,
+            "lane": lane_of(r, fair_queues),
         }
         for i, r in enumerate(requests)
     ]

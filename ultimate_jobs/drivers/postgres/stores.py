@@ -69,7 +69,7 @@ class PostgresSchedulerStore(SqlSchedulerStore):
             "watermark": fire.watermark_ms,
             "occurrence": fire.occurrence_ms,
             "now": fire.now_ms,
-            "rows": jsonb(enqueue_rows(fire.requests)),
+            "rows": jsonb(enqueue_rows(fire.requests, self._d.fair_queues)),
         }
         [(moved, paused, inserted, _)] = self._query(scheduler.SQL_SCHEDULER_FIRE, params)
         if moved:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -133,7 +133,8 @@ class RedisDriver:
     ``client`` is a redis-py client (:meth:`from_url` builds one for a URL; ``ULTIMATE_JOBS["DRIVER"] =
     "redis"`` builds the driver for ``ULTIMATE_JOBS["REDIS_URL"]`` — the driver reads no settings); ``prefix``
     names the store (its keys are ``{prefix}:…``); ``done_ttl_ms`` is how long a done row and its steps
-    are kept (``0`` keeps them), measured on ``clock``.
+    are kept (``0`` keeps them), measured on ``clock``; ``fair_queues`` names the queues whose claims serve
+    their orgs in turn (``driver.fair_queues``, read on every claim).
     """
 
     name = "redis"
@@ -149,6 +150,7 @@ class RedisDriver:
         clock: Clock | None = None,
         done_ttl_ms: int = DONE_TTL_MS,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
+        fair_queues: Iterable[str] = (),
     ) -> None:
         if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
             raise InvariantError(
@@ -166,6 +168,7 @@ class RedisDriver:
         self.clock = clock or system_clock()
         self.done_ttl_ms = done_ttl_ms
         self.visibility_timeout_ms = visibility_timeout_ms
+        self.fair_queues: frozenset[str] = frozenset(fair_queues)
         self._scripts: dict[str, Script] = {
             name: self.client.register_script(source) for name, source in SCRIPTS.items()
         }
@@ -282,8 +285,9 @@ class RedisDriver:
         now = self.clock.now_ms()
         window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         limit = max(limit, 0)
+        fair = self.fair_queues
         caps = [
-            [q, limit if queue_limits is None else max(0, min(limit, queue_limits.get(q, limit)))]
+            [q, limit if queue_limits is None else max(0, min(limit, queue_limits.get(q, limit))), q in fair]
             for q in sorted(set(queues))
         ]
         spec = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -80,11 +80,13 @@ class SqlDriver(ABC):
         clock: Clock | None = None,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
         executor: Any = None,
+        fair_queues: Iterable[str] = (),
     ) -> None:
         self.executor = executor or self._executor(alias)
         self.alias: str = self.executor.alias
         self.clock = clock or system_clock()
         self.visibility_timeout_ms = visibility_timeout_ms
+        self.fair_queues: frozenset[str] = frozenset(fair_queues)
         self._wakes: WakeHub[Any] = WakeHub(self._start_wake)
         self._operator, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -24,6 +24,7 @@ from django.db import connections, transaction
 from ...core.clock import Clock
 from ...core.ids import new_id
 from ...errors import DriverUnavailableError, InvariantError
+from ..lanes import LanePick, lanes_to_serve, share_of
 from ..records import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
@@ -34,6 +35,7 @@ from ..records import (
     JobState,
     NackOptions,
     StepRecord,
+    lane_of,
     nack_counter,
 )
 from ..sql.dialect import canonical_id
@@ -41,6 +43,7 @@ from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import JobRow, StepRow, claimed_job, exhausted_job, row_class, step_record, worker_params
 from .executor import SqliteExecutor
 from .operator import SqliteOperatorStore
+from .queries import fairness
 from .queries import jobs as sql
 from .queries import stores as sql_stores
 from .rows import SQLITE, dashed, dumps, hex_id, ms, ts
@@ -86,6 +89,7 @@ class SqliteDriver(SqlDriver):
         clock: Clock | None = None,
         visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS,
         watch_interval_ms: int | None = WATCH_INTERVAL_MS,
+        fair_queues: Iterable[str] = (),
     ) -> None:
         if sqlite3.sqlite_version_info < MIN_SQLITE:
             raise DriverUnavailableError(
@@ -94,7 +98,7 @@ class SqliteDriver(SqlDriver):
                 {"sqlite": sqlite3.sqlite_version},
             )
         self.watch_interval_ms = watch_interval_ms
-        super().__init__(alias=alias, clock=clock, visibility_timeout_ms=visibility_timeout_ms)
+        super().__init__(alias=alias, clock=clock, visibility_timeout_ms=visibility_timeout_ms, fair_queues=fair_queues)
 
     def _executor(self, alias: str) -> SqliteExecutor:
         return SqliteExecutor(alias)
@@ -158,6 +162,7 @@ class SqliteDriver(SqlDriver):
             "enqueued_by": request.enqueued_by,
             "traceparent": request.traceparent,
             "concurrency_key": request.concurrency_key,
+            "lane": lane_of(request, self.fair_queues),
             "_due": run_at <= now + WAKE_DUE_WITHIN_MS,
         }
 
@@ -212,6 +217,8 @@ class SqliteDriver(SqlDriver):
             for queue, cap in zip(ask.names, ask.caps, strict=True):
                 if queue in paused or cap <= 0:
                     continue
+                plan = self._lanes_first(queue, cap, now_ts) if queue in self.fair_queues else None
+                lanes_first = plan.first if plan is not None else []
                 due = q(sql.SQL_CLAIM_DUE, {"queue": queue, "now": now_ts, "cap": cap})
                 lapsed = q(sql.SQL_CLAIM_LAPSED, {"queue": queue, "now": now_ts, "cap": cap + CLAIM_BURY_SCAN})
                 candidates = [Candidate._make(row) for row in due]
@@ -221,7 +228,11 @@ class SqliteDriver(SqlDriver):
                     else:
                         candidates.append(row)
                 candidates.sort(key=lambda r: (-r.priority, ms(r.run_at), r.id))
-                take.extend(r.id for r in candidates[:cap])
+                picked = set(lanes_first)
+                taken = (lanes_first + [r.id for r in candidates if r.id not in picked])[:cap]
+                if plan is not None:
+                    self._turn(queue, plan, set(taken), now_ts)
+                take.extend(taken)
             buried = [
                 JobRow._make(row)
                 for row in (
@@ -239,6 +250,31 @@ class SqliteDriver(SqlDriver):
                     steps.setdefault(job_id, []).append(step_record(StepRow._make(step), SQLITE))
         claimed = [claimed_job(row, tuple(steps.get(row.id, ())), SQLITE) for row in claimed_rows]
         return claimed, [exhausted_job(row, SQLITE) for row in buried]
+
+    def _lanes_first(self, queue: str, cap: int, now_ts: str) -> LanePick[str]:
+        """The fair part of a claim of ``queue`` (:mod:`..lanes`): the lanes it serves and their due row ids."""
+        q = self.executor.query
+        active = [(at, lane) for lane, at in q(fairness.SQL_TURNS_NEXT, {"queue": queue, "cap": cap})]
+        waking = [(at, lane) for lane, at in q(fairness.SQL_TURNS_WAKING, {"queue": queue, "now": now_ts, "cap": cap})]
+        lanes = lanes_to_serve(active, waking, cap)
+        share = share_of(cap, lanes)
+        rows = {
+            lane: [
+                r[0] for r in q(fairness.SQL_LANE_DUE, {"queue": queue, "lane": lane, "now": now_ts, "share": share})
+            ]
+            for lane in lanes
+        }
+        return LanePick(lanes, [lane for _, lane in waking], rows)
+
+    def _turn(self, queue: str, pick: LanePick[str], taken: set[str], now_ts: str) -> None:
+        """Move the lanes along after a fair claim of ``queue`` took ``taken`` (:meth:`LanePick.moves`)."""
+        served, woken, retired = pick.moves(taken.__contains__)
+        q = self.executor.query
+        for statement, lanes in ((fairness.SQL_TURNS_SERVED, served), (fairness.SQL_TURNS_WOKEN, woken)):
+            if lanes:
+                q(statement, {"queue": queue, "lanes": dumps(lanes), "now": now_ts})
+        if retired:
+            q(fairness.SQL_TURNS_RETIRE, {"queue": queue, "lanes": dumps(retired)})
 
     def _count_buried(self, buried: list[Any], now: int) -> None:
         per: dict[str, list[int]] = {}

@@ -58,13 +58,13 @@ CLAIM_RECORD_WORKER = RECORD_WORKER_UPSERT.replace("%(", "%(w_").replace(
 ENQUEUE_RECORDSET = """jsonb_to_recordset(%(rows)s::jsonb) AS r(
         ord int, id uuid, run_id uuid, name text, queue text, tenant_id text, idempotency_key text,
         input jsonb, max_attempts int, priority int, run_at_ms bigint, enqueued_by text,
-        traceparent text, concurrency_key text
+        traceparent text, concurrency_key text, lane text
     )"""
 
 # The head every statement that inserts jobs starts with: the columns an enqueue sets, in this order.
 INSERT_JOBS_INTO = """INSERT INTO x_jobs (
         id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts,
-        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+        priority, run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key, lane
     )"""
 
 # Insert the rows of a CTE named ``req`` (ENQUEUE_RECORDSET's columns) in request order: ready, or
@@ -76,7 +76,7 @@ INSERT_JOBS_FROM_REQ = f"""{INSERT_JOBS_INTO}
            CASE WHEN coalesce(run_at_ms, %(now)s) > %(now)s THEN 'delayed' ELSE 'ready' END,
            0, max_attempts, priority, to_timestamp(coalesce(run_at_ms, %(now)s) / 1000.0),
            to_timestamp(%(now)s / 1000.0), to_timestamp(%(now)s / 1000.0), enqueued_by, traceparent,
-           concurrency_key
+           concurrency_key, lane
     FROM req
     ORDER BY ord
     ON CONFLICT DO NOTHING"""
@@ -139,7 +139,7 @@ WITH ins AS (
     VALUES (
         %(id)s, %(run_id)s, %(name)s, %(queue)s, %(tenant_id)s, %(idempotency_key)s, %(input)s::jsonb, %(state)s, 0,
         %(max_attempts)s, %(priority)s, to_timestamp(%(run_at)s / 1000.0), to_timestamp(%(now)s / 1000.0),
-        to_timestamp(%(now)s / 1000.0), %(enqueued_by)s, %(traceparent)s, %(concurrency_key)s
+        to_timestamp(%(now)s / 1000.0), %(enqueued_by)s, %(traceparent)s, %(concurrency_key)s, %(lane)s
     )
     ON CONFLICT DO NOTHING
     RETURNING id, run_id, queue, run_at
@@ -152,29 +152,11 @@ wake AS (
 SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
 
-# SQL_CLAIM — take up to %(caps)s[i] due rows of each queue %(queues)s[i] in ONE statement.
-# First arm (x_jobs_claim_idx, walked in its own order, so the cost is the rows taken, not the rows
-# waiting): ready/delayed/suspended rows whose run_at has passed, per queue in claim order (priority
-# desc, run_at, id — ids are UUIDv7, so enqueue order), locked FOR UPDATE SKIP LOCKED so concurrent
-# workers never take one row twice. Second arm (x_jobs_lease_idx): running rows
-# whose lease lapsed (their worker died) are re-taken — except a row already at attempts >=
-# max_attempts, which is BURIED in the same statement: dead (failed when its name is in %(drop)s),
-# last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out (worker_id keeps the worker whose
-# lease lapsed). A queue with a row in
-# x_job_paused_queues is read by no claim. Claimed rows get attempts + 1, this worker, a fresh claim
-# token and a lease to now + %(vt)s; their completed steps ride back with them. Answers 'claimed' and
-# 'buried' rows. When %(record)s is true the same statement upserts the claiming worker's registry row
-# (x_workers; the w_* parameters), so an idle worker's registry costs no statement of its own.
-SQL_CLAIM = f"""
-WITH registry AS (
-    {CLAIM_RECORD_WORKER}
-),
-wanted AS (
-    SELECT c.queue, c.cap
-    FROM unnest(%(queues)s::text[], %(caps)s::int[]) AS c(queue, cap)
-    WHERE NOT EXISTS (SELECT 1 FROM x_job_paused_queues p WHERE p.queue = c.queue)
-),
-due AS (
+# SQL_CLAIM's two arms over its CTE ``wanted`` (queue, cap), shared with SQL_CLAIM_FAIR: ``due``, each queue's
+# due rows in claim order (x_jobs_claim_idx), and ``lapsed``, its running rows whose lease lapsed
+# (x_jobs_lease_idx), a few more than the cap so final attempts can be buried on the way; both locked FOR
+# UPDATE SKIP LOCKED, each row with its queue's cap first.
+CLAIM_ARMS = """due AS (
     SELECT w.cap, k.*
     FROM wanted w
     CROSS JOIN LATERAL (
@@ -198,22 +180,11 @@ lapsed AS (
         LIMIT w.cap + %(bury)s
         FOR UPDATE SKIP LOCKED
     ) k
-),
-locked AS (
-    SELECT * FROM due UNION ALL SELECT * FROM lapsed
-),
-exhausted AS (
-    SELECT id, name FROM locked WHERE state = 'running' AND attempts >= max_attempts
-),
-take AS (
-    SELECT id FROM (
-        SELECT id, cap, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rn
-        FROM locked
-        WHERE NOT (state = 'running' AND attempts >= max_attempts)
-    ) ranked
-    WHERE rn <= cap
-),
-buried AS (
+)"""
+
+# SQL_CLAIM's end, shared with SQL_CLAIM_FAIR: bury ``exhausted`` (id, name), count the buried, claim
+# ``take`` (id), and answer the 'claimed' rows with their steps and the 'buried' ones.
+CLAIM_SETTLE = f"""buried AS (
     UPDATE x_jobs j
     SET state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
         last_error = 'LEASE_LAPSED_FINAL_ATTEMPT', last_code = NULL,
@@ -246,6 +217,45 @@ UNION ALL
 SELECT 'buried' AS kind, {JOB_COLUMNS}, '[]'::json AS steps
 FROM buried j
 """
+
+# SQL_CLAIM — take up to %(caps)s[i] due rows of each queue %(queues)s[i] in ONE statement.
+# First arm (x_jobs_claim_idx, walked in its own order, so the cost is the rows taken, not the rows
+# waiting): ready/delayed/suspended rows whose run_at has passed, per queue in claim order (priority
+# desc, run_at, id — ids are UUIDv7, so enqueue order), locked FOR UPDATE SKIP LOCKED so concurrent
+# workers never take one row twice. Second arm (x_jobs_lease_idx): running rows
+# whose lease lapsed (their worker died) are re-taken — except a row already at attempts >=
+# max_attempts, which is BURIED in the same statement: dead (failed when its name is in %(drop)s),
+# last_error LEASE_LAPSED_FINAL_ATTEMPT, counted, never handed out (worker_id keeps the worker whose
+# lease lapsed). A queue with a row in
+# x_job_paused_queues is read by no claim. Claimed rows get attempts + 1, this worker, a fresh claim
+# token and a lease to now + %(vt)s; their completed steps ride back with them. Answers 'claimed' and
+# 'buried' rows. When %(record)s is true the same statement upserts the claiming worker's registry row
+# (x_workers; the w_* parameters), so an idle worker's registry costs no statement of its own.
+SQL_CLAIM = f"""
+WITH registry AS (
+    {CLAIM_RECORD_WORKER}
+),
+wanted AS (
+    SELECT c.queue, c.cap
+    FROM unnest(%(queues)s::text[], %(caps)s::int[]) AS c(queue, cap)
+    WHERE NOT EXISTS (SELECT 1 FROM x_job_paused_queues p WHERE p.queue = c.queue)
+),
+{CLAIM_ARMS},
+locked AS (
+    SELECT * FROM due UNION ALL SELECT * FROM lapsed
+),
+exhausted AS (
+    SELECT id, name FROM locked WHERE state = 'running' AND attempts >= max_attempts
+),
+take AS (
+    SELECT id FROM (
+        SELECT id, cap, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rn
+        FROM locked
+        WHERE NOT (state = 'running' AND attempts >= max_attempts)
+    ) ranked
+    WHERE rn <= cap
+),
+{CLAIM_SETTLE}"""
 
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id
 # AND claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are

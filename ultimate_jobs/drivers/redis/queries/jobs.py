@@ -25,13 +25,53 @@ local spec = cjson.decode(ARGV[5])
 if opt(spec.record) then redis.call('HSET', T .. ':workers', spec.record[1], spec.record[2]) end
 local drop = {}
 for _, n in ipairs(spec.drop) do drop[n] = true end
-local final, offered = {}, {}
+local function before(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a[2] < b[2]
+end
+
+-- a fair queue's part of the claim, in the order it hands its jobs out ({score, member, queue, lane} each):
+-- the lanes least recently served first, at most cap of them, each at most its share of cap, round by round;
+-- then what they leave of cap in the queue's own order
+local function fair_pick(q, cap)
+  local head = redis.call('ZRANGE', qk(q, 'due'), 0, cap - 1, 'WITHSCORES')
+  local lane_of = {}
+  for i = 1, #head, 2 do
+    -- a row made due while the queue was not fair joins its lane when it reaches the head, so a queue
+    -- whose lanes always fill the batch cannot leave it waiting
+    local id = string.sub(head[i], 49)
+    lane_of[head[i]] = redis.call('HGET', jk(id), 'dl') or file_lane(id, q, head[i + 1], head[i])
+  end
+  local lanes = redis.call('ZRANGE', qk(q, 'turns'), 0, cap - 1)
+  local share = math.ceil(cap / math.max(#lanes, 1))
+  local rounds, picked = {}, {}
+  for _, lane in ipairs(lanes) do
+    local got = redis.call('ZRANGE', lanek(q, lane), 0, share - 1, 'WITHSCORES')
+    for i = 1, #got, 2 do
+      local r = (i + 1) / 2
+      rounds[r] = rounds[r] or {}
+      table.insert(rounds[r], {tonumber(got[i + 1]), got[i], q, lane})
+      picked[got[i]] = true
+    end
+  end
+  local jobs = {}
+  for _, round in ipairs(rounds) do
+    for _, o in ipairs(round) do table.insert(jobs, o) end
+  end
+  for i = 1, #head, 2 do
+    if not picked[head[i]] then table.insert(jobs, {tonumber(head[i + 1]), head[i], q, lane_of[head[i]]}) end
+  end
+  while #jobs > cap do table.remove(jobs) end
+  return {q = q, lanes = lanes, jobs = jobs}
+end
+
+local final, offered, fair = {}, {}, {}
 for _, qc in ipairs(spec.queues) do
-  local q, cap = qc[1], qc[2]
+  local q, cap, is_fair = qc[1], qc[2], qc[3]
   if redis.call('SISMEMBER', T .. ':paused:queues', q) == 0 then
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', qk(q, 'timed'), '-inf', now)) do
       redis.call('ZREM', qk(q, 'timed'), id)
-      push_due(id, q)
+      push_due(id, q, is_fair)
     end
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', qk(q, 'leased'), '-inf', now)) do
       redis.call('ZREM', qk(q, 'leased'), id)
@@ -40,18 +80,16 @@ for _, qc in ipairs(spec.queues) do
         local score, dm = order_of(id)
         table.insert(final, {score, dm, id})
       else
-        push_due(id, q)
+        push_due(id, q, is_fair)
       end
     end
-    if cap > 0 then
+    if cap > 0 and is_fair then
+      table.insert(fair, fair_pick(q, cap))
+    elseif cap > 0 then
       local got = redis.call('ZRANGE', qk(q, 'due'), 0, cap - 1, 'WITHSCORES')
       for i = 1, #got, 2 do table.insert(offered, {tonumber(got[i + 1]), got[i], q}) end
     end
   end
-end
-local function before(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  return a[2] < b[2]
 end
 local exhausted = {}
 table.sort(final, before)
@@ -67,16 +105,40 @@ for _, f in ipairs(final) do
   table.insert(exhausted, hmap(redis.call('HGETALL', jk(id))))
 end
 table.sort(offered, before)
-local claimed = {}
+if #fair > 0 then
+  -- each fair queue keeps its own order (its lanes' picks before its fill); the plain queues' offers, sorted,
+  -- and the fair queues' are interleaved by their next job's claim order, so the limit cuts each from its end
+  local lists, at, merged = {offered}, {1}, {}
+  for _, f in ipairs(fair) do table.insert(lists, f.jobs); table.insert(at, 1) end
+  while #merged < limit do
+    local best = nil
+    for k, l in ipairs(lists) do
+      if l[at[k]] and (not best or before(l[at[k]], lists[best][at[best]])) then best = k end
+    end
+    if not best then break end
+    table.insert(merged, lists[best][at[best]])
+    at[best] = at[best] + 1
+  end
+  offered = merged
+end
+local claimed, served = {}, {}  -- served[queue][lane]: the lanes this claim handed a job of
+for _, f in ipairs(fair) do served[f.q] = {} end
 for i = 1, math.min(limit, #offered) do
   local o = offered[i]
   local id = string.sub(o[2], 49)
-  redis.call('ZREM', qk(o[3], 'due'), o[2])
-  redis.call('HDEL', jk(id), 'dm')
+  if o[4] then served[o[3]][o[4]] = true end
   redis.call('HINCRBY', jk(id), 'attempts', 1)
   redis.call('HSET', jk(id), 'worker', worker, 'claim', spec.token .. string.format('%08x', i), 'lease', lease_until)
-  set_state(id, 'running', now)
+  set_state(id, 'running', now)  -- takes the row out of the due set (and its lane)
   table.insert(claimed, {hmap(redis.call('HGETALL', jk(id))), hmap(redis.call('HGETALL', sk(id)))})
+end
+-- the lanes served go to the back of the rotation, in turn; one the claim emptied has left it already (XX)
+for _, f in ipairs(fair) do
+  for _, lane in ipairs(f.lanes) do
+    if served[f.q][lane] then
+      redis.call('ZADD', qk(f.q, 'turns'), 'XX', fmt(redis.call('INCR', T .. ':turn')), lane)
+    end
+  end
 end
 reap_done(num(now), tonumber(spec.done_ttl))
 -- one JSON document, not nested arrays: the client decodes one string instead of ~30 per row

@@ -40,16 +40,38 @@ local function wake(q)
   redis.call('XADD', T .. ':wake', 'MAXLEN', '~', '1000', '*', 'q', q)
 end
 
+-- fair queues: a due row stays in its queue's due set (so a claim that does not treat the queue as fair
+-- still finds it) and is also filed in its lane, lanek(q, lane) (lane: the tenant, '' for none); the lanes
+-- with due work wait in qk(q, 'turns'), scored by the turn (T:turn) they joined or were last served at.
+-- A row's 'dm' field is its member of the due set, its 'dl' field the lane it is filed in.
+local function lanek(q, lane) return T .. ':q:lane:' .. #q .. ':' .. q .. ':' .. lane end  -- #q: no name collides
+
+local function file_lane(id, q, score, dm)
+  local lane = redis.call('HGET', jk(id), 'tenant') or ''
+  redis.call('ZADD', lanek(q, lane), score, dm)
+  redis.call('HSET', jk(id), 'dl', lane)
+  -- a lane that newly has due work joins the rotation at the back; one already waiting keeps its turn
+  redis.call('ZADD', qk(q, 'turns'), 'NX', fmt(redis.call('INCR', T .. ':turn')), lane)
+  return lane
+end
+
+-- a lane left with no due work leaves the rotation, so an idle org costs a fair claim nothing
+local function unlane(q, lane, dm)
+  redis.call('ZREM', lanek(q, lane), dm)
+  if redis.call('EXISTS', lanek(q, lane)) == 0 then redis.call('ZREM', qk(q, 'turns'), lane) end
+end
+
 -- file a row where its state puts it: waiting rows by run time, running rows by lease expiry
 local function refile(id)
-  local h = redis.call('HMGET', jk(id), 'queue', 'state', 'run_at', 'lease', 'dm')
+  local h = redis.call('HMGET', jk(id), 'queue', 'state', 'run_at', 'lease', 'dm', 'dl')
   local q, st = h[1], h[2]
   redis.call('ZREM', qk(q, 'timed'), id)
   redis.call('ZREM', qk(q, 'leased'), id)
   redis.call('ZREM', qk(q, 'ready'), id)
   if h[5] then
     redis.call('ZREM', qk(q, 'due'), h[5])
-    redis.call('HDEL', jk(id), 'dm')
+    if h[6] then unlane(q, h[6], h[5]) end
+    redis.call('HDEL', jk(id), 'dm', 'dl')
   end
   if WAITING[st] then
     redis.call('ZADD', qk(q, 'timed'), h[3], id)
@@ -65,10 +87,11 @@ local function order_of(id)
   return -num(h[1]), string.format('%016d%016d%016d', num(h[2]) + OFF, num(h[3]) + OFF, num(h[4])) .. id
 end
 
-local function push_due(id, q)
+local function push_due(id, q, fair)
   local score, dm = order_of(id)
   redis.call('ZADD', qk(q, 'due'), score, dm)
   redis.call('HSET', jk(id), 'dm', dm)
+  if fair then file_lane(id, q, score, dm) end
 end
 
 local function set_state(id, new, now)
@@ -107,7 +130,7 @@ local function set_state(id, new, now)
 end
 
 local function delete(id)
-  local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue', 'dm')
+  local h = redis.call('HMGET', jk(id), 'state', 'name', 'tenant', 'key', 'queue', 'dm', 'dl')
   if not h[1] then return end
   local lk = livekey(h[2], h[3], h[4])
   if redis.call('HGET', T .. ':live', lk) == id then redis.call('HDEL', T .. ':live', lk) end
@@ -120,6 +143,7 @@ local function delete(id)
   redis.call('ZREM', qk(h[5], 'leased'), id)
   redis.call('ZREM', qk(h[5], 'ready'), id)
   if h[6] then redis.call('ZREM', qk(h[5], 'due'), h[6]) end
+  if h[7] then unlane(h[5], h[7], h[6]) end
   redis.call('DEL', jk(id), sk(id))
 end
 

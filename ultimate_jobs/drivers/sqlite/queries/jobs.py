@@ -39,7 +39,7 @@ SQL_REMOVE_WORKER = "DELETE FROM x_workers WHERE id = :id"
 # The columns every statement that inserts jobs sets, in this order.
 INSERT_JOBS_INTO = """INSERT INTO x_jobs (
     id, run_id, name, queue, tenant_id, idempotency_key, input, state, attempts, max_attempts, priority,
-    run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key
+    run_at, created_at, updated_at, enqueued_by, traceparent, concurrency_key, lane
 )"""
 
 # SQL_ENQUEUE_ONE — insert ONE job. Inserts nothing under an id that names a row (primary key) or a
@@ -48,7 +48,7 @@ INSERT_JOBS_INTO = """INSERT INTO x_jobs (
 # row. :state and :run_at are the caller's (ready, or delayed when run_at is ahead of now).
 SQL_ENQUEUE_ONE = f"""{INSERT_JOBS_INTO}
 VALUES (:id, :run_id, :name, :queue, :tenant_id, :idempotency_key, :input, :state, 0, :max_attempts, :priority,
-        :run_at, :now, :now, :enqueued_by, :traceparent, :concurrency_key)
+        :run_at, :now, :now, :enqueued_by, :traceparent, :concurrency_key, :lane)
 ON CONFLICT DO NOTHING
 RETURNING id"""
 
@@ -63,7 +63,7 @@ SELECT json_extract(r.value, '$.id'), json_extract(r.value, '$.run_id'), json_ex
        json_extract(r.value, '$.state'), 0, json_extract(r.value, '$.max_attempts'),
        json_extract(r.value, '$.priority'), json_extract(r.value, '$.run_at'), :now, :now,
        json_extract(r.value, '$.enqueued_by'), json_extract(r.value, '$.traceparent'),
-       json_extract(r.value, '$.concurrency_key')
+       json_extract(r.value, '$.concurrency_key'), json_extract(r.value, '$.lane')
 FROM json_each(:rows) r
 WHERE true
 ORDER BY r.key
