@@ -501,7 +501,8 @@ def context_factory(path: str | None) -> Callable[[], Any]:
 def build_driver(config: JobsSettings | None = None) -> JobDriver:
     """Build the driver ``ULTIMATE_JOBS['DRIVER']`` names, passing it the settings it needs (its database
     alias, ``VISIBILITY_TIMEOUT``, ``FAIR_QUEUES``, ``REDIS_URL``): this is where a built-in driver's
-    settings are read — the drivers themselves read none. A dotted path is called with no argument."""
+    settings are read — the drivers themselves read none. A dotted path is called with no argument
+    (then given ``FAIR_QUEUES`` as its ``fair_queues``)."""
     config = config or jobs_settings()
     common: dict[str, Any] = {  # what every built-in driver takes
         "clock": job_clock(),
@@ -532,6 +533,8 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
         return RedisDriver.from_url(config.redis_url, **common)
     factory = import_string(config.driver)
     built: JobDriver = factory()
+    if config.fair_queues:  # a driver of your own declares fair_queues, settable after it is built
+        built.fair_queues = config.fair_queues
     return built
 
 

@@ -107,6 +107,7 @@ class HandRolled:
     name = "hand-rolled"
     alias = None
     visibility_timeout_ms = 30_000
+    fair_queues = frozenset[str]()
     supports_wake = False
     supports_listen = False
     operator = None
@@ -145,7 +146,15 @@ def test_a_driver_declaring_every_capability_passes_the_check() -> None:
 def test_a_driver_leaving_capabilities_undeclared_is_refused_naming_each() -> None:
     (error,) = errors_for("Undeclared")
     assert error.id == UNDECLARED
-    for attr in ("alias", "visibility_timeout_ms", "supports_wake", "supports_listen", "operator", "backfills"):
+    for attr in (
+        "alias",
+        "visibility_timeout_ms",
+        "fair_queues",
+        "supports_wake",
+        "supports_listen",
+        "operator",
+        "backfills",
+    ):
         assert attr in error.msg
     assert "name (" not in error.msg  # declared
     assert "declare each on the driver class" in error.hint

@@ -329,6 +329,7 @@ DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("name", "the driver's name, for messages and the console"),
     ("alias", "the Django database alias its rows live in, or None"),
     ("visibility_timeout_ms", "the lease window in milliseconds"),
+    ("fair_queues", "the frozenset of queues whose claims serve their orgs in turn (empty by default)"),
     ("supports_wake", "a bool: whether subscribe(listener) announces due queues"),
     ("supports_listen", "a bool: whether the wake crosses processes and wake_is_live() answers"),
     ("operator", "the operator's store (reads and operator actions), or None"),
