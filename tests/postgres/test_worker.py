@@ -24,6 +24,7 @@ from ultimate_jobs.core import registry
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import Settled, job_lease_key
 from ultimate_jobs.core.installed import set_job_clock
+from ultimate_jobs.core.outcomes import tenant_lease_key
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.protocol import JobDriver
 from ultimate_jobs.drivers.records import Heartbeat, JobRecord, Progress
@@ -754,6 +755,66 @@ def test_plain_concurrency_cap_serialises(
     jobs.clock.advance(250)
     worker.run_once()
     probe.started(second)
+
+
+# -- at most N running per org in a queue, across the fleet ------------------------------------
+
+
+def test_an_org_at_its_fleet_cap_waits_uncounted_while_another_org_runs(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    """LIMITS["FLEET_PER_TENANT"]: two workers over one store (as two processes share one database) run at
+    most one job of org A in the queue at once; org B is not held back by it."""
+    handle = declare("per_org", probe.hold, tenant=by_org)
+    capped = LimitConfig(fleet_per_tenant={QUEUE: 1})
+    one, two = make_worker(limits=capped), make_worker(limits=capped)
+    first = handle.enqueue({"k": 1, "org": "org-a"}).id
+    assert one.run_once() == 1
+    probe.started(first)
+    assert jobs.driver.leases.holders(tenant_lease_key(QUEUE, "org-a")) == [f"{first}:{one.in_flight()[0].job.claim}"]
+
+    second = handle.enqueue({"k": 2, "org": "org-a"}).id
+    other = handle.enqueue({"k": 3, "org": "org-b"}).id
+    assert two.run_once() == 2
+    probe.started(other)  # org B runs beside org A's one
+    eventually(lambda: any(e.job_id == second for e in two.executions), timeout=WAIT)
+    assert (row(jobs, second).state, row(jobs, second).attempts) == ("ready", 0)  # handed back, uncounted
+    assert second not in probe.runs
+
+    probe.release(first)
+    eventually(lambda: not one.in_flight(), timeout=WAIT)
+    assert jobs.driver.leases.holders(tenant_lease_key(QUEUE, "org-a")) == []
+    jobs.clock.advance(250)
+    assert two.run_once() == 1
+    (run,) = probe.started(second)
+    assert run.attempt == 1
+    probe.release_all()
+    assert one.wait_idle(WAIT) and two.wait_idle(WAIT)
+    assert {row(jobs, i).state for i in (first, second, other)} == {"done"}
+
+
+def test_a_run_waiting_for_its_orgs_slot_holds_no_key_of_its_own(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    """All or none: a run whose org is at its cap gives back the job's concurrency key it took."""
+    handle = declare("per_org_keyed", probe.hold, tenant=by_org, concurrency=Concurrency(key=by_account, limit=2))
+    worker = make_worker(limits=LimitConfig(fleet_per_tenant={QUEUE: 1}))
+    first = handle.enqueue({"k": 1, "org": "org-a", "account": "acct-1"}).id
+    worker.run_once()
+    probe.started(first)
+    second = handle.enqueue({"k": 2, "org": "org-a", "account": "acct-1"}).id
+    worker.run_once()
+    eventually(lambda: any(e.job_id == second for e in worker.executions), timeout=WAIT)
+    assert len(jobs.driver.leases.holders(job_lease_key("per_org_keyed", "acct-1"))) == 1  # the first run's only
+    probe.release_all()
+
+
+def test_fleet_per_tenant_caps_are_refused_unless_whole_numbers() -> None:
+    with pytest.raises(UltimateError) as refused:
+        LimitConfig.from_settings({"FLEET_PER_TENANT": {"payments": 0}})
+    assert "fleet_per_tenant['payments']" in refused.value.message
+    with pytest.raises(UltimateError):
+        LimitConfig.from_settings({"FLEET_PER_TENANT": ["payments"]})
 
 
 def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(

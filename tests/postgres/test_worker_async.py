@@ -436,7 +436,8 @@ def test_a_busy_fleet_key_under_fail_refuses_an_async_run_and_a_held_slot_is_ren
     probe.started(first)
     assert second not in probe.runs  # the refused body never ran
     (holder,) = _one(worker)
-    assert holder.slot is not None and holder.slot[0].startswith("job-key:async_keyed:")
+    [(key, _)] = holder.slots
+    assert key.startswith("job-key:async_keyed:")
     jobs.clock.advance(HEARTBEAT_MS)  # the fleet slot is renewed with the lease: nobody takes it
     assert not holder.lost and not probe.runs[first].signal.aborted
     probe.release(first)

@@ -103,7 +103,13 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "ASYNC_CONCURRENCY": {"default": 500, "emails": 0},
         "OUTBOX": "required",
         "CONTEXT": "demo_project.shop.services.shop_services",
-        "LIMITS": {"PER_TENANT": 2, "PER_QUEUE": {"emails": 4}, "GLOBAL": 16, "RATE_PER_TENANT": (10, "1s")},
+        "LIMITS": {
+            "PER_TENANT": 2,
+            "PER_QUEUE": {"emails": 4},
+            "GLOBAL": 16,
+            "RATE_PER_TENANT": (10, "1s"),
+            "FLEET_PER_TENANT": {"payments": 5},
+        },
         "DRAIN_DEADLINE": "10s",
         "ENVIRONMENT": "staging",
         "MODULES": ["tests.unit.fixtures_jobs"],
@@ -121,7 +127,9 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
     assert read.redis_url == "rediss://:secret@cache.internal:6380/2"
     assert (read.queues, read.async_concurrency) == ({"default": 8, "emails": 2}, {"default": 500, "emails": 0})
     assert read.fair_queues == {"imports", "payments"}
-    assert read.limits == LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
+    assert read.limits == LimitConfig(
+        per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"), fleet_per_tenant={"payments": 5}
+    )
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
     assert (read.worker_gc, read.event_loop) == ("python", "asyncio")
@@ -171,6 +179,8 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("LIMITS", {"PER_TENANT": 0}, LIMITS),
     ("LIMITS", {"GLOBAL": "16"}, LIMITS),
     ("LIMITS", {"PER_QUEUE": [4]}, LIMITS),
+    ("LIMITS", {"FLEET_PER_TENANT": {"payments": 0}}, LIMITS),
+    ("LIMITS", {"FLEET_PER_TENANT": ["payments"]}, LIMITS),
     ("LIMITS", {"PER_QUEUE": {"emails": 0}}, LIMITS),
     ("LIMITS", {"RATE_PER_TENANT": 10}, LIMITS),
     ("LIMITS", {"RATE_PER_TENANT": (10, "soon")}, LIMITS),

@@ -40,10 +40,10 @@ from ..runtime.dbconn import closing_what_it_opens
 from . import registry
 from .attempt import Attempt
 from .clock import Clock, Timer
-from .definition import JobHandle
+from .definition import Concurrency, JobHandle
 from .installed import event_bus, job_clock
 from .logs import log_event
-from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key
+from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key, tenant_lease_key
 from .run import JobRun
 from .scope import Actor, acting_as
 from .settled import announce_exhausted, drop_exhausted_names
@@ -70,31 +70,57 @@ UNREGISTERED_RECHECK_MS = 60_000
 
 
 def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refuse"]:
+    """Take the fleet slots the run needs — its org's in a queue ``LIMITS["FLEET_PER_TENANT"]`` caps, then its
+    job's concurrency key — all or none: ``"run"`` when every one was taken; ``"wait"`` when one is busy
+    (the run is handed back uncounted), or ``"refuse"`` for a busy key of ``when_busy="fail"``."""
     handle, claimed = attempt.handle, attempt.claimed
-    concurrency = handle.concurrency
-    if concurrency is None:
+    wanted = _slots_wanted(attempt)
+    if not wanted:
         return "run"
     leases = attempt.driver.leases
     if leases is None:
+        what = (
+            "declares concurrency" if handle.concurrency is not None else f"runs in {claimed.queue!r}, capped per org,"
+        )
         raise ConcurrencyUnenforceableError(
-            f"{handle.name} declares concurrency and the {attempt.driver.name} driver has no lease store",
+            f"{handle.name} {what} and the {attempt.driver.name} driver has no lease store",
             {"job": handle.name, "driver": attempt.driver.name},
         )
-    key = job_lease_key(handle.name, handle.derive_concurrency_key(attempt.parsed))
-    attempt.lease_key = key
     holder = f"{claimed.id}:{claimed.claim}"
-    if leases.acquire(key, holder, limit=concurrency.limit, ttl_ms=ttl_ms):
-        attempt.execution.slot_key = key
-        if attempt.hooks is not None:
+    taken: list[str] = []
+    for key, limit, concurrency in wanted:
+        attempt.lease_key = key
+        if leases.acquire(key, holder, limit=limit, ttl_ms=ttl_ms):
+            taken.append(key)
+            continue
+        for held in taken:  # all or none: a run waiting for one slot holds no other
+            leases.release(held, holder)
+        if concurrency is None or concurrency.when_busy == "wait":
+            return "wait"
+        others = [h for h in leases.holders(key) if not h.startswith(f"{claimed.id}:")]
+        if len(others) < limit:
+            return "wait"  # its own leftovers, or a key freed a moment after the acquire: wait one poll
+        return "refuse"
+    attempt.execution.slot_keys = tuple(taken)
+    if attempt.hooks is not None:
+        for key in taken:
             attempt.hooks.slot_taken(key, holder)
-        return "run"
-    if concurrency.when_busy == "wait":
-        return "wait"
-    holders = leases.holders(key)
-    others = [h for h in holders if not h.startswith(f"{claimed.id}:")]
-    if len(others) < concurrency.limit:
-        return "wait"  # its own leftovers, or a key freed a moment after the acquire: wait one poll
-    return "refuse"
+    return "run"
+
+
+def _slots_wanted(attempt: Attempt) -> list[tuple[str, int, Concurrency | None]]:
+    """The fleet slots a run takes, ``(key, limit, its job's concurrency or None)``: its org's cap in its
+    queue, when one is set and the run has an org, then its job's concurrency key."""
+    handle, claimed = attempt.handle, attempt.claimed
+    wanted: list[tuple[str, int, Concurrency | None]] = []
+    cap = attempt.env.fleet_per_tenant.get(claimed.queue)
+    if cap is not None and attempt.tenant_id is not None:
+        wanted.append((tenant_lease_key(claimed.queue, attempt.tenant_id), cap, None))
+    concurrency = handle.concurrency
+    if concurrency is not None:
+        key = job_lease_key(handle.name, handle.derive_concurrency_key(attempt.parsed))
+        wanted.append((key, concurrency.limit, concurrency))
+    return wanted
 
 
 def execute_job(
@@ -156,10 +182,11 @@ def is_async_job(handle: JobHandle[Any, Any]) -> bool:
 
 
 def release_slot(attempt: Attempt) -> None:
-    """Give back the fleet slot the attempt took, if it took one."""
+    """Give back the fleet slots the attempt took, if it took any."""
     leases = attempt.driver.leases
-    if attempt.execution.slot_key is not None and leases is not None:
-        leases.release(attempt.execution.slot_key, f"{attempt.claimed.id}:{attempt.claimed.claim}")
+    if leases is not None:
+        for key in attempt.execution.slot_keys:
+            leases.release(key, f"{attempt.claimed.id}:{attempt.claimed.claim}")
 
 
 def _execute_on_a_lane_of_its_own(

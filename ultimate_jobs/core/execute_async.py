@@ -80,7 +80,7 @@ async def execute_job_async(
         try:
             await _run(attempt, run_signal, env.visibility_timeout_ms, lane)
         finally:
-            if attempt.execution.slot_key is not None:
+            if attempt.execution.slot_keys:
                 await lane.offload(release_slot, attempt)
         if found.on_settled is not None:
             await attempt.atell(lane.offload)
@@ -90,7 +90,8 @@ async def execute_job_async(
 async def _prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int, lane: AsyncLane) -> bool:
     """:func:`prepare` from the loop: parsing the input and deriving the tenant touch no database, so a job
     without a fleet slot to take is checked on the loop itself; a settle it calls for goes off the loop."""
-    if attempt.handle.concurrency is not None:  # the slot's lease is a driver call
+    if attempt.handle.concurrency is not None or attempt.claimed.queue in attempt.env.fleet_per_tenant:
+        # a fleet slot's lease is a driver call
         return await lane.offload(prepare, attempt, run_signal, visibility_timeout_ms)
     refusal = admit(attempt, run_signal, visibility_timeout_ms)
     if refusal is None:

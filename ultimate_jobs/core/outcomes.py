@@ -6,7 +6,7 @@ settles a completion, and the :class:`ExecutionHooks` one attempt reports into."
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
@@ -53,6 +53,9 @@ class AttemptEnv:
     """The runner settles completions itself, in batches (the worker): a completed attempt of a job
     without ``on_settled`` (nobody inside the attempt waits on its settle) answers its ack in
     :attr:`JobExecution.completion` instead of settling it."""
+    fleet_per_tenant: Mapping[str, int] = field(default_factory=dict)
+    """Queue → how many jobs of one org may run in it at once across the fleet (``LIMITS["FLEET_PER_TENANT"]``):
+    a run of an org at its cap is handed back uncounted, as a busy concurrency key is."""
 
 
 class ExecutionHooks(Protocol):
@@ -103,10 +106,17 @@ class JobExecution:
     duration_ms: int = 0
     abandoned: bool = False
     on_settled_error: UltimateError | None = None
-    slot_key: str | None = field(default=None, repr=False)
+    slot_keys: tuple[str, ...] = field(default=(), repr=False)
+    """The fleet slots the run holds (its org's cap, its concurrency key), released when it ends."""
     completion: Ack | None = None
     """A completion the attempt left to its runner to settle (:attr:`AttemptEnv.leave_completions`):
     ``landed`` is known once the runner settled it (:func:`ultimate_jobs.core.attempt.completion_settled`)."""
+
+
+def tenant_lease_key(queue: str, tenant_id: str) -> str:
+    """The fleet slot a run of ``tenant_id`` counts under in ``queue`` (``LIMITS["FLEET_PER_TENANT"]``):
+    ``tenant:<encoded queue>:<tenant>``, apart from every job's keys."""
+    return f"tenant:{quote(queue, safe='')}:{tenant_id}"
 
 
 def job_lease_key(name: str, key: str | None = None) -> str:

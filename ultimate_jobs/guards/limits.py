@@ -1,8 +1,10 @@
-"""In-process limits: ``per_tenant``, ``per_queue``, ``global`` and ``rate_per_tenant``.
+"""The worker's limits: in-process ``per_tenant``, ``per_queue``, ``global`` and ``rate_per_tenant``, and the
+fleet-wide ``fleet_per_tenant``.
 
-These caps are this process's only — multiplied by your replica count, and the rate window is in
-memory (a restart grants a fresh allowance). Size them as a per-pod budget. The fleet-wide cap is
-a job's ``concurrency``, held in the driver's lease store. Over any cap the worker hands the claim
+The in-process caps are this process's only — multiplied by your replica count, and the rate window is
+in memory (a restart grants a fresh allowance). Size them as a per-pod budget. The fleet-wide caps are
+held in the driver's lease store, across every worker process: ``fleet_per_tenant`` (at most N running
+jobs of one org in a queue) and a job's ``concurrency``. Over any cap the worker hands the claim
 straight back without burning an attempt.
 """
 
@@ -17,7 +19,7 @@ from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..errors import InvariantError
 
-LIMIT_KEYS = ("PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT")
+LIMIT_KEYS = ("PER_TENANT", "PER_QUEUE", "GLOBAL", "RATE_PER_TENANT", "FLEET_PER_TENANT")
 """The keys ``ULTIMATE_JOBS['LIMITS']`` takes."""
 
 _SWEEP_FLOOR = 1_024  # rate-window state for this many tenants before the first sweep of stale ones
@@ -25,7 +27,9 @@ _SWEEP_FLOOR = 1_024  # rate-window state for this many tenants before the first
 
 @dataclass(frozen=True, slots=True)
 class LimitConfig:
-    """Per-process caps. ``rate_per_tenant=(10, "1s")`` starts at most 10 runs per tenant per second.
+    """Per-process caps, and the fleet-wide cap per org. ``rate_per_tenant=(10, "1s")`` starts at most 10
+    runs per tenant per second in this process; ``fleet_per_tenant={"payments": 5}`` runs at most 5 jobs of
+    one org in the ``payments`` queue at once across every worker.
 
     >>> LimitConfig(per_tenant=2, per_queue={"emails": 4}, global_=16, rate_per_tenant=(10, "1s"))
     """
@@ -34,11 +38,13 @@ class LimitConfig:
     per_queue: Mapping[str, int] = field(default_factory=dict)
     global_: int | None = None
     rate_per_tenant: tuple[int, Duration] | None = None
+    fleet_per_tenant: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, raw: object) -> LimitConfig:
         """Build from ``ULTIMATE_JOBS['LIMITS']``: a dict of ``PER_TENANT``, ``PER_QUEUE`` (queue → cap),
-        ``GLOBAL`` and ``RATE_PER_TENANT`` (``(count, window)``). Any other shape is ``X_INVARIANT``.
+        ``GLOBAL``, ``RATE_PER_TENANT`` (``(count, window)``) and ``FLEET_PER_TENANT`` (queue → cap per org,
+        fleet-wide). Any other shape is ``X_INVARIANT``.
 
         >>> LimitConfig.from_settings({"PER_TENANT": 2, "RATE_PER_TENANT": (10, "1s")})
         """
@@ -54,6 +60,12 @@ class LimitConfig:
         per_queue = raw.get("PER_QUEUE") or {}
         if not isinstance(per_queue, Mapping) or not all(isinstance(q, str) and q for q in per_queue):
             raise InvariantError("LIMITS['PER_QUEUE'] must map queue names to caps", {"field": "per_queue"})
+        fleet = raw.get("FLEET_PER_TENANT") or {}
+        if not isinstance(fleet, Mapping) or not all(isinstance(q, str) and q for q in fleet):
+            raise InvariantError(
+                "LIMITS['FLEET_PER_TENANT'] must map queue names to caps, e.g. {'payments': 5}",
+                {"field": "fleet_per_tenant"},
+            )
         rate = raw.get("RATE_PER_TENANT")
         if rate is not None and (not isinstance(rate, tuple | list) or len(rate) != 2):
             raise InvariantError(
@@ -64,6 +76,7 @@ class LimitConfig:
             per_queue=dict(per_queue),
             global_=raw.get("GLOBAL"),
             rate_per_tenant=(rate[0], rate[1]) if rate is not None else None,
+            fleet_per_tenant=dict(fleet),
         )
         config.validate()
         return config
@@ -79,6 +92,8 @@ class LimitConfig:
         positive(self.global_, "global")
         for queue, cap in self.per_queue.items():
             positive(cap, f"per_queue[{queue!r}]")
+        for queue, cap in self.fleet_per_tenant.items():
+            positive(cap, f"fleet_per_tenant[{queue!r}]")
         if self.rate_per_tenant is not None:
             count, window = self.rate_per_tenant
             positive(count, "rate_per_tenant[0]")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.logs import log_event
@@ -23,7 +23,7 @@ class InFlight:
     job: ClaimedJob
     signal: CancelSignal
     last_renewed_ms: int
-    slot: tuple[str, str] | None = None
+    slots: list[tuple[str, str]] = field(default_factory=list)  # the fleet slots it holds: (key, holder)
     settling: bool = False
     lost: bool = False
 
@@ -39,7 +39,7 @@ class _Hooks:
         self._flight = flight
 
     def slot_taken(self, key: str, holder: str) -> None:
-        self._flight.slot = (key, holder)
+        self._flight.slots.append((key, holder))
 
     def settling(self) -> None:
         self._flight.settling = True
@@ -92,19 +92,19 @@ def _renew_slots(worker: JobWorker, flights: list[InFlight]) -> None:
     if leases is None:
         return
     for flight in flights:
-        if flight.slot is None or flight.settling or flight.lost:
-            continue
-        key, holder = flight.slot
-        if leases.renew(key, holder, ttl_ms=worker.visibility_timeout_ms) or flight.settling:
-            continue
-        flight.lost = True
-        log_event(logging.ERROR, "jobs.worker.slot-lost", key=key, **flight.fields())
-        flight.signal.abort(
-            JobSlotLostError(
-                f"{flight.job.name}: the fleet slot {key} was taken by another worker while this run held it",
-                {"job_id": flight.job.id, "key": key},
+        for key, holder in flight.slots:
+            if flight.settling or flight.lost:
+                break
+            if leases.renew(key, holder, ttl_ms=worker.visibility_timeout_ms) or flight.settling:
+                continue
+            flight.lost = True
+            log_event(logging.ERROR, "jobs.worker.slot-lost", key=key, **flight.fields())
+            flight.signal.abort(
+                JobSlotLostError(
+                    f"{flight.job.name}: the fleet slot {key} was taken by another worker while this run held it",
+                    {"job_id": flight.job.id, "key": key},
+                )
             )
-        )
 
 
 def _unowned(worker: JobWorker, flight: InFlight) -> None:

@@ -150,6 +150,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             visibility_timeout_ms=visibility_timeout_ms,
             acker=self._acks,
             leave_completions=True,
+            fleet_per_tenant=limits.fleet_per_tenant,
         )
         self._limiter = Limiter(limits, clock)
         self._init_polling(poll_interval_ms=poll_interval_ms, idle_poll_max_ms=idle_poll_max_ms)
