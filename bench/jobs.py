@@ -25,6 +25,12 @@ def bench_noop(run: JobRun[Any]) -> None:
 def bench_probe(run: JobRun[Any]) -> None:
     """Records its own start (wall clock, epoch seconds) under its ``kind`` and ``n``; the bench subtracts
     the time the probe's enqueue returned."""
+    record_probe_start(run)
+
+
+def record_probe_start(run: JobRun[Any]) -> None:
+    """A probe body: the wall clock now (epoch seconds) into the latency table under the input's ``kind`` and
+    ``n`` (the fairness case's probe, ``bench/fair_jobs.py``, runs it too)."""
     started = time.time()
     with connection.cursor() as cursor:
         cursor.execute(

@@ -1,6 +1,6 @@
 """ultimate_jobs under the bench: its subject for the shared procedure (:mod:`bench.procedure`) and the
-figures only ours gets — claim cost over finished rows, worker memory, pickup through the outbox, and the
-idle scheduler.
+figures only ours gets — claim cost over finished rows, worker memory, pickup through the outbox, the idle
+scheduler, and what a fair queue does for a quiet org behind a noisy one.
 
 Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
 ``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +263,7 @@ def subject() -> Subject:
             "backfill",
             "export",
             "steps",
+            "fairness",
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
@@ -635,6 +637,132 @@ def case_steps(sub: Subject, plan: Plan, log: Path) -> Figures:
     return out
 
 
+# -- the fairness case: a noisy org against a quiet one (bench/fair_jobs.py, under bench.settings_fair) --------
+
+FAIR_ENV = {"DJANGO_SETTINGS_MODULE": "bench.settings_fair"}
+FAIR_QUEUE = "bench_fair"  # bench/fair_jobs.py's queues (not imported here: see bench/fair_client.py)
+PLAIN_QUEUE = "bench_plain"
+FAIR_NOOP = "bench_org_noop"
+NOISY_ORG, QUIET_ORG = "A", "B"
+
+
+def fair_client_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bench.fair_client", *args]
+
+
+def fair_backlog(queue: str, n: int, size: int) -> None:
+    """Org A's ``n`` no-op jobs into ``queue``, loaded by ``python -m bench.fair_client backlog`` (``enqueue_many``,
+    ``size`` at a time); ``RuntimeError`` with its reason when it cannot."""
+    argv = fair_client_argv("backlog", queue, NOISY_ORG, str(n), str(size))
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **FAIR_ENV}, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"fairness backlog into {queue}: {tail}")
+
+
+@contextlib.contextmanager
+def quiet_org(queue: str, kind: str, plan: Plan) -> Iterator[Callable[[], dict[int, float]]]:
+    """Start org B's probe process (``python -m bench.fair_client probes``: ``plan.fair_probes`` probes into
+    ``queue``, one every ``plan.latency_interval_s``) and yield ``send``: tell it to go, wait until it has sent
+    them, answer ``n -> the wall clock just after probe n's enqueue returned``. Started before the worker, so its
+    start-up is over when the worker is up; always ended."""
+    argv = fair_client_argv("probes", queue, QUIET_ORG, kind, str(plan.fair_probes), str(plan.latency_interval_s))
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, **FAIR_ENV},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def send() -> dict[int, float]:
+        out, err = proc.communicate("go\n", timeout=plan.fair_probes * plan.latency_interval_s + 60.0)
+        if proc.returncode != 0:
+            tail = "\n".join(err.strip().splitlines()[-5:])
+            raise RuntimeError(f"fairness probes into {queue} (exit {proc.returncode}): {tail}")
+        return {int(n): float(at) for n, at in json.loads(out.splitlines()[-1])["sent"].items()}
+
+    try:
+        yield send
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def fair_worker(queue: str, plan: Plan, log: Path) -> WorkerProcess:
+    """One worker process at ``plan.slots`` slots serving ``queue`` alone, under ``bench.settings_fair``."""
+    return WorkerProcess(argv=[*worker_argv(plan.slots), "--queues", queue], env=FAIR_ENV, log_path=log)
+
+
+def case_fairness(sub: Subject, plan: Plan, part: str, log: Path) -> Figures:
+    """One measurement of the fairness case (``bench.plan.FAIRNESS_PARTS``), from a fresh database, one worker
+    process at ``plan.slots`` slots serving the measured queue alone: ``bench_fair`` (named in ``FAIR_QUEUES``)
+    or ``bench_plain`` (the same jobs, not named). ``off``/``on``: the noisy neighbour (:func:`noisy_neighbour`);
+    ``idle``: org B's probes into the idle fair queue, the baseline; ``noop_off``/``noop_on``: what a fair claim
+    costs a no-op drain of one org (:func:`one_org_drain`)."""
+    queue = FAIR_QUEUE if part in ("on", "idle", "noop_on") else PLAIN_QUEUE
+    if part.startswith("noop_"):
+        return {f"fairness_{part}_steady": one_org_drain(sub, plan, queue, log)}
+    return noisy_neighbour(sub, plan, part, queue, 0 if part == "idle" else plan.fair_backlog, log)
+
+
+def one_org_drain(sub: Subject, plan: Plan, queue: str, log: Path) -> float:
+    """The steady rate (jobs/s) of ``plan.claim_n`` no-op jobs of org A, loaded into ``queue`` and vacuumed, then
+    drained by one worker process."""
+    n = plan.claim_n
+    fresh_database(DATABASE)
+    fair_backlog(queue, n, plan.preload_batch)
+    vacuum_analyze(DATABASE)
+    with workers([fair_worker(queue, plan, log)]) as procs:
+        wait_drained(sub, procs, n, FAIR_NOOP)
+    with connect(DATABASE) as conn:
+        first, last = completion_span(conn, FAIR_NOOP)
+    return (n - 1) / (last - first)
+
+
+def noisy_neighbour(sub: Subject, plan: Plan, part: str, queue: str, backlog: int, log: Path) -> Figures:
+    """Org A's ``backlog`` no-op jobs loaded into ``queue`` and vacuumed (none for the idle baseline), org B's probe
+    process started, then the worker; once the worker is up (for the idle baseline, after a further
+    ``plan.latency_idle_s``), B's probes are sent while A drains. B's pickup latency (ms) is a probe body's start
+    minus the time its enqueue returned, as in the latency case, over the probes sent before A's last completion
+    (the probes sent after it met an idle queue); with a backlog, how many those were and A's steady rate. A
+    backlog that drained before B's first probe was sent fails the measurement, as does any job not done."""
+    kind = f"fair_{part}"
+    fresh_database(DATABASE)
+    if backlog:
+        fair_backlog(queue, backlog, plan.preload_batch)
+        vacuum_analyze(DATABASE)
+    with quiet_org(queue, kind, plan) as send, workers([fair_worker(queue, plan, log)]) as procs:
+        procs[0].wait_ready()
+        if not backlog:
+            time.sleep(plan.latency_idle_s)
+        sent = send()
+        if backlog:
+            wait_drained(sub, procs, backlog, FAIR_NOOP)
+        with connect(DATABASE) as conn:
+            alive = check_alive(procs)
+
+            def settled() -> bool:
+                alive()
+                return len(probe_starts(conn, kind)) >= len(sent)
+
+            wait_until(settled, timeout=60.0, interval=0.1, what=f"{len(sent)} probes of org B")
+            starts = probe_starts(conn, kind)
+            first, last = completion_span(conn, FAIR_NOOP) if backlog else (0.0, float("inf"))
+    during = [n for n, at in sent.items() if at < last]
+    if not during:
+        raise RuntimeError(f"fairness {part}: org A's {backlog:,} jobs drained before org B's first probe was sent")
+    values = [(starts[n] - sent[n]) * 1000.0 for n in during]
+    out = {f"fairness_{part}_b_p50": percentile(values, 0.5), f"fairness_{part}_b_p95": percentile(values, 0.95)}
+    if backlog:
+        out[f"fairness_{part}_b_probes"] = float(len(during))
+        out[f"fairness_{part}_a_steady"] = (backlog - 1) / (last - first)
+    return out
+
+
 def case_scheduler(plan: Plan, log: Path) -> Figures:
     from bench.scheduler_idle import measure_in_child
 
@@ -665,4 +793,6 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_export(sub, plan, log)
     if case == "steps":
         return case_steps(sub, plan, log)
+    if case == "fairness":
+        return case_fairness(sub, plan, params["part"], log)
     return procedure.run_case(sub, case, params, plan, log)

@@ -24,6 +24,7 @@ CASES = (
     "backfill",
     "export",
     "steps",
+    "fairness",
     "redis",
 )
 EXTRAS = (
@@ -71,6 +72,8 @@ class Plan:
     io_in_flight: int  # how many jobs an async worker holds at once: ours --async-concurrency, the peers' knobs
     io_sync_slots: tuple[int, ...]  # ours with a sync body: the --concurrency of each row
     io_bodies: tuple[str, ...]  # "sleep" (awaits IO_SLEEP_S) and "orm" (one read, the wait, one write)
+    fair_backlog: int  # the fairness case's noisy org's backlog
+    fair_probes: int  # the quiet org's probes per fairness measurement (one every latency_interval_s)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -99,6 +102,12 @@ class Plan:
                 *(f"sync{s}" for s in self.io_sync_slots if body != "orm" or s <= IO_ORM_SYNC_SLOTS_MAX),
             ]
         ]
+
+
+FAIRNESS_PARTS = ("off", "on", "idle", "noop_off", "noop_on")
+"""The fairness case's measurements, each a work item of its own from a fresh database: the noisy neighbour with
+the queue not fair (``off``) and fair (``on``), the quiet org's probes into the idle fair queue (``idle``), and a
+one-org no-op drain with the queue not fair and fair (``noop_off``, ``noop_on``)."""
 
 
 IO_ORM_SYNC_SLOTS_MAX = 80
@@ -136,6 +145,8 @@ FULL = Plan(
     io_in_flight=500,
     io_sync_slots=(10, 100),
     io_bodies=("sleep", "orm"),
+    fair_backlog=100_000,
+    fair_probes=100,
 )
 
 QUICK = replace(
@@ -157,6 +168,8 @@ QUICK = replace(
     backfill_rows=50_000,
     export_rows=50_000,
     io_n=1_000,
+    fair_backlog=20_000,
+    fair_probes=20,
 )
 
 

@@ -124,6 +124,61 @@ def io_ratios(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float
     return out
 
 
+FAIRNESS_RATIOS = {
+    "fairness_b_p95_on_over_idle": ("fairness_on_b_p95", "fairness_idle_b_p95"),
+    "fairness_a_on_over_off": ("fairness_on_a_steady", "fairness_off_a_steady"),
+    "fairness_noop_on_over_off": ("fairness_noop_on_steady", "fairness_noop_off_steady"),
+}
+"""The fairness case's derived figures: key -> (numerator, denominator), each a figure of another of its parts."""
+
+
+def fairness_ratios(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The fairness case's quotients: of the two parts' medians (one figure, no range; each part is measured
+    apart, so a part that failed leaves its quotients out), added beside the summary's own keys."""
+    out: dict[str, dict[str, float]] = {}
+    for key, (top, bottom) in FAIRNESS_RATIOS.items():
+        if top not in summary or bottom not in summary or not summary[bottom]["median"]:
+            continue
+        ratio = summary[top]["median"] / summary[bottom]["median"]
+        out[key] = {"median": ratio, "min": ratio, "max": ratio, "n": 1.0}
+    return out
+
+
+def fairness_rows(plan: Plan) -> list[Row]:
+    """The fairness case's rows: org B's pickup and org A's drain with the queue not fair and fair, B's pickup on
+    the idle fair queue, the one-org no-op drain both ways, and the quotients with their goals."""
+    modes = (("off", "queue not fair"), ("on", "queue fair"))
+    out: list[Row] = []
+    for part, what in modes:
+        noisy = f"noisy neighbour, {what}: org A {plan.fair_backlog:,} queued"
+        pickup = f"org B pickup 1 per {plan.latency_interval_s * 1000:g} ms"
+        out += [
+            Row(f"fairness_{part}_b_p50", f"{noisy}, {pickup}: p50", "ms", False),
+            Row(f"fairness_{part}_b_p95", f"{noisy}, {pickup}: p95", "ms", False),
+            Row(f"fairness_{part}_b_probes", f"{noisy}, org B probes sent while A drained", "probes", True),
+            Row(f"fairness_{part}_a_steady", f"{noisy}, org A drain, steady", "jobs/s", True),
+        ]
+    out += [
+        Row("fairness_idle_b_p50", "org B pickup, idle fair queue: p50", "ms", False),
+        Row("fairness_idle_b_p95", "org B pickup, idle fair queue: p95", "ms", False),
+    ]
+    out += [
+        Row(
+            f"fairness_noop_{part}_steady",
+            f"drain {plan.claim_n:,} no-op jobs of 1 org, {what}, steady",
+            "jobs/s",
+            True,
+        )
+        for part, what in modes
+    ]
+    return [
+        *out,
+        Row("fairness_b_p95_on_over_idle", "org B pickup p95: fair / idle (goal ≤ 5)", "ratio", False),
+        Row("fairness_a_on_over_off", "org A drain: fair / not fair (goal ≥ 0.9)", "ratio", True),
+        Row("fairness_noop_on_over_off", "no-op drain of 1 org: fair / not fair", "ratio", True),
+    ]
+
+
 def rows(plan: Plan) -> list[Row]:
     """The table's rows, labelled with this plan's sizes."""
     preload = [
@@ -204,6 +259,7 @@ def rows(plan: Plan) -> list[Row]:
         Row("steps_run_steady", f"drain {plan.claim_n:,}: one step.run writing its row (ORM), steady", "jobs/s", True),
         Row("steps_atomic_steady", "the same write as a step.atomic, steady", "jobs/s", True),
         Row("steps_atomic_over_run", "step.atomic / step.run (rate ratio)", "ratio", True),
+        *fairness_rows(plan),
     ]
 
 
@@ -219,6 +275,7 @@ def summarize(runs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             "n": float(len(values)),
         }
     out.update(io_ratios(out))
+    out.update(fairness_ratios(out))
     return out
 
 
