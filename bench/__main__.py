@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, compile_checkout
-from bench.plan import CASES, EXTRAS, FAIRNESS_PARTS, Plan, build_plan, variant_kind
+from bench.plan import CASES, EXTRAS, FAIRNESS_PARTS, RATES_DRIVERS, Plan, build_plan, variant_kind
 from bench.redis_bench import redis_table, run_redis_comparison
 from bench.report import LIBRARIES, header_text, machine, notes_text, summarize, table, write_json
 
@@ -155,6 +155,8 @@ def work_items(plan: Plan, repetition: int) -> list[tuple[str, dict[str, Any]]]:
             items.extend(("io", dict(config)) for config in plan.io_configs())
         elif case == "fairness":
             items.extend(("fairness", {"part": part}) for part in FAIRNESS_PARTS)
+        elif case == "rates":
+            items.extend(("rates", {"driver": driver}) for driver in RATES_DRIVERS)
         else:
             items.append((case, {}))
     return items

@@ -341,6 +341,19 @@ class LogFields(logging.Filter):
         return True
 
 
+class EventOnly(logging.Filter):
+    """Pass only the records of one ultimate_jobs event (its log message is the event's name): the rates case's
+    workers write every ``jobs.job.rate-limited`` — a run handed back to wait for its reserved instant — to a file
+    the bench counts."""
+
+    def __init__(self, event: str) -> None:
+        super().__init__()
+        self.event = event
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg == self.event
+
+
 def emit(record: dict[str, Any]) -> None:
     """Print one JSON line (what a peer script answers)."""
     print(json.dumps(record, default=str), flush=True)

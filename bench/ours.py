@@ -1,6 +1,7 @@
 """ultimate_jobs under the bench: its subject for the shared procedure (:mod:`bench.procedure`) and the
 figures only ours gets — claim cost over finished rows, worker memory, pickup through the outbox, the idle
-scheduler, and what a fair queue does for a quiet org behind a noisy one.
+scheduler, what a fair queue does for a quiet org behind a noisy one, and (in :mod:`bench.rates`) how a rate limit
+holds starts to its rate on each driver.
 
 Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
 ``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
@@ -264,6 +265,7 @@ def subject() -> Subject:
             "export",
             "steps",
             "fairness",
+            "rates",
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
@@ -795,4 +797,8 @@ def run_case(sub: Subject, case: str, params: dict[str, Any], plan: Plan, log: P
         return case_steps(sub, plan, log)
     if case == "fairness":
         return case_fairness(sub, plan, params["part"], log)
+    if case == "rates":
+        from bench.rates import case_rates
+
+        return case_rates(plan, params["driver"], log)
     return procedure.run_case(sub, case, params, plan, log)

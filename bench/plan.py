@@ -25,6 +25,7 @@ CASES = (
     "export",
     "steps",
     "fairness",
+    "rates",
     "redis",
 )
 EXTRAS = (
@@ -74,6 +75,8 @@ class Plan:
     io_bodies: tuple[str, ...]  # "sleep" (awaits IO_SLEEP_S) and "orm" (one read, the wait, one write)
     fair_backlog: int  # the fairness case's noisy org's backlog
     fair_probes: int  # the quiet org's probes per fairness measurement (one every latency_interval_s)
+    rates_n: int  # no-op jobs queued up front for each rates measurement, all on one key at RATES_PER_S
+    rates_processes: int  # worker processes of each rates measurement (plan.slots slots each)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -102,6 +105,14 @@ class Plan:
                 *(f"sync{s}" for s in self.io_sync_slots if body != "orm" or s <= IO_ORM_SYNC_SLOTS_MAX),
             ]
         ]
+
+
+RATES_DRIVERS = ("postgres", "sqlite", "redis")
+"""The rates case's measurements, one per driver, each a work item of its own from a fresh database (Postgres), file
+(SQLite) or Redis database: ``rates_n`` jobs under one rate limit of ``RATES_PER_S`` on one key."""
+
+RATES_PER_S = 50
+"""The rates case's limit: ``@job(rate_limit=RateLimit("bench-rates", "50/s"))`` on one key (bench/rate_jobs.py)."""
 
 
 FAIRNESS_PARTS = ("off", "on", "idle", "noop_off", "noop_on")
@@ -147,6 +158,8 @@ FULL = Plan(
     io_bodies=("sleep", "orm"),
     fair_backlog=100_000,
     fair_probes=100,
+    rates_n=2_000,
+    rates_processes=3,
 )
 
 QUICK = replace(
@@ -170,6 +183,7 @@ QUICK = replace(
     io_n=1_000,
     fair_backlog=20_000,
     fair_probes=20,
+    rates_n=300,
 )
 
 

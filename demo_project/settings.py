@@ -51,6 +51,8 @@ ULTIMATE_JOBS = {
     "REDIS_URL": REDIS_URL,
     # What a shop job reads as run.ctx: the payment gateway, mailer, carrier and warehouse.
     "CONTEXT": "demo_project.shop.services.shop_services",
+    # the payments queue serves its orgs in turn: one org's month-end batch never holds another's payment
+    "FAIR_QUEUES": ["payments"],
     # /jobs/metrics is staff-only unless a scraper's bearer token is set: curl -H "Authorization: Bearer $T"
     "METRICS_TOKEN": env("ULTIMATE_JOBS_METRICS_TOKEN", default=None),
 }

@@ -11,6 +11,7 @@ from .core.clock import Clock, SystemClock, system_clock
 from .core.definition import Concurrency, JobDescriptor, JobHandle, job
 from .core.execute import AttemptEnv, JobExecution, Settled, execute_job, job_lease_key
 from .core.installed import job_clock, job_driver, set_job_clock, set_job_driver
+from .core.rates import RateLimit
 from .core.retry import RetryPolicy, is_final_attempt, retry_schedule
 from .core.routing import set_jobs_router
 from .core.run import JobRun
@@ -78,6 +79,7 @@ __all__ = [
     "LimitConfig",
     "NackOptions",
     "PurgeTarget",
+    "RateLimit",
     "RetryPolicy",
     "Settled",
     "Step",

@@ -14,7 +14,8 @@ Every refusal is a ``checks.Error`` whose id is ``ultimate_jobs.<CODE>`` and who
   not import to a callable), ``X_SETTINGS_DRIVER_UNDECLARED`` (a dotted-path driver that leaves a
   capability of the driver contract undeclared), ``X_DRIVER_UNAVAILABLE`` (the redis driver without
   redis-py installed) and
-  ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store).
+  ``X_JOB_CONCURRENCY_UNENFORCEABLE`` (a job declares ``concurrency`` and the driver has no lease store),
+  ``X_JOB_RATE_LIMIT_UNENFORCEABLE`` (a job declares ``rate_limit`` and the driver keeps no rate schedules).
 
 One database check (it runs for the databases Django names: ``check --database <alias>``, ``migrate``)
 warns ``X_SCHEMA_NOT_MIGRATED`` when the jobs database lacks ultimate_jobs migrations: a Warning, not an
@@ -51,6 +52,7 @@ CHECK_CONTEXT_UNIMPORTABLE = "X_SETTINGS_CONTEXT_UNIMPORTABLE"
 CHECK_DRIVER_UNAVAILABLE = "X_DRIVER_UNAVAILABLE"
 CHECK_DRIVER_UNDECLARED = "X_SETTINGS_DRIVER_UNDECLARED"
 CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+CHECK_RATE_LIMIT_UNENFORCEABLE = "X_JOB_RATE_LIMIT_UNENFORCEABLE"
 CHECK_SCHEMA_NOT_MIGRATED = "X_SCHEMA_NOT_MIGRATED"
 CHECK_ROW_SECURITY_UNENFORCED = "X_TENANCY_ROW_SECURITY_UNENFORCED"
 APP_ROLE_FIX = (
@@ -170,7 +172,8 @@ def _driver(name: str) -> list[checks.CheckMessage]:
                 "supports_wake / supports_listen as False when it has no wake (see docs/conformance.md)",
             )
         ]
-    return [] if driver.leases is not None else _concurrency(name)
+    found = [] if driver.leases is not None else _concurrency(name)
+    return found if driver.rates is not None else [*found, *_rate_limits(name)]
 
 
 def undeclared_capabilities(driver: object) -> list[str]:
@@ -205,6 +208,26 @@ def _concurrency(driver: str) -> list[checks.CheckMessage]:
             "would start",
             "give the driver a lease store, use one of the built-in drivers (postgres, sqlite, redis, memory), "
             "or drop the concurrency declaration",
+        )
+    ]
+
+
+def _rate_limits(driver: str) -> list[checks.CheckMessage]:
+    from .core import registry
+    from .core.definition import JobHandle
+
+    declaring = sorted(
+        h.name for h in registry.registered("job") if isinstance(h, JobHandle) and h.rate_limit is not None
+    )
+    if not declaring:
+        return []
+    return [
+        _error(
+            CHECK_RATE_LIMIT_UNENFORCEABLE,
+            f"jobs {declaring} declare a rate limit and the driver {driver!r} keeps no rate schedules, so no "
+            "worker would start",
+            "give the driver a rate store (driver.rates), use one of the built-in drivers (postgres, sqlite, "
+            "redis, memory), or drop the rate_limit declaration",
         )
     ]
 

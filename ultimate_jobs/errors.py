@@ -108,9 +108,16 @@ class ClaimQueuesEmptyError(CodedError):
 
 
 class ConcurrencyUnenforceableError(CodedError):
-    """A job declares concurrency and the driver has no lease store."""
+    """A job declares concurrency, or a queue is capped per org (``LIMITS["FLEET_PER_TENANT"]``), and the
+    driver has no lease store."""
 
     default_code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
+
+
+class RateLimitUnenforceableError(ConcurrencyUnenforceableError):
+    """A job declares a rate limit and the driver keeps no rate schedules (``driver.rates`` is None)."""
+
+    default_code = "X_JOB_RATE_LIMIT_UNENFORCEABLE"
 
 
 class DriverUnavailableError(CodedError):
@@ -141,6 +148,19 @@ class JobConcurrencyKeyInvalidError(CodedError):
     """concurrency.key answered an empty, non-string or over-long key."""
 
     default_code = "X_JOB_DECLARATION_INVALID"
+
+
+class JobRateLimitInvalidError(CodedError):
+    """A rate limit that says no rate: ``"ten per second"``, a count below 1, a period of nothing, faster than
+    1,000 a second for one key, a ``rate_key`` that is no function or comes without a ``rate_limit``."""
+
+    default_code = "X_JOB_RATE_LIMIT_INVALID"
+
+
+class JobRateKeyInvalidError(CodedError):
+    """``rate_key(input)`` raised, or answered no non-empty string of at most 200 characters."""
+
+    default_code = "X_JOB_RATE_KEY_INVALID"
 
 
 class JobDeclarationInvalidError(CodedError):
@@ -446,6 +466,8 @@ _RETRY: dict[str, RetryClass] = {
     "X_WEBHOOK_DELIVERY_THROTTLED": "retry-after",
     "X_WEBHOOK_DELIVERY_FAILED": "retryable",
     "X_JOB_KEY_BUSY": "terminal",
+    "X_JOB_RATE_LIMIT_INVALID": "terminal",
+    "X_JOB_RATE_KEY_INVALID": "terminal",
     "X_STEP_DUPLICATE": "terminal",
     "X_STEP_ATOMIC_UNSUPPORTED": "terminal",
     "X_JOB_TENANT_MISMATCH": "terminal",

@@ -131,6 +131,39 @@ class JobTurn(models.Model):
         return f"{self.queue}/{self.lane or '(no tenant)'}"
 
 
+class RateSchedule(models.Model):
+    """``x_job_rates``: one row per rate key (``@job(rate_limit=...)``): the next instant a start may take,
+    in epoch ms — the generic cell rate algorithm's theoretical arrival time."""
+
+    key = models.TextField(primary_key=True)
+    next_at_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "x_job_rates"
+        verbose_name = "rate limit"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class RateHold(models.Model):
+    """``x_job_rate_holds``: the instant reserved for a run that found its rate key busy, until it comes
+    back to start on it."""
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.TextField()
+    holder = models.TextField()
+    at_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "x_job_rate_holds"
+        constraints = [models.UniqueConstraint(fields=["key", "holder"], name="x_job_rate_holds_key_holder_uniq")]
+        indexes = [models.Index(fields=["at_ms"], name="x_job_rate_holds_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.holder}"
+
+
 class JobStep(models.Model):
     """``x_job_steps``: one row per persisted step of a job (deleted with the job by the driver)."""
 

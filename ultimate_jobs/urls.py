@@ -21,6 +21,7 @@ urlpatterns = [
     path("dead-letters", views.dead_letters_view, name="dead-letters"),
     path("queues", views.queues_view, name="queues"),
     path("workers", views.workers_view, name="workers"),
+    path("rates", views.rates_view, name="rates"),
     path("tasks", views.tasks_view, name="tasks"),
     path("stats", views.stats_view, name="stats"),
     path("manifest", views.manifest_view, name="manifest"),

@@ -36,10 +36,13 @@ def on_redis() -> bool:
 
 
 def demo_driver(clock: Clock) -> DemoDriver:
-    """The driver for one part of the demo, every statement on ``clock``."""
+    """The driver for one part of the demo, every statement on ``clock``, serving the settings' fair queues."""
+    config = jobs_settings()
     if on_redis():
-        return RedisDriver.from_url(jobs_settings().redis_url, clock=clock, prefix=DEMO_PREFIX)
-    return SqliteDriver(clock=clock) if on_sqlite() else PostgresDriver(clock=clock)
+        return RedisDriver.from_url(config.redis_url, clock=clock, prefix=DEMO_PREFIX, fair_queues=config.fair_queues)
+    if on_sqlite():
+        return SqliteDriver(clock=clock, fair_queues=config.fair_queues)
+    return PostgresDriver(clock=clock, fair_queues=config.fair_queues)
 
 
 def driver_title() -> str:

@@ -10,6 +10,8 @@ Each job shows one behaviour:
 - ``book_shipment``: a flaky carrier API; the run retries on the backoff and succeeds.
 - ``sync_inventory``: a warehouse that stays down; retried at its Retry-After, then dead-lettered.
 - ``issue_refund``: a terminal code; dead-lettered on attempt 1, the other attempts unspent.
+- ``reconcile_payment``: the payment provider's API contract, 5 calls a second per org
+  (``PAYMENT_GATEWAY``, a rate limit across every worker), on the fair ``payments`` queue.
 - ``daily_sales_report``: ``tenant="none"``; counts orders of every org inside ``cross_tenant()``.
 """
 
@@ -25,10 +27,12 @@ from pydantic import BaseModel, Field
 from ultimate_jobs import (
     Concurrency,
     JobRun,
+    RateLimit,
     Settled,
     backfill,
     cross_tenant,
     job,
+    job_clock,
     job_driver,
     register_error_retry,
 )
@@ -345,3 +349,23 @@ settle_charged_orders = backfill(
 # -- outbound: an export of the orders and an orders.paid webhook (demo_project/shop/outbound.py) ------
 
 from .outbound import export_orders, order_paid  # noqa: E402, F401 — declared with the shop's other jobs
+
+# -- the payment provider's rate limit, on a fair queue (appended with the limits demo) -------------
+
+PAYMENT_GATEWAY = RateLimit("payment-gateway", "5/s")
+"""The payment provider's API contract: at most 5 calls a second per org, however many workers run."""
+
+
+@job(
+    input=OrderRef,
+    idempotency_key=lambda i: f"reconcile:{i.org_id}:{i.number}",
+    tenant=lambda i: i.org_id,
+    queue="payments",
+    rate_limit=PAYMENT_GATEWAY,
+    rate_key=lambda i: i.org_id,
+)
+def reconcile_payment(run: JobRun[OrderRef]) -> dict[str, Any]:
+    """Ask the gateway what it captured for one order (one API call); answers when the call was made."""
+    shop: ShopServices = run.ctx
+    captured = shop.gateway.captures_of(order_number=run.input.number)
+    return {"called_at_ms": job_clock().now_ms(), "captures": captured}

@@ -29,6 +29,10 @@ class PaymentGateway:
         self.captured[charge_id] = amount_cents
         return charge_id
 
+    def captures_of(self, *, order_number: str) -> int:
+        """How many captures the gateway holds for one order (a read of its API)."""
+        return sum(1 for charge_id in self.captured if charge_id.startswith(f"ch_{order_number}_"))
+
     def refund(self, *, order_number: str, amount_cents: int) -> str:
         prefix = f"ch_{order_number}_"
         if not any(charge_id.startswith(prefix) for charge_id in self.captured):

@@ -15,6 +15,10 @@ a table the test creates, so the test reads which process ran what, and how ofte
   (SIGKILL, itself) inside that transaction: ``"after-write"`` right after the effect's row,
   ``"after-checkpoint"`` right after the step's checkpoint row landed (a fault hook on the slot's
   connection, :func:`kill_after_the_checkpoint`) — the moment before the commit.
+- ``rate_limited`` (``rate_limit="10/s"``, one key for the fleet): writes ``rate:<n>`` stamped with the
+  process's own clock (the one its rate take read) the moment its body starts.
+- ``org_capped`` (the input's org as tenant; ``LIMITS["FLEET_PER_TENANT"]`` from ``UJ_FLEET_PER_TENANT``):
+  writes ``cap:<org>:<n>:start``, works ``CAPPED_WORK_S``, then ``cap:<org>:<n>:end``.
 """
 
 from __future__ import annotations
@@ -115,3 +119,29 @@ def kill_after_the_checkpoint(execute: Any, sql: str, params: Any, many: bool, c
     if sql == SQL_SAVE_STEP_HELD:
         os.kill(os.getpid(), signal.SIGKILL)
     return answer
+
+
+RATE_LIMIT = "10/s"
+CAPPED_WORK_S = 0.3
+
+
+def stamp(job_key: str, attempt: int) -> None:
+    """One effect row stamped with this process's clock (not the database's), committed at once."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO e2e_effects (job_key, worker_pid, attempt, at) VALUES (%s, %s, %s, to_timestamp(%s))",
+            [job_key, os.getpid(), attempt, time.time()],
+        )
+
+
+@job(idempotency_key=lambda i: f"rate:{i['n']}", tenant="none", queue=QUEUE, rate_limit=RATE_LIMIT)
+def rate_limited(run: JobRun[Any]) -> None:
+    stamp(f"rate:{run.input['n']}", run.attempt)
+
+
+@job(idempotency_key=lambda i: f"cap:{i['org']}:{i['n']}", tenant=lambda i: i["org"], queue=QUEUE)
+def org_capped(run: JobRun[Any]) -> None:
+    org, n = run.input["org"], run.input["n"]
+    stamp(f"cap:{org}:{n}:start", run.attempt)
+    time.sleep(CAPPED_WORK_S)
+    stamp(f"cap:{org}:{n}:end", run.attempt)

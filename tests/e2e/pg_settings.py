@@ -3,7 +3,8 @@ driver, with the e2e jobs of :mod:`tests.e2e.pg_jobs`.
 
 The parent test passes ``ULTIMATE_JOBS_TEST_DB`` already naming the test database (``test_…``): a
 child is not under pytest-django, so ``NAME`` is used as it is. ``UJ_VT`` sets the visibility
-timeout (a short one makes a killed worker's lease lapse quickly). The library's WARNING and worse
+timeout (a short one makes a killed worker's lease lapse quickly); ``UJ_FLEET_PER_TENANT`` (``queue=n``)
+caps each org's running jobs in that queue across the fleet. The library's WARNING and worse
 go to stderr, where the parent keeps them for its failure messages.
 """
 
@@ -11,10 +12,12 @@ import os
 
 from tests.settings import *  # noqa: F403
 
+_capped_queue, _, _cap = os.environ.get("UJ_FLEET_PER_TENANT", "").partition("=")
 ULTIMATE_JOBS = {
     "DRIVER": "postgres",
     "VISIBILITY_TIMEOUT": os.environ.get("UJ_VT", "30s"),
     "MODULES": ["tests.e2e.pg_jobs"],
+    "LIMITS": {"FLEET_PER_TENANT": {_capped_queue: int(_cap)} if _cap else {}},
 }
 
 LOGGING = {

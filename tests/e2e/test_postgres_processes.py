@@ -236,6 +236,58 @@ def test_a_worker_killed_inside_a_transactional_step_leaves_neither_write_nor_ch
     assert query("SELECT output::int FROM x_job_steps WHERE job_id = %s AND name = 'write'", [job_id]) == [(2,)]
 
 
+def starts_in_any_second(instants: list[float]) -> int:
+    """The most instants (seconds) inside any one-second window, each window opening at an instant."""
+    ordered = sorted(instants)
+    return max(sum(1 for t in ordered[i:] if t < start + 1.0) for i, start in enumerate(ordered))
+
+
+@pytest.mark.slow
+def test_three_workers_hold_a_rate_limit_across_the_fleet(spawn: Spawn, pg: PgJobs) -> None:
+    """``rate_limit="10/s"`` on one key, three worker processes of 4 slots each, 40 jobs: no second ever
+    holds more than 10 starts (+1 at the window's edge), the rate comes out near 10 a second, and every
+    job ran on its first attempt (a run handed back to its reserved instant spends none)."""
+    workers = start_workers(spawn, "A", "B", "C")
+    pg.driver.enqueue_many([pg.jobs.rate_limited.build_request({"n": n}) for n in range(40)])
+    eventually(lambda: query("SELECT count(*) FROM x_jobs WHERE state = 'done'") == [(40,)], timeout=30.0,
+               interval=POLL_S)  # fmt: skip
+    starts = [at.timestamp() for (at,) in query("SELECT at FROM e2e_effects WHERE job_key LIKE 'rate:%%'")]
+    assert len(starts) == 40
+    assert starts_in_any_second(starts) <= 11, sorted(starts)
+    rate = (len(starts) - 1) / (max(starts) - min(starts))
+    assert rate >= 0.8 * 10, rate  # the limit's rate, not a trickle (the processes share one box)
+    assert query("SELECT DISTINCT attempts FROM x_jobs") == [(1,)]
+    ran_on = {pid for (pid,) in query("SELECT DISTINCT worker_pid FROM e2e_effects")}
+    assert len(ran_on) >= 2, [w.describe() for w in workers]  # the fleet shared it
+
+
+@pytest.mark.slow
+def test_three_workers_run_at_most_two_jobs_of_one_org_at_once(spawn: Spawn, pg: PgJobs) -> None:
+    """``LIMITS["FLEET_PER_TENANT"] = {queue: 2}`` in every worker process: org A's 8 jobs never run more
+    than 2 at once across three processes of 4 slots, while org B's run beside them."""
+    start_workers(spawn, "A", "B", "C", UJ_FLEET_PER_TENANT=f"{QUEUE}=2")
+    requests = [pg.jobs.org_capped.build_request({"org": "org-a", "n": n}) for n in range(8)]
+    requests += [pg.jobs.org_capped.build_request({"org": "org-b", "n": n}) for n in range(2)]
+    pg.driver.enqueue_many(requests)
+    eventually(lambda: query("SELECT count(*) FROM x_jobs WHERE state = 'done'") == [(10,)], timeout=30.0,
+               interval=POLL_S)  # fmt: skip
+    spans: dict[str, list[tuple[float, float]]] = {}
+    rows = query("SELECT job_key, at FROM e2e_effects WHERE job_key LIKE 'cap:%%'")
+    marks = {key: at.timestamp() for key, at in rows}
+    for key in marks:
+        if key.endswith(":start"):
+            org = key.split(":")[1]
+            spans.setdefault(org, []).append((marks[key], marks[key.removesuffix(":start") + ":end"]))
+
+    def most_at_once(intervals: list[tuple[float, float]]) -> int:
+        return max(sum(1 for s, e in intervals if s <= start < e) for start, _ in intervals)
+
+    assert len(spans["org-a"]) == 8 and most_at_once(spans["org-a"]) == 2
+    a_start, a_end = min(s for s, _ in spans["org-a"]), max(e for _, e in spans["org-a"])
+    assert all(a_start < s < a_end for s, _ in spans["org-b"])  # org B was not held behind org A
+    assert query("SELECT DISTINCT attempts FROM x_jobs") == [(1,)]
+
+
 @pytest.mark.slow
 def test_sigterm_interrupts_the_job_uncounted_and_another_worker_takes_it_at_once(spawn: Spawn, pg: PgJobs) -> None:
     (a,) = start_workers(spawn, "A")  # the default 30 s visibility timeout: a lapse would take that long

@@ -153,11 +153,13 @@ def test_one_stats_statement_per_scrape_for_every_queue(pg: Env[PostgresDriver],
     pg.driver.executor = counting
 
     samples = scrape(staff)
-    assert counting.statements == [sql.SQL_STATS]
+    # the queue gauges: one stats statement for every queue; the rate gauges (the demo shop declares a rate
+    # limit, reconcile_payment's): one read of the rate schedules
+    assert counting.statements == [sql.SQL_STATS, sql.SQL_RATE_STATE]
     assert {value(samples, "queue_depth", queue=f"q{n}") for n in range(6)} == {1}
 
     scrape(staff)
-    assert counting.statements == [sql.SQL_STATS, sql.SQL_STATS]
+    assert counting.statements == [sql.SQL_STATS, sql.SQL_RATE_STATE] * 2
 
 
 # -- who may read it ------------------------------------------------------------------------------

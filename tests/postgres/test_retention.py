@@ -77,7 +77,7 @@ def test_a_week_later_finished_rows_past_retention_are_gone_and_live_rows_stay(
     assert limits == [BATCH] * 3 and answers == [2, 2, 1]  # bounded batches until one comes back short
     outputs = {s.name: s.output for s in operator_store.steps(sweep.id)}
     assert outputs["x_jobs"] == 5
-    assert set(outputs) >= {"x_jobs", "x_job_events", "x_job_counters"}
+    assert set(outputs) >= {"x_jobs", "x_job_events", "x_job_counters", "x_job_rates"}
 
     jobs.clock.advance(30 * DAY)  # past the dead retention too
     with override_settings(ULTIMATE_JOBS={"DRIVER": "memory", "RETENTION": {"BATCH": BATCH}}):

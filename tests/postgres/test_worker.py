@@ -817,6 +817,29 @@ def test_fleet_per_tenant_caps_are_refused_unless_whole_numbers() -> None:
         LimitConfig.from_settings({"FLEET_PER_TENANT": ["payments"]})
 
 
+class NoRateStore(Delegating):
+    """A driver that keeps no rate schedules."""
+
+    @property
+    def rates(self) -> Any:
+        return None
+
+
+def test_start_refuses_a_rate_limit_or_a_fleet_cap_the_driver_cannot_keep(
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
+) -> None:
+    declare("metered_nowhere", lambda run: None, rate_limit="10/s")
+    worker = make_worker(driver=NoRateStore(jobs.driver), start=False)
+    with pytest.raises(UltimateError) as refused:
+        worker.start(loop=False)
+    assert refused.value.code == "X_JOB_RATE_LIMIT_UNENFORCEABLE" and "metered_nowhere" in refused.value.meta["jobs"]
+    registry.unregister("metered_nowhere")
+    capped = make_worker(driver=NoLeaseStore(jobs.driver), start=False, limits=LimitConfig(fleet_per_tenant={QUEUE: 1}))
+    with pytest.raises(UltimateError) as refused:
+        capped.start(loop=False)
+    assert refused.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE" and "FLEET_PER_TENANT" in refused.value.message
+
+
 def test_start_refuses_concurrency_on_a_driver_with_no_lease_store(
     jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker]
 ) -> None:

@@ -1,7 +1,8 @@
 """One random script of operations, run on the Redis driver and on the memory driver at once, every
 answer compared: enqueues with colliding keys, claims, acks, nacks, heartbeats on stale claims,
 cancels, requeues and clock jumps. Ids differ between the drivers (each allocates its own), so the
-test maps each Redis id to the memory id the same enqueue answered and compares through that map."""
+test maps each Redis id to the memory id the same enqueue answered and compares through that map.
+Rate takes and forgets, which hold no ids, are compared answer for answer in a test of their own."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ultimate_jobs.drivers.memory import MemoryDriver
+from ultimate_jobs.drivers.memory.stores import MemoryRateStore
 from ultimate_jobs.drivers.records import (
     ClaimedJob,
     EnqueueRequest,
@@ -220,3 +222,44 @@ DriversAgree.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestDriversAgree = pytest.mark.slow(pytest.mark.redis(DriversAgree.TestCase))
+
+
+RATE_INTERVALS = {"api": 100, "api:org-a": 50, "api\x1fodd": 250}  # a key may hold the separator itself
+
+rate_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["take", "take", "take", "forget"]),
+        st.sampled_from(sorted(RATE_INTERVALS)),
+        st.sampled_from(["job-1", "job-2", "job-3"]),
+        # how the clock moves first: on by some ms, or to the holder's last answer ("due"), or to one
+        # interval past it ("late", the first instant its reservation is stale)
+        st.sampled_from([0, 1, 50, 99, 100, 250, "due", "late"]),
+    ),
+    max_size=60,
+)
+
+
+@given(rate_steps)
+@settings(max_examples=200, deadline=None)
+def test_rate_takes_forgets_and_state_agree_with_the_memory_store(steps: list[tuple[str, str, str, int | str]]) -> None:
+    client = client_from_url(REDIS_URL)
+    client.flushdb()
+    redis_rates, memory_rates = RedisDriver(client).rates, MemoryRateStore()
+    now = 1_000_000
+    due: dict[tuple[str, str], int] = {}  # the instant each holder's last take answered
+    try:
+        for op, key, holder, move in steps:
+            interval = RATE_INTERVALS[key]
+            if isinstance(move, int):
+                now += move
+            else:
+                now = max(now, due.get((key, holder), now) + (interval if move == "late" else 0))
+            if op == "take":
+                answers = [s.take(key, holder, interval_ms=interval, now_ms=now) for s in (memory_rates, redis_rates)]
+                due[(key, holder)] = now + answers[0]
+            else:  # forget what is older than the key's interval
+                answers = [s.forget(before_ms=now - interval) for s in (memory_rates, redis_rates)]
+            assert answers[0] == answers[1], (op, key, holder, now)
+            assert memory_rates.state() == redis_rates.state()
+    finally:
+        client.close()

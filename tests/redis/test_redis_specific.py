@@ -71,6 +71,8 @@ def test_every_key_of_a_store_is_in_one_cluster_slot(driver: RedisDriver, clock:
     driver.nack(job.id, job.ref, NackOptions(error="boom", dead_letter=True))
     driver.operator.pause_queue("b")
     driver.leases.acquire("k", "h", limit=1, ttl_ms=1_000)
+    driver.rates.take("api", "h", interval_ms=100, now_ms=clock.now_ms())
+    driver.rates.take("api", "h2", interval_ms=100, now_ms=clock.now_ms())  # a reservation
     driver.leader.acquire("scheduler", "me", ttl_ms=1_000, now_ms=clock.now_ms())
     keys = driver.client.keys("*")
     assert len(keys) > 10 and all(k.startswith("{x}:") for k in keys)

@@ -112,6 +112,7 @@ class HandRolled:
     supports_listen = False
     operator = None
     leases = None
+    rates = None
     leader = None
     scheduler_state = None
     backfills = None

@@ -518,6 +518,7 @@ def test_describe(jobs: JobsEnv) -> None:
             "step_timeout_ms",
             "event_poll_ms",
             "concurrency",
+            "rate_limit",
             "input_schema",
             "on_settled",
             "origin",
@@ -536,6 +537,17 @@ def test_describe(jobs: JobsEnv) -> None:
         False,
     )
     assert plain["queue"] == "default" and plain["retry"]["attempts"] == 3 and plain["retry"]["jitter"] is True
+    assert plain["rate_limit"] is None
+
+    @job(idempotency_key=lambda i: "k", tenant="none", rate_limit="10/s", name="described_rate")
+    def limited(run: JobRun[Any]) -> None:
+        return None
+
+    assert limited.describe().as_dict()["rate_limit"] == {
+        "name": "job:described_rate",
+        "rate": "10/s",
+        "interval_ms": 100,
+    }
 
 
 # -- driver and discovery ----------------------------------------------------------------------

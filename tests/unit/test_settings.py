@@ -61,6 +61,19 @@ def leaseless_driver() -> LeaselessDriver:
     return LeaselessDriver()
 
 
+class RatelessDriver(MemoryDriver):
+    """A driver that keeps no rate schedules."""
+
+    @property
+    def rates(self) -> None:  # type: ignore[override]
+        return None
+
+
+def rateless_driver() -> RatelessDriver:
+    """A driver factory ``DRIVER`` can name."""
+    return RatelessDriver()
+
+
 NOT_CALLABLE = "a string, not a factory"
 
 
@@ -393,6 +406,17 @@ def test_concurrency_on_a_driver_without_leases_fails_the_check(jobs: JobsEnv) -
         (error,) = unenforceable
         assert "'throttled_sync'" in error.msg and "declare concurrency" in error.msg
         assert "drop the concurrency declaration" in error.hint
+
+
+def test_a_rate_limit_on_a_driver_without_rate_schedules_fails_the_check(jobs: JobsEnv) -> None:
+    @job(idempotency_key=lambda i: i["id"], tenant="none", rate_limit="10/s")
+    def metered_sync(run: JobRun[dict[str, str]]) -> None:
+        return None
+
+    assert [e for e in errors_for({"DRIVER": "memory"}) if "RATE_LIMIT" in e.id] == []
+    (error,) = [e for e in errors_for({"DRIVER": "tests.unit.test_settings.rateless_driver"}) if "RATE_LIMIT" in e.id]
+    assert error.id == "ultimate_jobs.X_JOB_RATE_LIMIT_UNENFORCEABLE"
+    assert "'metered_sync'" in error.msg and "drop the rate_limit declaration" in error.hint
 
 
 def test_no_job_declaring_concurrency_needs_no_lease_store(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
-"""The fleet pages: the queues overview, the workers, the tasks. Each renders an operator read
-(``inspect_queues``, ``inspect_workers``, ``inspect_tasks``) instead of a table list; pause and resume
-are POST buttons (CSRF-checked by ``admin_view``, change permission) calling the operator."""
+"""The fleet pages: the queues overview, the workers, the tasks, the rate limits. Each renders an
+operator read (``inspect_queues``, ``inspect_workers``, ``inspect_tasks``, ``inspect_rates``) instead of a
+table list; pause and resume are POST buttons (CSRF-checked by ``admin_view``, change permission) calling
+the operator."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from .. import operator
 from ..errors import UltimateError
-from ..models import Queue, ScheduledTask, Worker
+from ..models import Queue, RateSchedule, ScheduledTask, Worker
 from ..operator import PauseState
 from ..operator.arguments import check_name
 from ._format import now_ms
@@ -159,6 +160,20 @@ class WorkerAdmin(OverviewAdmin):
             }
             for w in sorted(found, key=lambda w: (w.host, w.pid, w.id))
         ]
+
+
+@admin.register(RateSchedule)
+class RateAdmin(OverviewAdmin):
+    """The rate limits: each declared limit, each key's next start across the fleet, the runs waiting."""
+
+    page_template = "admin/ultimate_jobs/rates.html"
+    noun = "rate limit"
+
+    def read(self, request: HttpRequest) -> list[Any]:
+        return operator.inspect_rates()
+
+    def rows(self, found: list[Any], now: int) -> list[dict[str, Any]]:
+        return [{"row": r, "busy": r.next_at_ms is not None and r.next_at_ms > now} for r in found]
 
 
 @admin.register(ScheduledTask)

@@ -150,6 +150,11 @@ def _workers(ctx: Invocation) -> None:
     ctx.emit({"workers": [w.as_dict() for w in rows]}, render.workers(rows))
 
 
+def _rates(ctx: Invocation) -> None:
+    rows = operator.inspect_rates()
+    ctx.emit({"rates": [r.as_dict() for r in rows]}, render.rates(rows))
+
+
 def _queues(ctx: Invocation) -> None:
     rows = operator.inspect_queues()
     passes = operator.passes_in_flight()
@@ -219,6 +224,7 @@ _HANDLERS: dict[str, Callable[[Invocation], int | None]] = {
     "pause-task": _pause(operator.pause_task, "task"),
     "resume-task": _pause(operator.resume_task, "task"),
     "workers": _workers,
+    "rates": _rates,
     "queues": _queues,
     "tasks": _tasks,
     "manifest": _manifest,

@@ -108,6 +108,7 @@ def add_subcommands(parser: CommandParser) -> None:
     command("resume-task", "dispatch a task again (its catch-up decides what it missed)").add_argument("task")
     command("workers", "every live worker: host, queues, slots, jobs in flight, last heartbeat")
     command("queues", "every queue: depth by state, oldest due row, paused")
+    command("rates", "every rate limit: its rate, each key's next start, runs waiting on reserved instants")
     command("tasks", "every task: cron, tz, paused, last fire, next fire")
     manifest = command("manifest", f"every declared job and task; --write saves {MANIFEST_FILE}")
     manifest.add_argument(

@@ -19,6 +19,7 @@ from ..operator import (
     OutboxView,
     PauseState,
     QueueRow,
+    RateRow,
     StatsView,
     TaskRow,
     WorkerRow,
@@ -316,6 +317,18 @@ def workers(rows: Sequence[WorkerRow]) -> str:
                 when(w.heartbeat_at_ms),
             ]
             for w in rows
+        ],
+    )
+
+
+def rates(rows: Sequence[RateRow]) -> str:
+    if not rows:
+        return "no rate limits: no job declares rate_limit=."
+    return table(
+        ["LIMIT", "RATE", "KEY", "NEXT START", "WAITING", "JOBS"],
+        [
+            [r.limit, r.rate or "(not declared)", r.key or NONE, when(r.next_at_ms), r.reserved, ",".join(r.jobs)]
+            for r in rows
         ],
     )
 

@@ -25,6 +25,8 @@ from ..errors import (
     JobConcurrencyInvalidError,
     JobConcurrencyKeyInvalidError,
     JobDeclarationInvalidError,
+    JobRateKeyInvalidError,
+    JobRateLimitInvalidError,
     JobTenantMismatchError,
     JobTenantRequiredError,
     ValidationError,
@@ -34,6 +36,7 @@ from ..guards.sealing import clear_model, refuse_reserved, seal_model, unseal
 from ..guards.sync_only import is_coroutine_callable, refuse_async
 from . import registry
 from .durations import Duration
+from .rates import RateLimit, parse_rate
 from .retry import RetryPolicy, parse_optional_duration, retry_policy
 from .run import JobRun
 from .scope import Actor
@@ -76,6 +79,8 @@ class JobOptions(TypedDict, total=False):
     step_timeout: Duration | None
     event_poll: Duration | None
     concurrency: int | Concurrency | None
+    rate_limit: str | RateLimit | None
+    rate_key: Callable[[Any], str] | None
     queue: str
     priority: int
     on_settled: Callable[[Any], Any] | None
@@ -96,6 +101,7 @@ class JobDescriptor:
     step_timeout_ms: int | None
     event_poll_ms: int
     concurrency: Mapping[str, Any] | None
+    rate_limit: Mapping[str, Any] | None
     input_schema: Mapping[str, Any] | None
     on_settled: bool
     origin: str
@@ -113,6 +119,7 @@ class JobDescriptor:
             "step_timeout_ms": self.step_timeout_ms,
             "event_poll_ms": self.event_poll_ms,
             "concurrency": dict(self.concurrency) if self.concurrency else None,
+            "rate_limit": dict(self.rate_limit) if self.rate_limit else None,
             "input_schema": self.input_schema,
             "on_settled": self.on_settled,
             "origin": self.origin,
@@ -145,6 +152,8 @@ class JobHandle(Generic[InputT, ResultT]):
         queue: str,
         priority: int,
         on_settled: Callable[[Any], Any] | None,
+        rate_limit: RateLimit | None = None,
+        rate_key: Callable[[InputT], str] | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -157,6 +166,8 @@ class JobHandle(Generic[InputT, ResultT]):
         self.step_timeout_ms = step_timeout_ms
         self.event_poll_ms = event_poll_ms
         self.concurrency = concurrency
+        self.rate_limit = rate_limit
+        self.rate_key = rate_key
         self.queue = queue
         self.priority = priority
         self.on_settled = on_settled
@@ -244,6 +255,30 @@ class JobHandle(Generic[InputT, ResultT]):
             )
         return key
 
+    def derive_rate_key(self, parsed: InputT) -> str | None:
+        """The key the run's starts are counted under in its rate limit: ``rate_limit``'s own with no
+        ``rate_key``, else per ``rate_key(input)`` — which must answer a non-empty string of at most 200
+        characters (``X_JOB_RATE_KEY_INVALID`` otherwise, or when it raises). ``None`` with no rate limit."""
+        if self.rate_limit is None:
+            return None
+        if self.rate_key is None:
+            return self.rate_limit.key_for(None)
+        try:
+            key = self.rate_key(parsed)
+        except Exception as exc:
+            raise JobRateKeyInvalidError(
+                f"{self.name}: rate_key(input) raised {type(exc).__name__}: {str(exc)[:200]}; it must answer the "
+                "key the limit counts starts under (an org or account id) for every input",
+                {"job": self.name},
+            ) from exc
+        if not isinstance(key, str) or not key or len(key) > MAX_CONCURRENCY_KEY_LENGTH:
+            raise JobRateKeyInvalidError(
+                f"{self.name}: rate_key(input) answered {str(key)[:40]!r}; it must be a non-empty string of at most "
+                f"{MAX_CONCURRENCY_KEY_LENGTH} characters — an id, never a payload",
+                {"job": self.name},
+            )
+        return self.rate_limit.key_for(key)
+
     # -- the surface ---------------------------------------------------------------------------
 
     def build_request(
@@ -285,6 +320,7 @@ class JobHandle(Generic[InputT, ResultT]):
         run_at_ms = admission.scheduled_ms(
             delay, run_at, now=(lambda: now_ms) if now_ms is not None else _now_ms, job=self.name
         )
+        self.derive_rate_key(parsed)  # a rate_key that raises or answers no key is refused here, not at its run
         return EnqueueRequest(
             name=self.name,
             queue=self.queue if queue is None else queue,
@@ -425,6 +461,7 @@ class JobHandle(Generic[InputT, ResultT]):
             step_timeout_ms=self.step_timeout_ms,
             event_poll_ms=self.event_poll_ms,
             concurrency=self.concurrency.as_dict() if self.concurrency else None,
+            rate_limit=self.rate_limit.as_dict() if self.rate_limit else None,
             input_schema=self.input_model.model_json_schema() if self.input_model else None,
             on_settled=self.on_settled is not None,
             origin=self.origin,
@@ -458,6 +495,29 @@ def _validate_concurrency(value: object, job: str) -> Concurrency | None:
             raise bad(f"when_busy must be 'wait' or 'fail', got {value.when_busy!r}")
         return Concurrency(limit=check_limit(value.limit), key=value.key, when_busy=value.when_busy)
     return Concurrency(limit=check_limit(value))
+
+
+def _validate_rate_limit(value: object, key: object, job: str) -> RateLimit | None:
+    """``rate_limit=``: a rate string (the job's own limit) or a shared :class:`RateLimit`; ``rate_key=`` a
+    function of the input, only beside a rate limit. Anything else is ``X_JOB_RATE_LIMIT_INVALID``."""
+    if key is not None and not callable(key):
+        raise JobRateLimitInvalidError(f"{job}: rate_key must be a function of the input", {"job": job})
+    if value is None:
+        if key is not None:
+            raise JobRateLimitInvalidError(
+                f"{job}: rate_key counts starts under a rate limit; give rate_limit= too, e.g. rate_limit='10/s'",
+                {"job": job},
+            )
+        return None
+    if isinstance(value, RateLimit):
+        return value
+    if isinstance(value, str):
+        parse_rate(value, field=f"{job}: rate_limit")  # refused naming the job, before the limit's own name
+        return RateLimit(f"job:{job}", value)
+    raise JobRateLimitInvalidError(
+        f"{job}: rate_limit must be a rate such as '10/s' or a RateLimit shared by several jobs, got {value!r}",
+        {"job": job},
+    )
 
 
 _anonymous = 0
@@ -518,6 +578,7 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
         refuse_async(options.get(field), what=f"{name}: {field}", meta=meta, allow_coroutines=allow)
     if isinstance(concurrency, Concurrency):
         refuse_async(concurrency.key, what=f"{name}: concurrency.key", meta={"job": name, "field": "concurrency"})
+    refuse_async(options.get("rate_key"), what=f"{name}: rate_key", meta={"job": name, "field": "rate_key"})
     if "idempotency_key" not in options or options.get("idempotency_key") is None:
         raise IdempotencyRequiredError(
             f"{name}: idempotency_key is required — queues deliver at least once, so every job must say how "
@@ -568,4 +629,6 @@ def _build(fn: Callable[[JobRun[Any]], Any], name: str, explicit: bool, options:
         queue=queue,
         priority=priority,
         on_settled=on_settled,
+        rate_limit=_validate_rate_limit(options.get("rate_limit"), options.get("rate_key"), name),
+        rate_key=options.get("rate_key"),
     )

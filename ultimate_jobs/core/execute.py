@@ -33,6 +33,7 @@ from ..errors import (
     JobKeyBusyError,
     JobTenantMismatchError,
     JobTimeoutError,
+    RateLimitUnenforceableError,
     UltimateError,
 )
 from ..runtime.async_lane import AsyncLane
@@ -106,6 +107,22 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
         for key in taken:
             attempt.hooks.slot_taken(key, holder)
     return "run"
+
+
+def _take_rate(attempt: Attempt) -> int:
+    """Take the run's start under its rate limit (``driver.rates``): ``0`` to start now, else the ms until
+    the instant reserved for it, when it is handed back to start on that reservation."""
+    handle = attempt.handle
+    assert handle.rate_limit is not None
+    rates = attempt.driver.rates
+    if rates is None:
+        raise RateLimitUnenforceableError(
+            f"{handle.name} declares a rate limit and the {attempt.driver.name} driver keeps no rate schedules",
+            {"job": handle.name, "driver": attempt.driver.name},
+        )
+    key = handle.derive_rate_key(attempt.parsed)
+    assert key is not None
+    return rates.take(key, attempt.claimed.id, interval_ms=handle.rate_limit.interval_ms, now_ms=attempt.clock.now_ms())
 
 
 def _slots_wanted(attempt: Attempt) -> list[tuple[str, int, Concurrency | None]]:
@@ -258,6 +275,17 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
             log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
 
         return hand_back
+    if verdict == "run" and handle.rate_limit is not None:
+        wait_ms = _take_rate(attempt)
+        if wait_ms > 0:
+            release_slot(attempt)  # a run waiting for its start holds no fleet slot meanwhile
+            attempt.execution.slot_keys = ()
+
+            def rate_limited() -> None:
+                attempt.settle(attempt.hand_back, clock.now_ms() + wait_ms)
+                log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=wait_ms, **attempt.log_fields())
+
+            return rate_limited
     if verdict == "refuse":
         error = JobKeyBusyError(
             f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "

@@ -90,8 +90,13 @@ async def execute_job_async(
 async def _prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int, lane: AsyncLane) -> bool:
     """:func:`prepare` from the loop: parsing the input and deriving the tenant touch no database, so a job
     without a fleet slot to take is checked on the loop itself; a settle it calls for goes off the loop."""
-    if attempt.handle.concurrency is not None or attempt.claimed.queue in attempt.env.fleet_per_tenant:
-        # a fleet slot's lease is a driver call
+    handle = attempt.handle
+    if (
+        handle.concurrency is not None
+        or handle.rate_limit is not None
+        or attempt.claimed.queue in attempt.env.fleet_per_tenant
+    ):
+        # a fleet slot's lease and a rate take are driver calls
         return await lane.offload(prepare, attempt, run_signal, visibility_timeout_ms)
     refusal = admit(attempt, run_signal, visibility_timeout_ms)
     if refusal is None:

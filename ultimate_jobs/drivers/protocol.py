@@ -33,6 +33,7 @@ from .records import (
     NackOptions,
     Progress,
     QueueStats,
+    RateState,
     StepRecord,
     TaskFire,
     WorkerInfo,
@@ -101,6 +102,25 @@ class LeaseStore(Protocol):
 
     def holders(self, key: str) -> list[str]:
         """The live holders of one key, in slot order."""
+
+
+class RateStore(Protocol):
+    """Each rate key's schedule of starts, across the fleet (``@job(rate_limit=...)``): one start per
+    ``interval_ms``, and the instants reserved for runs that found their key busy."""
+
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+        """Start ``holder`` (a job id) under ``key``: ``0`` when it may start now — on its own reservation,
+        made by an earlier take and due within one interval, or on the key's next free instant when that
+        is now — else the milliseconds until the instant this take reserved for it (or the one it holds
+        already), to be handed back until then. One round trip."""
+
+    def state(self) -> builtins.list[RateState]:
+        """Every key's schedule: its next free instant and the reservations it holds."""
+
+    def forget(self, *, before_ms: int) -> int:
+        """Drop the schedules whose next free instant, and the reservations whose instant, is before
+        ``before_ms`` (a key nobody started for since, a reservation its job never came back for);
+        answers how many rows went."""
 
 
 class BackfillStore(Protocol):
@@ -233,6 +253,10 @@ class JobDriver(Protocol):
         """The fleet-wide lease store, or ``None`` (then a job declaring concurrency cannot run)."""
 
     @property
+    def rates(self) -> RateStore | None:
+        """The fleet-wide rate schedules, or ``None`` (then a job declaring a rate limit cannot run)."""
+
+    @property
     def leader(self) -> LeaderStore | None:
         """The leader-election lease rows the scheduler's leader runs on, or ``None`` (then a scheduler on
         this driver needs a leader passed in)."""
@@ -334,6 +358,7 @@ DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("supports_listen", "a bool: whether the wake crosses processes and wake_is_live() answers"),
     ("operator", "the operator's store (reads and operator actions), or None"),
     ("leases", "the fleet-wide lease store, or None"),
+    ("rates", "the fleet-wide rate schedules, or None"),
     ("leader", "the leader-election lease store, or None"),
     ("scheduler_state", "the scheduler's watermarks, or None"),
     ("backfills", "the backfill ledger, or None"),

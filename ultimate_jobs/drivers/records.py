@@ -83,6 +83,20 @@ def same_tenant(stored: str | None, requested: str | None) -> bool:
     return (stored or "") == (requested or "")
 
 
+@dataclass(frozen=True, slots=True)
+class RateState:
+    """One rate key's schedule (``driver.rates.state()``): the next instant a start may take without
+    waiting, and how many reserved instants runs that found the key busy are waiting for."""
+
+    key: str
+    next_at_ms: int
+    reserved: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"key": self.key, "next_at_ms": self.next_at_ms, "reserved": self.reserved}
+
+
 def lane_of(request: EnqueueRequest, fair_queues: frozenset[str]) -> str | None:
     """The request's lane in a fair queue — its tenant, ``""`` for none (jobs with no tenant share one
     lane) — or ``None`` when its queue is not among ``fair_queues``."""

@@ -9,6 +9,9 @@ Two kinds, two homes:
   are read at scrape time by :class:`QueueStatsCollector` through ONE ``driver.stats()`` call (on
   Postgres one ``SQL_STATS`` statement for every queue), so they are fleet-wide and the same from any
   process. :func:`metrics_registry` joins both for the ``/metrics`` view;
+- the rate gauges — ``rate_limit_keys{limit}``, ``rate_limit_waiting{limit}``, ``rate_limit_booked_seconds{limit}``
+  — read at scrape time from the driver's rate schedules (``driver.rates.state()``) by
+  :class:`RateStatsCollector`, per declared limit (never per key: one label per org would not scale);
 - the outbox gauges — ``outbox_pending``, ``outbox_failed``, ``outbox_oldest_seconds`` — read at scrape
   time with one ``SQL_OUTBOX_STATS`` statement by :class:`OutboxStatsCollector`, where the jobs database
   holds an outbox (PostgreSQL, ``ULTIMATE_JOBS['OUTBOX']`` not ``"off"``).
@@ -29,8 +32,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..core.clock import Clock
+from ..core.rates import declared_rate_limits, limit_of
 from ..drivers.protocol import JobDriver
-from ..drivers.records import QueueStats
+from ..drivers.records import QueueStats, RateState
 from ..errors import JobArgumentInvalidError
 from ..runtime.counters import prime_counters
 
@@ -95,6 +99,56 @@ class QueueStatsCollector(Collector):
                 labels=["queue"],
             ),
             GaugeMetricFamily("queue_dead_jobs", "Jobs in the dead-letter queue (state dead).", labels=["queue"]),
+        )
+
+
+class RateStatsCollector(Collector):
+    """The rate gauges, per declared rate limit (the driver's ``rates.state()`` summed over each limit's
+    keys, one statement per scrape, none when no job declares a limit): how many keys it schedules, how
+    many runs wait on reserved instants, and how far ahead its busiest key is booked (0 when every key may
+    start now)."""
+
+    def __init__(self, clock: Callable[[], Clock] | None = None) -> None:
+        from ..core.installed import job_clock
+
+        self._clock = clock or job_clock
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        from ..core.installed import job_driver
+
+        declared = declared_rate_limits()
+        store = job_driver().rates
+        if not declared or store is None:  # no limit declared: no series, and no statement
+            return
+        by_limit: dict[str, list[RateState]] = {name: [] for name in declared}
+        for state in store.state():
+            name = limit_of(state.key, declared)
+            if name is not None:
+                by_limit[name].append(state)
+        now_ms = self._clock().now_ms()
+        keys, waiting, booked = self._families()
+        for name, states in by_limit.items():
+            keys.add_metric([name], len(states))
+            waiting.add_metric([name], sum(s.reserved for s in states))
+            ahead = max((s.next_at_ms - now_ms for s in states), default=0)
+            booked.add_metric([name], max(0, ahead) / 1000)
+        yield from (keys, waiting, booked)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily("rate_limit_keys", "Keys a rate limit schedules starts for.", labels=["limit"]),
+            GaugeMetricFamily(
+                "rate_limit_waiting", "Runs waiting on an instant a rate limit reserved for them.", labels=["limit"]
+            ),
+            GaugeMetricFamily(
+                "rate_limit_booked_seconds",
+                "How far ahead a rate limit's busiest key is booked; 0 when every key may start now.",
+                labels=["limit"],
+            ),
         )
 
 
@@ -175,6 +229,7 @@ def metrics_registry(collector: QueueStatsCollector | None = None) -> CollectorR
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector or QueueStatsCollector())
     registry.register(OutboxStatsCollector())
+    registry.register(RateStatsCollector())
     registry.register(_ProcessSeries())
     return registry
 

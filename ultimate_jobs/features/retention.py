@@ -1,12 +1,14 @@
 """Retention out of the box: the app's own sweep over the tables it owns, and the hourly task firing it.
 
-``x.purge`` is a :func:`~ultimate_jobs.features.purge.purge` job over four targets, each run as its own step:
+``x.purge`` is a :func:`~ultimate_jobs.features.purge.purge` job over five targets, each run as its own step:
 
 - ``x_jobs`` — finished rows past the retention of their end state (``ULTIMATE_JOBS["RETENTION"]``:
   done 7 days, failed, cancelled and dead 30 days), and their steps;
 - ``x_outbox`` — published rows past the outbox retention (7 days), when the outbox is installed;
 - ``x_job_events`` — events past their expiry (the bus judges that on its own clock);
-- ``x_job_counters`` — counter buckets past their tier's retention (the rollup).
+- ``x_job_counters`` — counter buckets past their tier's retention (the rollup);
+- ``x_job_rates`` — rate keys nobody started under for a day, and reservations a day past their instant
+  (their run never came back: cancelled, removed), where the driver keeps rate schedules.
 
 Every delete is a bounded batch (``RETENTION["BATCH"]`` rows, one short statement each), repeated until
 a batch comes back short, so a purge of millions of rows never holds one long transaction.
@@ -30,6 +32,8 @@ from .purge import DEFAULT_PURGE_CRON, PurgeTarget, PurgeTargetLike, events_purg
 
 RETENTION_JOB = "x.purge"
 RETENTION_TASK = "x.purge.hourly"
+RATES_KEEP_MS = 86_400_000
+"""How long a rate key's schedule outlives its last start, and a reservation its instant."""
 
 
 def drain(delete: Callable[[int], int], batch: int) -> int:
@@ -66,6 +70,9 @@ def retention_targets() -> list[PurgeTargetLike]:
         targets.append(PurgeTarget("x_outbox", published))
     targets.append(events_purge_target(event_bus()))
     targets.append(PurgeTarget("x_job_counters", lambda now_ms: driver.rollup_counters()))
+    rates = driver.rates
+    if rates is not None:
+        targets.append(PurgeTarget("x_job_rates", lambda now_ms: rates.forget(before_ms=now_ms - RATES_KEEP_MS)))
     return targets
 
 

@@ -161,6 +161,14 @@ def workers_view(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"now_ms": job_clock().now_ms(), "workers": [w.as_dict() for w in rows]})
 
 
+@operator_view("ultimate_jobs.view_rateschedule")
+def rates_view(request: HttpRequest) -> HttpResponse:
+    """``GET rates``: every rate limit and each key's schedule (``operator.inspect_rates``, ``jobs rates
+    --json``) and the clock's now, to read ``next_at_ms`` against."""
+    rows = operator.inspect_rates()
+    return JsonResponse({"now_ms": job_clock().now_ms(), "rates": [r.as_dict() for r in rows]})
+
+
 @operator_view("ultimate_jobs.view_scheduledtask")
 def tasks_view(request: HttpRequest) -> HttpResponse:
     """``GET tasks``: every task (``operator.inspect_tasks``, ``jobs tasks --json``) and the clock's now."""

@@ -41,6 +41,7 @@ from .jobs import (
 from .lookup import resolve_job_id
 from .outbox import OutboxActionResult, OutboxView, inspect_outbox, remove_outbox_rows, retry_outbox_rows
 from .queues import inspect_queues, inspect_stats, inspect_workers, passes_in_flight, pause_queue, resume_queue
+from .rates import inspect_rates
 from .records import (
     BulkOutcome,
     ErrorDetail,
@@ -52,6 +53,7 @@ from .records import (
     Manifest,
     PauseState,
     QueueRow,
+    RateRow,
     StatsView,
     StepRow,
     TaskRow,
@@ -83,6 +85,7 @@ __all__ = [
     "OutboxView",
     "PauseState",
     "QueueRow",
+    "RateRow",
     "StatsView",
     "StepRow",
     "TaskRow",
@@ -94,6 +97,7 @@ __all__ = [
     "inspect_manifest",
     "inspect_outbox",
     "inspect_queues",
+    "inspect_rates",
     "inspect_stats",
     "inspect_tasks",
     "inspect_workers",

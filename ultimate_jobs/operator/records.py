@@ -289,6 +289,31 @@ class WorkerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RateRow:
+    """One rate key's schedule under its limit (``key`` ``None``: a declared limit no start has used yet):
+    the rate declared (``None`` for a key no job of this process declares), the jobs naming the limit,
+    when its next start may come without waiting, and how many runs wait on reserved instants."""
+
+    limit: str
+    key: str | None
+    rate: str | None
+    jobs: tuple[str, ...]
+    next_at_ms: int | None
+    reserved: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of one rate key."""
+        return {
+            "limit": self.limit,
+            "key": self.key,
+            "rate": self.rate,
+            "jobs": list(self.jobs),
+            "next_at_ms": self.next_at_ms,
+            "reserved": self.reserved,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TaskRow:
     """A task: its declaration (``None`` when this process declares no task by that name — a pause
     or a fire left behind), whether it is paused, its last dispatched occurrence and its next one."""

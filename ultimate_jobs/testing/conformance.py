@@ -27,6 +27,7 @@ from .conformance_backfills import BackfillContract
 from .conformance_fairness import FairnessContract
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
+from .conformance_rates import RateContract
 from .conformance_retention import RetentionContract
 from .conformance_scheduler import SchedulerContract
 from .conformance_support import (
@@ -61,6 +62,7 @@ __all__ = [
     "LeaseContract",
     "OperatorContract",
     "QueueContract",
+    "RateContract",
     "RetentionContract",
     "SchedulerContract",
     "StateWriter",
@@ -147,6 +149,7 @@ class DriverConformance(
     FairnessContract,
     OperatorContract,
     LeaseContract,
+    RateContract,
     SchedulerContract,
     RetentionContract,
     BackfillContract,

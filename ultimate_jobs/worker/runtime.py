@@ -39,7 +39,7 @@ from ..core.logs import log_event
 from ..core.signals import CancelSignal
 from ..drivers.protocol import JobDriver
 from ..drivers.records import ClaimedJob, NackOptions
-from ..errors import ConcurrencyUnenforceableError, JobDrainedError
+from ..errors import ConcurrencyUnenforceableError, JobDrainedError, RateLimitUnenforceableError
 from ..guards.limits import LimitConfig, Limiter
 from ..runtime.async_lane import AsyncLane
 from ..runtime.counters import count_outcome, prime_counters
@@ -187,6 +187,12 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _begin(self) -> None:
         """Refuse an unenforceable declaration, register, arm the heartbeat, subscribe to the wake."""
         handles = [h for h in registry.registered("job") if isinstance(h, JobHandle)]
+        if self.driver.leases is None and self._env.fleet_per_tenant:
+            raise ConcurrencyUnenforceableError(
+                f"LIMITS['FLEET_PER_TENANT'] caps {sorted(self._env.fleet_per_tenant)} and the {self.driver.name} "
+                "driver has no lease store; use one of the built-in drivers or drop the cap",
+                {"queues": sorted(self._env.fleet_per_tenant), "driver": self.driver.name},
+            )
         if self.driver.leases is None:
             declaring = sorted(h.name for h in handles if h.concurrency is not None)
             if declaring:
@@ -196,6 +202,13 @@ class JobWorker(LeaseRenewal, PollingRole):
                     "memory), or drop the declaration",
                     {"jobs": declaring, "driver": self.driver.name},
                 )
+        limited = sorted(h.name for h in handles if h.rate_limit is not None)
+        if self.driver.rates is None and limited:
+            raise RateLimitUnenforceableError(
+                f"jobs {limited} declare a rate limit and the {self.driver.name} driver keeps no rate schedules; "
+                "use one of the built-in drivers (postgres, sqlite, redis, memory), or drop the declaration",
+                {"jobs": limited, "driver": self.driver.name},
+            )
         served = {h.queue for h in handles}
         for queue in self.queues:
             if queue not in served:

@@ -51,7 +51,7 @@ from .counters import CounterBuckets
 from .index import ClaimEntry, ClaimIndex, claim_order
 from .operator import MemoryOperatorStore
 from .rows import MemoryRow, copy_step
-from .stores import MemoryBackfillStore, MemoryLeaderStore, MemoryLeaseStore, MemorySchedulerStore
+from .stores import MemoryBackfillStore, MemoryLeaderStore, MemoryLeaseStore, MemoryRateStore, MemorySchedulerStore
 
 WakeListener = Callable[[str], None]
 STATS_STATES = frozenset((*LIVE_STATES, "dead"))  # what stats() counts: depth and the dead-letter queue
@@ -89,6 +89,7 @@ class MemoryDriver:
         self.counters = CounterBuckets()  # x_job_counters
         self._operator = MemoryOperatorStore(self)
         self._leases = MemoryLeaseStore(self.clock)
+        self._rates = MemoryRateStore()
         self._leader = MemoryLeaderStore(self)
         self._scheduler_state = MemorySchedulerStore(self)
         self._backfills = MemoryBackfillStore(self)
@@ -102,6 +103,10 @@ class MemoryDriver:
     @property
     def leases(self) -> MemoryLeaseStore:
         return self._leases
+
+    @property
+    def rates(self) -> MemoryRateStore:
+        return self._rates
 
     @property
     def leader(self) -> MemoryLeaderStore:

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.clock import Clock
 from ...core.ids import new_id
-from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, TaskFire
+from ..rates import decide
+from ..records import (
+    BackfillBegin,
+    BackfillRun,
+    BackfillStatus,
+    Fire,
+    FireResult,
+    LeaderLease,
+    RateState,
+    TaskFire,
+)
 
 if TYPE_CHECKING:
     from .driver import MemoryDriver
@@ -74,6 +84,48 @@ class MemoryLeaseStore:
     def holders(self, key: str) -> list[str]:
         with self._lock:
             return [h for h, _ in self._live(key)]
+
+
+class MemoryRateStore:
+    """Rate schedules in two maps: ``key -> next free instant`` and ``key -> {holder: reserved instant}``
+    (the decision is :func:`~ultimate_jobs.drivers.rates.decide`'s, as every driver's)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next: dict[str, int] = {}
+        self._held: dict[str, dict[str, int]] = {}
+
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+        with self._lock:
+            held = self._held.setdefault(key, {})
+            taken = decide(held.get(holder), self._next.get(key), interval_ms=interval_ms, now_ms=now_ms)
+            if taken.next_at_ms is not None:
+                self._next[key] = taken.next_at_ms
+            if taken.hold_at_ms is None:
+                held.pop(holder, None)
+            else:
+                held[holder] = taken.hold_at_ms
+            return taken.wait_ms
+
+    def state(self) -> list[RateState]:
+        with self._lock:
+            return [
+                RateState(key=key, next_at_ms=at, reserved=len(self._held.get(key, {})))
+                for key, at in sorted(self._next.items())
+            ]
+
+    def forget(self, *, before_ms: int) -> int:
+        with self._lock:
+            gone = [key for key, at in self._next.items() if at < before_ms]
+            for key in gone:
+                del self._next[key]
+            dropped = len(gone)
+            for held in self._held.values():
+                stale = [holder for holder, at in held.items() if at < before_ms]
+                for holder in stale:
+                    del held[holder]
+                dropped += len(stale)
+            return dropped
 
 
 class MemoryLeaderStore:

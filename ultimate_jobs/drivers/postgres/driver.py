@@ -19,7 +19,7 @@ from .queries import fairness
 from .queries import jobs as sql
 from .queries import scheduler as scheduler_sql
 from .rows import POSTGRES, canonical_id, enqueue_rows, is_uuid
-from .stores import PostgresBackfillStore, PostgresLeaseStore, PostgresSchedulerStore
+from .stores import PostgresBackfillStore, PostgresLeaseStore, PostgresRateStore, PostgresSchedulerStore
 from .wake import conninfo_for, pool_probe, start_queue_wake
 
 # SQL_CLAIM's registry parameters when the claim carries no registry row (the upsert writes nothing).
@@ -37,7 +37,13 @@ class PostgresDriver(SqlDriver):
     supports_listen = True
     dialect = POSTGRES
     sql = sql
-    parts = (PostgresOperatorStore, PostgresLeaseStore, PostgresSchedulerStore, PostgresBackfillStore)
+    parts = (
+        PostgresOperatorStore,
+        PostgresLeaseStore,
+        PostgresSchedulerStore,
+        PostgresBackfillStore,
+        PostgresRateStore,
+    )
 
     def _executor(self, alias: str) -> Executor:
         return django_executor(alias)

@@ -12,10 +12,23 @@ from django.db import IntegrityError, transaction
 
 from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
-from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlSchedulerStore
+from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlRateStore, SqlSchedulerStore
 from .executor import jsonb
 from .queries import backfills, jobs, scheduler
 from .rows import POSTGRES, enqueue_rows
+
+
+class PostgresRateStore(SqlRateStore):
+    """Rate schedules: a take is one statement (SQL_RATE_TAKE); takers of one key queue on its row."""
+
+    sql = jobs
+
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+        params = {"key": key, "holder": holder, "interval": interval_ms, "now": now_ms}
+        return int(self._d.executor.query(jobs.SQL_RATE_TAKE, params, binding="prepared")[0][0])
+
+    def forget(self, *, before_ms: int) -> int:
+        return int(self._query(jobs.SQL_RATE_FORGET, {"before": before_ms})[0][0])
 
 
 class PostgresLeaseStore(SqlLeaseStore):

@@ -59,7 +59,7 @@ from ..wake_hub import WakeHub
 from .operator import RedisOperatorStore
 from .queries import SCRIPTS
 from .rows import claimed_job, exhausted_job, progress_json, step_json, text
-from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisSchedulerStore
+from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisRateStore, RedisSchedulerStore
 from .wake import RedisWake
 
 DONE_TTL_MS = 7 * 86_400_000
@@ -127,8 +127,8 @@ def worker_doc(info: WorkerInfo) -> str:
 
 
 class RedisDriver:
-    """The whole driver protocol over Redis, with the operator's store, fleet leases, the scheduler's
-    leader and watermarks, and the backfill ledger.
+    """The whole driver protocol over Redis, with the operator's store, fleet leases, rate schedules, the
+    scheduler's leader and watermarks, and the backfill ledger.
 
     ``client`` is a redis-py client (:meth:`from_url` builds one for a URL; ``ULTIMATE_JOBS["DRIVER"] =
     "redis"`` builds the driver for ``ULTIMATE_JOBS["REDIS_URL"]`` — the driver reads no settings); ``prefix``
@@ -174,6 +174,7 @@ class RedisDriver:
         }
         self._operator = RedisOperatorStore(self)
         self._leases = RedisLeaseStore(self)
+        self._rates = RedisRateStore(self)
         self._leader = RedisLeaderStore(self)
         self._scheduler_state = RedisSchedulerStore(self)
         self._backfills = RedisBackfillStore(self)
@@ -193,6 +194,10 @@ class RedisDriver:
     @property
     def leases(self) -> RedisLeaseStore:
         return self._leases
+
+    @property
+    def rates(self) -> RedisRateStore:
+        return self._rates
 
     @property
     def leader(self) -> RedisLeaderStore:

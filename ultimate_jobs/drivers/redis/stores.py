@@ -1,5 +1,5 @@
-"""The Redis driver's fleet leases, leader lease, scheduler watermarks and backfill ledger — each
-mutation one script, each at the caller's instant, by the memory driver's rules."""
+"""The Redis driver's fleet leases, rate schedules, leader lease, scheduler watermarks and backfill ledger —
+each mutation one script, each at the caller's instant, by the memory driver's rules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.ids import new_id
-from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease
+from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, RateState
 from .rows import backfill_run, pairs, text
 
 if TYPE_CHECKING:
@@ -38,6 +38,23 @@ class RedisLeaseStore:
 
     def holders(self, key: str) -> list[str]:
         return list(self._run("holders", key))
+
+
+class RedisRateStore:
+    """Rate schedules in two sorted sets (:mod:`.queries.rates`): a take is one script, running
+    :func:`~ultimate_jobs.drivers.rates.decide`'s decision on the values it reads."""
+
+    def __init__(self, driver: RedisDriver) -> None:
+        self._d = driver
+
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+        return int(self._d.run("rate_take", key, holder, str(interval_ms), str(now_ms)))
+
+    def state(self) -> list[RateState]:
+        return [RateState(key, int(at), int(held)) for key, at, held in self._d.run("rate_state")]
+
+    def forget(self, *, before_ms: int) -> int:
+        return int(self._d.run("rate_forget", str(before_ms)))
 
 
 class RedisLeaderStore:

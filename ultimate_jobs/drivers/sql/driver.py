@@ -71,7 +71,7 @@ class SqlDriver(ABC):
     sql: ModuleType
     parts: tuple[Callable[[Any], Any], ...]
     """The classes of ``driver.operator``, ``driver.leases``, the scheduler's store (``driver.leader`` and
-    ``driver.scheduler_state``) and ``driver.backfills``, each built over the driver."""
+    ``driver.scheduler_state``), ``driver.backfills`` and ``driver.rates``, each built over the driver."""
 
     def __init__(
         self,
@@ -88,7 +88,9 @@ class SqlDriver(ABC):
         self.visibility_timeout_ms = visibility_timeout_ms
         self.fair_queues: frozenset[str] = frozenset(fair_queues)
         self._wakes: WakeHub[Any] = WakeHub(self._start_wake)
-        self._operator, self._leases, self._scheduler, self._backfills = (build(self) for build in self.parts)
+        self._operator, self._leases, self._scheduler, self._backfills, self._rates = (
+            build(self) for build in self.parts
+        )
 
     @abstractmethod
     def _executor(self, alias: str) -> Any:
@@ -101,6 +103,10 @@ class SqlDriver(ABC):
     @property
     def leases(self) -> Any:
         return self._leases
+
+    @property
+    def rates(self) -> Any:
+        return self._rates
 
     @property
     def leader(self) -> Any:

@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from ...core.ids import new_id
-from ..records import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease
+from ..records import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease, RateState
 from .dialect import dumps
 from .rows import BackfillRow, LeaseRow, backfill_run, leader_lease
 
@@ -26,6 +26,17 @@ class SqlStore:
 
     def _query(self, statement: str, params: dict[str, Any]) -> builtins.list[tuple[Any, ...]]:
         return self._d.executor.query(statement, params)  # type: ignore[no-any-return]
+
+
+class SqlRateStore(SqlStore):
+    """Rate schedules in ``x_job_rates`` and reservations in ``x_job_rate_holds`` (the ``SQL_RATE_*``
+    statements); a backend writes :meth:`take` and :meth:`forget`."""
+
+    def state(self) -> builtins.list[RateState]:
+        return [
+            RateState(key=key, next_at_ms=int(at), reserved=int(n))
+            for key, at, n in self._query(self.sql.SQL_RATE_STATE, {})
+        ]
 
 
 class SqlLeaseStore(SqlStore):

@@ -47,7 +47,7 @@ from .queries import fairness
 from .queries import jobs as sql
 from .queries import stores as sql_stores
 from .rows import SQLITE, dashed, dumps, hex_id, ms, ts
-from .stores import SqliteBackfillStore, SqliteLeaseStore, SqliteSchedulerStore
+from .stores import SqliteBackfillStore, SqliteLeaseStore, SqliteRateStore, SqliteSchedulerStore
 from .watch import WATCH_INTERVAL_MS, DataVersionWatch
 
 MIN_SQLITE = (3, 35, 0)
@@ -80,7 +80,7 @@ class SqliteDriver(SqlDriver):
     supports_listen = True  # the watch on the file carries other processes' commits
     dialect = SQLITE
     sql = sql
-    parts = (SqliteOperatorStore, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore)
+    parts = (SqliteOperatorStore, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore, SqliteRateStore)
 
     def __init__(
         self,

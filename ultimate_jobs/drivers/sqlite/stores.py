@@ -1,4 +1,4 @@
-"""The SQLite driver's stores: ``driver.leases`` (fleet slots), ``driver.leader`` and
+"""The SQLite driver's stores: ``driver.leases`` (fleet slots), ``driver.rates`` (rate schedules), ``driver.leader`` and
 ``driver.scheduler_state`` (the scheduler's lease, watermarks and fires) and ``driver.backfills`` (the
 ledger), over the statements of :mod:`.queries`. An operation of several statements
 runs in one ``BEGIN IMMEDIATE`` transaction: a fire's job rows land with its watermark, a leader's rollup
@@ -10,15 +10,49 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..rates import decide
 from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
-from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlSchedulerStore
+from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlRateStore, SqlSchedulerStore
 from .queries import jobs as sql
 from .queries import stores as sql_stores
 from .rows import SQLITE, dumps, ms, ts
 
 if TYPE_CHECKING:
     from .driver import SqliteDriver
+
+
+class SqliteRateStore(SqlRateStore):
+    """Rate schedules: a take reads the holder's reservation and the key's next free instant and writes
+    :func:`~ultimate_jobs.drivers.rates.decide`'s answer, in one ``BEGIN IMMEDIATE`` transaction."""
+
+    sql = sql
+
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+        q = self._d.executor.query
+        mine = {"key": key, "holder": holder}
+        with self._d.executor.write():
+            held = q(sql.SQL_RATE_HELD, mine)
+            scheduled = q(sql.SQL_RATE_NEXT, {"key": key})
+            taken = decide(
+                held[0][0] if held else None,
+                scheduled[0][0] if scheduled else None,
+                interval_ms=interval_ms,
+                now_ms=now_ms,
+            )
+            if taken.next_at_ms is not None:
+                q(sql.SQL_RATE_MOVE, {"key": key, "next_at_ms": taken.next_at_ms})
+            if taken.hold_at_ms is not None:
+                q(sql.SQL_RATE_HOLD, {**mine, "at_ms": taken.hold_at_ms})
+            elif held:
+                q(sql.SQL_RATE_SPEND, mine)
+        return taken.wait_ms
+
+    def forget(self, *, before_ms: int) -> int:
+        with self._d.executor.write():
+            schedules = self._d.executor.query(sql.SQL_RATE_FORGET_SCHEDULES, {"before": before_ms})
+            holds = self._d.executor.query(sql.SQL_RATE_FORGET_HOLDS, {"before": before_ms})
+        return len(schedules) + len(holds)
 
 
 class SqliteLeaseStore(SqlLeaseStore):

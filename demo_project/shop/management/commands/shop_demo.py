@@ -16,6 +16,7 @@ from psycopg import sql
 
 from demo_project.shop.backend import driver_title
 from demo_project.shop.scenario import ScenarioResult, run_scenario
+from demo_project.shop.scenario_limits import run_limits_part
 from demo_project.shop.scenario_maintenance import run_maintenance_part
 from demo_project.shop.scenario_outbound import run_outbound_part
 from demo_project.shop.scenario_outbox import run_outbox_part
@@ -43,6 +44,7 @@ class Command(BaseCommand):
             ("the scheduler and events", run_scheduler_part),
             ("maintenance: a backfill and the retention sweep", run_maintenance_part),
             ("outbound: an export of the orders and a signed webhook", run_outbound_part),
+            ("limits: a fair queue and the payment provider's rate limit", run_limits_part),
         )
         for title, part in parts:
             self.stdout.write(f"\n== {title} ==")

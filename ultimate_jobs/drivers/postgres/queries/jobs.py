@@ -477,6 +477,51 @@ SELECT count(*) FROM gone
 # SQL_JIT_OFF — no JIT compilation for the rest of the transaction (SQL_PURGE_FINISHED's).
 SQL_JIT_OFF = "SET LOCAL jit = off"
 
+# SQL_RATE_TAKE — one take of rate key %(key)s by %(holder)s (a job id), every %(interval)s ms a start, as
+# drivers/rates.py's decide(): a reservation of the holder's due now (within one interval) is spent; one
+# still ahead is kept and answered; else the key's next free instant is taken (x_job_rates, upserted: the
+# row lock serialises every taker of one key), the schedule moves one interval past it, and an instant
+# ahead of %(now)s is reserved for the holder (x_job_rate_holds). Answers the ms to wait, 0 to start now.
+SQL_RATE_TAKE = """
+WITH held AS (
+    SELECT at_ms FROM x_job_rate_holds
+    WHERE key = %(key)s AND holder = %(holder)s AND at_ms > %(now)s - %(interval)s
+),
+fresh AS (
+    INSERT INTO x_job_rates AS r (key, next_at_ms)
+    SELECT %(key)s, %(now)s + %(interval)s WHERE NOT EXISTS (SELECT 1 FROM held)
+    ON CONFLICT (key) DO UPDATE SET next_at_ms = greatest(r.next_at_ms, %(now)s) + %(interval)s
+    RETURNING next_at_ms - %(interval)s AS at_ms
+),
+kept AS (
+    INSERT INTO x_job_rate_holds AS h (key, holder, at_ms)
+    SELECT %(key)s, %(holder)s, at_ms FROM fresh WHERE at_ms > %(now)s
+    ON CONFLICT (key, holder) DO UPDATE SET at_ms = excluded.at_ms
+),
+spent AS (
+    DELETE FROM x_job_rate_holds
+    WHERE key = %(key)s AND holder = %(holder)s
+      AND (EXISTS (SELECT 1 FROM held WHERE at_ms <= %(now)s) OR EXISTS (SELECT 1 FROM fresh WHERE at_ms <= %(now)s))
+)
+SELECT greatest(0, coalesce((SELECT at_ms FROM fresh), (SELECT at_ms FROM held)) - %(now)s)::bigint
+"""
+
+# SQL_RATE_STATE — every rate key's next free instant and its reservations, by key (at most 1,000 keys).
+SQL_RATE_STATE = """
+SELECT r.key, r.next_at_ms, (SELECT count(*) FROM x_job_rate_holds h WHERE h.key = r.key)
+FROM x_job_rates r
+ORDER BY r.key
+LIMIT 1000
+"""
+
+# SQL_RATE_FORGET — drop the schedules and reservations whose instant is before %(before)s; answers how
+# many rows went.
+SQL_RATE_FORGET = """
+WITH schedules AS (DELETE FROM x_job_rates WHERE next_at_ms < %(before)s RETURNING 1),
+holds AS (DELETE FROM x_job_rate_holds WHERE at_ms < %(before)s RETURNING 1)
+SELECT (SELECT count(*) FROM schedules) + (SELECT count(*) FROM holds)
+"""
+
 # SQL_LEASE_LOCK — serialise acquirers of one key for the rest of the transaction (an advisory
 # xact lock is released at commit; it never outlives the statement's transaction).
 SQL_LEASE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7041))"

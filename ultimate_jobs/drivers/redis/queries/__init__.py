@@ -5,6 +5,7 @@ module per entity — as the SQL backends keep their statements in ``queries/``.
 - :mod:`.jobs` — enqueue, claim, settles, heartbeat, progress, stats, purge, fleet slots (the hot path: the
   driver's own scripts);
 - :mod:`.operator` — the operator's reads and actions (``driver.operator``);
+- :mod:`.rates` — the rate schedules (``driver.rates``): the take, the state and forgetting;
 - :mod:`.scheduler` — the leader lease, the counter rollup, watermarks and the fire;
 - :mod:`.backfills` — the backfill ledger.
 
@@ -13,7 +14,7 @@ module per entity — as the SQL backends keep their statements in ``queries/``.
 
 from __future__ import annotations
 
-from . import backfills, jobs, operator, scheduler
+from . import backfills, jobs, operator, rates, scheduler
 from .prelude import HELPERS, PRELUDE
 
 _BODIES: dict[str, str] = {
@@ -27,6 +28,9 @@ _BODIES: dict[str, str] = {
     "stats": jobs.STATS,
     "purge": jobs.PURGE,
     "lease": jobs.LEASE,
+    "rate_take": rates.RATE_TAKE,
+    "rate_state": rates.RATE_STATE,
+    "rate_forget": rates.RATE_FORGET,
     "list": operator.LIST,
     "remove": operator.REMOVE,
     "requeue": operator.REQUEUE,

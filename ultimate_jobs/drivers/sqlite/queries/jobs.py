@@ -304,3 +304,31 @@ SQL_LEASE_RELEASE = "DELETE FROM x_job_leases WHERE key = :key AND holder = :hol
 SQL_LEASE_HOLDERS = """
 SELECT holder FROM x_job_leases WHERE key = :key AND expires_at > :now ORDER BY acquired_at, id
 """
+
+# -- rate schedules (@job(rate_limit=...)): drivers/rates.py's decide() on what these read, in one
+# BEGIN IMMEDIATE transaction ------------------------------------------------------------------
+
+# SQL_RATE_HELD — the reservation :holder holds on :key, if any.
+SQL_RATE_HELD = "SELECT at_ms FROM x_job_rate_holds WHERE key = :key AND holder = :holder"
+
+# SQL_RATE_NEXT — :key's next free instant, if it was ever taken.
+SQL_RATE_NEXT = "SELECT next_at_ms FROM x_job_rates WHERE key = :key"
+
+# SQL_RATE_MOVE — set :key's next free instant.
+SQL_RATE_MOVE = """INSERT INTO x_job_rates (key, next_at_ms) VALUES (:key, :next_at_ms)
+ON CONFLICT (key) DO UPDATE SET next_at_ms = excluded.next_at_ms"""
+
+# SQL_RATE_HOLD — reserve :at_ms for :holder on :key (replacing a stale reservation).
+SQL_RATE_HOLD = """INSERT INTO x_job_rate_holds (key, holder, at_ms) VALUES (:key, :holder, :at_ms)
+ON CONFLICT (key, holder) DO UPDATE SET at_ms = excluded.at_ms"""
+
+# SQL_RATE_SPEND — drop :holder's reservation on :key (it starts now).
+SQL_RATE_SPEND = "DELETE FROM x_job_rate_holds WHERE key = :key AND holder = :holder"
+
+# SQL_RATE_STATE — every rate key's next free instant and its reservations, by key (at most 1,000 keys).
+SQL_RATE_STATE = """SELECT r.key, r.next_at_ms, (SELECT count(*) FROM x_job_rate_holds h WHERE h.key = r.key)
+FROM x_job_rates r ORDER BY r.key LIMIT 1000"""
+
+# SQL_RATE_FORGET_SCHEDULES / SQL_RATE_FORGET_HOLDS — drop what is before :before; a row per row gone.
+SQL_RATE_FORGET_SCHEDULES = "DELETE FROM x_job_rates WHERE next_at_ms < :before RETURNING 1"
+SQL_RATE_FORGET_HOLDS = "DELETE FROM x_job_rate_holds WHERE at_ms < :before RETURNING 1"

@@ -1,0 +1,129 @@
+"""``@job(rate_limit=..., rate_key=...)``: starts held to a rate across the fleet, run by ``run_jobs`` on the
+memory and the Postgres driver (``any_jobs``; tests/sqlite/test_rate_limits_sqlite.py runs them on SQLite),
+on the frozen clock — so every start's instant is exact — and the refusals of a bad declaration or key.
+
+The fleet-wide accuracy under three real worker processes is bench/'s ``rates`` case and
+tests/e2e/test_rate_limit_processes.py's."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import AnyJobsEnv
+from ultimate_jobs import JobRun, RateLimit, job
+from ultimate_jobs.drivers.records import JobFilter
+from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.testing import run_jobs
+
+
+def starts_of(env: AnyJobsEnv, name: str, rate: Any, **options: Any) -> tuple[Any, list[tuple[str, int, int]]]:
+    """A job ``name`` under ``rate`` whose body records (its org, the instant it started, its attempt)."""
+    started: list[tuple[str, int, int]] = []
+
+    def body(run: JobRun[Any]) -> None:
+        started.append((run.input["org"], env.clock.now_ms(), run.attempt))
+
+    handle = job(
+        name=name,
+        idempotency_key=lambda i: f"{name}:{i['n']}",
+        tenant=lambda i: i["org"],
+        rate_limit=rate,
+        **options,
+    )(body)
+    return handle, started
+
+
+def gaps(instants: list[int]) -> list[int]:
+    return [b - a for a, b in itertools.pairwise(sorted(instants))]
+
+
+def test_starts_are_spaced_by_the_rate_and_the_waits_are_not_attempts(any_jobs: AnyJobsEnv) -> None:
+    handle, started = starts_of(any_jobs, "sync_ledger", "2/s")
+    for n in range(6):
+        handle.enqueue({"n": n, "org": "org-a"})
+    run_jobs(clock=any_jobs.clock)
+    assert len(started) == 6
+    assert min(gaps([at for _, at, _ in started])) >= 500  # 2 a second: one start per 500 ms
+    assert {attempt for *_, attempt in started} == {1}  # a run handed back to its instant spent no attempt
+    assert any_jobs.driver.operator is not None
+    assert {r.state for r in any_jobs.driver.operator.list(JobFilter(name="sync_ledger")).rows} == {"done"}
+
+
+def test_a_rate_key_gives_each_org_its_own_schedule(any_jobs: AnyJobsEnv) -> None:
+    handle, started = starts_of(any_jobs, "call_crm", "1/s", rate_key=lambda i: i["org"])
+    for n in range(3):
+        handle.enqueue({"n": n, "org": "org-a"})
+        handle.enqueue({"n": 10 + n, "org": "org-b"})
+    run_jobs(clock=any_jobs.clock)
+    for org in ("org-a", "org-b"):
+        assert min(gaps([at for o, at, _ in started if o == org])) >= 1_000
+    first = min(at for _, at, _ in started)
+    assert sorted(o for o, at, _ in started if at == first) == ["org-a", "org-b"]  # side by side, not in turn
+
+
+def test_a_shared_rate_limit_holds_every_job_naming_it(any_jobs: AnyJobsEnv) -> None:
+    payments_api = RateLimit("payments-api", "4/s")
+    charge, charged = starts_of(any_jobs, "charge", payments_api)
+    refund, refunded = starts_of(any_jobs, "refund", payments_api)
+    for n in range(3):
+        charge.enqueue({"n": n, "org": "org-a"})
+        refund.enqueue({"n": n, "org": "org-a"})
+    run_jobs(clock=any_jobs.clock)
+    assert min(gaps([at for _, at, _ in charged + refunded])) >= 250  # one schedule for the two jobs
+    assert any_jobs.driver.rates is not None
+    assert [s.key for s in any_jobs.driver.rates.state()] == ["payments-api"]
+
+
+# -- bad input: refused at the declaration or the enqueue, nothing stored --------------------------------
+
+
+@pytest.mark.parametrize("rate", ["ten per second", "0/s", "-5/s", "10/fortnight", "5000/s", 10, ""])
+def test_a_rate_that_says_no_rate_is_refused_at_the_declaration(any_jobs: AnyJobsEnv, rate: Any) -> None:
+    with pytest.raises(UltimateError) as refused:
+        starts_of(any_jobs, "never_declared", rate)
+    assert refused.value.code == "X_JOB_RATE_LIMIT_INVALID"
+    assert "never_declared" in refused.value.message
+
+
+def test_a_rate_key_that_is_no_function_is_refused(any_jobs: AnyJobsEnv) -> None:
+    with pytest.raises(UltimateError) as refused:
+        starts_of(any_jobs, "keyed_wrong", "1/s", rate_key="org")
+    assert refused.value.code == "X_JOB_RATE_LIMIT_INVALID" and "must be a function" in refused.value.message
+
+
+def test_a_rate_key_without_a_rate_limit_is_refused(any_jobs: AnyJobsEnv) -> None:
+    with pytest.raises(UltimateError) as refused:
+        starts_of(any_jobs, "key_only", None, rate_key=lambda i: i["org"])
+    assert refused.value.code == "X_JOB_RATE_LIMIT_INVALID" and "rate_limit=" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        (lambda i: i["account"], "raised KeyError"),
+        (lambda i: "", "answered ''"),
+        (lambda i: 42, "answered '42'"),
+    ],
+)
+def test_a_rate_key_that_raises_or_answers_no_key_is_refused_at_the_enqueue(
+    any_jobs: AnyJobsEnv, key: Callable[[Any], Any], says: str
+) -> None:
+    handle, _ = starts_of(any_jobs, "keyed_badly", "1/s", rate_key=key)
+    with pytest.raises(UltimateError) as refused:
+        handle.enqueue({"n": 1, "org": "org-a"})
+    assert refused.value.code == "X_JOB_RATE_KEY_INVALID" and says in refused.value.message
+    assert any_jobs.driver.operator is not None
+    assert not any_jobs.driver.operator.list(JobFilter(name="keyed_badly")).rows
+
+
+def test_an_async_rate_key_is_refused_at_the_declaration(any_jobs: AnyJobsEnv) -> None:
+    async def org(i: Any) -> str:
+        return str(i["org"])
+
+    with pytest.raises(UltimateError) as refused:
+        starts_of(any_jobs, "keyed_async", "1/s", rate_key=org)
+    assert refused.value.code == "X_JOB_ASYNC_UNSUPPORTED"
