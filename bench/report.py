@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import IO_SLEEP_S, connect, median_of
-from bench.plan import Plan
+from bench.plan import RATES_DRIVERS, RATES_PER_S, Plan
 
 LIBRARIES = ("ultimate_jobs", "pgqueuer", "procrastinate", "bare psycopg", "ultimate_jobs sqlite")
 LOAD_WARNING = 0.5
@@ -179,6 +179,30 @@ def fairness_rows(plan: Plan) -> list[Row]:
     ]
 
 
+RATES_LABELS = {"postgres": "Postgres", "sqlite": "SQLite (one file)", "redis": "Redis"}
+
+
+def rates_rows(plan: Plan) -> list[Row]:
+    """The rates case's rows, per driver: the start rate, the hand-backs, the wall time, then the two figures with
+    goals — the most starts in any 1 s window and the start rate over the limit."""
+    out: list[Row] = []
+    for driver in RATES_DRIVERS:
+        what = (
+            f"rates, {RATES_LABELS[driver]}: {plan.rates_n:,} jobs at {RATES_PER_S}/s on 1 key, "
+            f"{plan.rates_processes} proc x {plan.slots} slots"
+        )
+        key, edge = f"rates_{driver}", RATES_PER_S + 1
+        out += [
+            Row(f"{key}_rate", f"{what}: start rate, (N-1) / first-to-last start", "starts/s", True),
+            Row(f"{key}_handbacks", f"{what}: runs handed back (uncounted)", "hand-backs", False),
+            Row(f"{key}_handed_jobs", f"{what}: jobs handed back at least once", "jobs", False),
+            Row(f"{key}_wall_s", f"{what}: wall time, first spawn to last finish", "s", False),
+            Row(f"{key}_max_window", f"{what}: most starts in any 1 s window (goal ≤ {edge})", "starts", False),
+            Row(f"{key}_ratio", f"{what}: start rate / {RATES_PER_S} (goal ≥ 0.95)", "ratio", True),
+        ]
+    return out
+
+
 def rows(plan: Plan) -> list[Row]:
     """The table's rows, labelled with this plan's sizes."""
     preload = [
@@ -260,6 +284,7 @@ def rows(plan: Plan) -> list[Row]:
         Row("steps_atomic_steady", "the same write as a step.atomic, steady", "jobs/s", True),
         Row("steps_atomic_over_run", "step.atomic / step.run (rate ratio)", "ratio", True),
         *fairness_rows(plan),
+        *rates_rows(plan),
     ]
 
 
@@ -305,7 +330,7 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{value / 1024:,.1f}"
     if unit == "ratio":
         return f"{value:.2f}"
-    if unit == "ms":
+    if unit in ("ms", "s", "starts/s"):
         return f"{value:,.1f}"
     return f"{value:,.0f}"
 

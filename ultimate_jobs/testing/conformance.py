@@ -27,7 +27,7 @@ from .conformance_backfills import BackfillContract
 from .conformance_fairness import FairnessContract
 from .conformance_operator import OperatorContract
 from .conformance_queue import QueueContract
-from .conformance_rates import RateContract
+from .conformance_rates import FleetLimitContract, RateContract
 from .conformance_retention import RetentionContract
 from .conformance_scheduler import SchedulerContract
 from .conformance_support import (
@@ -59,6 +59,7 @@ __all__ = [
     "DriverConformance",
     "DriverFactory",
     "FairnessContract",
+    "FleetLimitContract",
     "LeaseContract",
     "OperatorContract",
     "QueueContract",
@@ -150,6 +151,7 @@ class DriverConformance(
     OperatorContract,
     LeaseContract,
     RateContract,
+    FleetLimitContract,
     SchedulerContract,
     RetentionContract,
     BackfillContract,

@@ -1,4 +1,6 @@
-"""The rate half of the conformance suite: ``driver.rates``, the fleet-wide schedule of starts per rate key.
+"""The fleet limits of the conformance suite: ``driver.rates`` (the schedule of starts per rate key), and what
+the executor builds on the driver — a rate-limited run handed back to its reserved instant, an org at its
+``FLEET_PER_TENANT`` cap handed back — run on the suite's driver.
 
 A mixin of :class:`~ultimate_jobs.testing.conformance.DriverConformance`; its ``rates`` fixture skips, saying
 so, on a driver that declares ``rates = None``. The rules (the one decision every store makes,
@@ -10,12 +12,18 @@ interval) the holder starts on its reservation without taking another; back late
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from ..drivers.protocol import JobDriver, RateStore
+from ..core.definition import JobHandle, job
+from ..core.execute import AttemptEnv, execute_job
+from ..core.run import JobRun
+from ..drivers.protocol import JobDriver, OperatorStore, RateStore
 from .clock import FrozenClock
-from .conformance_support import declared
+from .conformance_support import QUEUE, claim, declared, record
+from .django import installed_jobs
 
 STEP = 100  # the interval every scenario takes at (ms): ten starts a second
 
@@ -58,17 +66,17 @@ class RateContract:
         """Ten workers, each with a job to start, asking again when their wait is up (every millisecond at
         the most) for 3 seconds: the starts stay one interval apart, and come at the limit's rate."""
         start = clock.now_ms()
-        jobs = {worker: f"job-{worker}-0" for worker in range(10)}
-        ask_at = dict.fromkeys(jobs, start)
+        holding = {worker: f"job-{worker}-0" for worker in range(10)}
+        ask_at = dict.fromkeys(holding, start)
         starts: list[int] = []
         for t in range(start, start + 3_000):
-            for worker, job in jobs.items():
+            for worker, holder in holding.items():
                 if ask_at[worker] > t:
                     continue
-                wait = rates.take("api", job, interval_ms=STEP, now_ms=t)
+                wait = rates.take("api", holder, interval_ms=STEP, now_ms=t)
                 if wait == 0:
                     starts.append(t)
-                    jobs[worker] = f"job-{worker}-{len(starts)}"
+                    holding[worker] = f"job-{worker}-{len(starts)}"
                 ask_at[worker] = t + max(wait, 1)
         assert all(b - a >= STEP for a, b in itertools.pairwise(starts))
         assert len(starts) >= 3_000 // STEP - 1
@@ -92,3 +100,58 @@ class RateContract:
         rates.take("new", "job-3", interval_ms=STEP, now_ms=now + 10 * STEP)
         assert rates.forget(before_ms=now + 5 * STEP) == 2  # old's schedule (now + 2I) and job-2's reservation
         assert [s.key for s in rates.state()] == ["new"]
+
+
+def limited_job(name: str, body: Any, **options: Any) -> JobHandle[Any, Any]:
+    """A job of the suite's queue whose input names its org and its number."""
+    return job(
+        name=name, queue=QUEUE, idempotency_key=lambda i: f"{i['org']}:{i['n']}", tenant=lambda i: i["org"], **options
+    )(body)
+
+
+class FleetLimitContract:
+    """What the executor does on the driver's rates and leases: a run over its rate handed back uncounted to
+    the instant reserved for it, and a run of an org at its fleet cap handed back uncounted."""
+
+    @pytest.fixture
+    def installed(self, driver: JobDriver, clock: FrozenClock) -> Iterator[None]:
+        with installed_jobs(clock, driver):
+            yield
+
+    def test_a_run_over_its_rate_is_handed_back_uncounted_to_its_reserved_instant(
+        self, driver: JobDriver, clock: FrozenClock, installed: None, operator_store: OperatorStore
+    ) -> None:
+        declared(driver, driver.rates, "rates", "no rate schedules")
+        ran: list[int] = []
+        metered = limited_job("conformance.metered", lambda run: ran.append(run.input["n"]), rate_limit="2/s")
+        first, second = (metered.enqueue({"org": "org-a", "n": n}).id for n in (1, 2))
+        env = AttemptEnv(driver=driver, clock=clock)
+        outcomes = [execute_job(c, env).outcome for c in claim(driver, limit=2)]
+        assert sorted(map(str, outcomes)) == ["None", "completed"] and ran == [1]  # one started, one handed back
+        waiting = record(operator_store, second)
+        assert (waiting.attempts, waiting.run_at_ms) == (0, clock.now_ms() + 500)  # its reserved instant
+        clock.advance(500)
+        [again] = claim(driver)
+        assert (again.id, execute_job(again, env).outcome, again.attempt) == (second, "completed", 1)
+        assert ran == [1, 2] and record(operator_store, first).state == "done"
+
+    def test_a_run_of_an_org_at_its_fleet_cap_is_handed_back_while_another_org_runs(
+        self, driver: JobDriver, clock: FrozenClock, installed: None, operator_store: OperatorStore
+    ) -> None:
+        declared(driver, driver.leases, "leases", "no fleet lease store")
+        env = AttemptEnv(driver=driver, clock=clock, fleet_per_tenant={QUEUE: 1})
+        inner: list[Any] = []
+
+        def nested(run: JobRun[Any]) -> None:
+            if run.input["n"] == 1:  # while org A's first run holds its slot, the others get their turn
+                inner.extend(execute_job(c, env).outcome for c in claim(driver, limit=2))
+
+        capped = limited_job("conformance.capped", nested)
+        capped.enqueue({"org": "org-a", "n": 1})
+        second = capped.enqueue({"org": "org-a", "n": 2}).id
+        other = capped.enqueue({"org": "org-b", "n": 3}).id
+        [first] = claim(driver, limit=1)
+        assert execute_job(first, env).outcome == "completed"
+        assert sorted(map(str, inner)) == ["None", "completed"]  # org B ran; org A's second was handed back
+        assert record(operator_store, other).state == "done"
+        assert (record(operator_store, second).state, record(operator_store, second).attempts) == ("ready", 0)
