@@ -102,10 +102,7 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
         if len(others) < limit:
             return "wait"  # its own leftovers, or a key freed a moment after the acquire: wait one poll
         return "refuse"
-    attempt.execution.slot_keys = tuple(taken)
-    if attempt.hooks is not None:
-        for key in taken:
-            attempt.hooks.slot_taken(key, holder)
+    attempt.execution.slot_keys = tuple(taken)  # the runner hears of them once the run starts (admit)
     return "run"
 
 
@@ -286,6 +283,9 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
                 log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=wait_ms, **attempt.log_fields())
 
             return rate_limited
+    if verdict == "run" and attempt.hooks is not None:  # the slots it holds, for the heartbeat to renew
+        for key in attempt.execution.slot_keys:
+            attempt.hooks.slot_taken(key, f"{claimed.id}:{claimed.claim}")
     if verdict == "refuse":
         error = JobKeyBusyError(
             f"{handle.name}: its concurrency key already holds {handle.concurrency.limit if handle.concurrency else 0} "
