@@ -45,6 +45,7 @@ from .definition import Concurrency, JobHandle
 from .installed import event_bus, job_clock
 from .logs import log_event
 from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key, tenant_lease_key
+from .rates import RATE_HOLD_MS, RATE_LEAD_MS
 from .run import JobRun
 from .scope import Actor, acting_as
 from .settled import announce_exhausted, drop_exhausted_names
@@ -274,12 +275,16 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
         return hand_back
     if verdict == "run" and handle.rate_limit is not None:
         wait_ms = _take_rate(attempt)
+        if 0 < wait_ms <= RATE_HOLD_MS:  # its instant is near: wait in the slot, then start on the reservation
+            clock.sleep(wait_ms)
+            wait_ms = _take_rate(attempt)
         if wait_ms > 0:
             release_slot(attempt)  # a run waiting for its start holds no fleet slot meanwhile
             attempt.execution.slot_keys = ()
+            due_ms = clock.now_ms() + max(1, wait_ms - RATE_LEAD_MS)  # claimed again a little ahead of its instant
 
             def rate_limited() -> None:
-                attempt.settle(attempt.hand_back, clock.now_ms() + wait_ms)
+                attempt.settle(attempt.hand_back, due_ms)
                 log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=wait_ms, **attempt.log_fields())
 
             return rate_limited

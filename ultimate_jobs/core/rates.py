@@ -7,8 +7,9 @@ external API, say) — per ``rate_key(input)`` when one is given (per org, per a
 The driver keeps each key's schedule (:class:`~ultimate_jobs.drivers.protocol.RateStore`) as a generic
 cell rate algorithm: one start every ``interval_ms`` (the period over the count, rounded up), so no window
 of one period ever holds more than ``count`` starts, plus one at its edge. A start that finds its key busy
-reserves the next free instant and is handed back to run then, uncounted; when it comes back it starts on
-that reservation without taking another. One statement (Postgres, SQLite) or one script (Redis) per take.
+reserves the next free instant and, unless that is within :data:`RATE_HOLD_MS` (then it waits in its slot),
+is handed back, uncounted, to be due :data:`RATE_LEAD_MS` before it; when it comes back it starts on that
+reservation without taking another. One statement (Postgres, SQLite) or one script (Redis) per take.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from .durations import parse_duration
 
 MAX_RATE_PER_SECOND = 1_000
 """The fastest rate one key takes: the drivers schedule starts to the millisecond."""
+
+RATE_HOLD_MS = 100
+"""A run whose reserved instant is this close waits for it in its slot (then starts on it) instead of
+a hand-back and a claim, which take longer than that on a busy host and would let the reservation lapse."""
+
+RATE_LEAD_MS = 50
+"""A run handed back to its reserved instant is due this much before it: claimed by then, it waits the
+rest in its slot (:data:`RATE_HOLD_MS`) and starts on time."""
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
 _UNITS = {"s": "1s", "sec": "1s", "second": "1s", "m": "1m", "min": "1m", "minute": "1m", "h": "1h", "hour": "1h"}
