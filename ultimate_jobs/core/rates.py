@@ -25,11 +25,11 @@ from .durations import parse_duration
 MAX_RATE_PER_SECOND = 1_000
 """The fastest rate one key takes: the drivers schedule starts to the millisecond."""
 
-RATE_HOLD_MS = 100
+RATE_HOLD_MS = 250
 """A run whose reserved instant is this close waits for it in its slot (then starts on it) instead of
 a hand-back and a claim, which take longer than that on a busy host and would let the reservation lapse."""
 
-RATE_LEAD_MS = 50
+RATE_LEAD_MS = 200
 """A run handed back to its reserved instant is due this much before it: claimed by then, it waits the
 rest in its slot (:data:`RATE_HOLD_MS`) and starts on time."""
 
