@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -127,3 +128,16 @@ def test_an_async_rate_key_is_refused_at_the_declaration(any_jobs: AnyJobsEnv) -
     with pytest.raises(UltimateError) as refused:
         starts_of(any_jobs, "keyed_async", "1/s", rate_key=org)
     assert refused.value.code == "X_JOB_ASYNC_UNSUPPORTED"
+
+
+def test_a_rate_key_that_raises_at_the_run_fails_the_attempt_with_its_code(any_jobs: AnyJobsEnv) -> None:
+    """A row written past the enqueue's check (an older release's input, a hand-made request): its run's
+    rate key raises, and the attempt fails with X_JOB_RATE_KEY_INVALID (terminal) instead of crashing."""
+    handle, started = starts_of(any_jobs, "keyed_at_run", "1/s", rate_key=lambda i: i["account"])
+    request = handle.build_request({"n": 1, "org": "org-a", "account": "acct-1"})
+    queued = any_jobs.driver.enqueue(replace(request, input={"n": 1, "org": "org-a"}))  # no account any more
+    run_jobs(clock=any_jobs.clock)
+    assert any_jobs.driver.operator is not None
+    found = any_jobs.driver.operator.get(queued.id)
+    assert found is not None and (found.state, found.attempts, found.last_code) == ("dead", 1, "X_JOB_RATE_KEY_INVALID")
+    assert started == []

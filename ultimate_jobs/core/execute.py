@@ -107,6 +107,17 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
     return "run"
 
 
+def _rate_wait(attempt: Attempt, clock: Clock) -> int:
+    """How long the run must still wait for its start under its rate limit: ``0`` to start now — at once,
+    or after waiting in its slot for an instant at most :data:`RATE_HOLD_MS` away — else the ms until the
+    instant reserved for it (the run is handed back)."""
+    wait_ms = _take_rate(attempt)
+    if 0 < wait_ms <= RATE_HOLD_MS:  # its instant is near: wait in the slot, then start on the reservation
+        clock.sleep(wait_ms)
+        wait_ms = _take_rate(attempt)
+    return wait_ms
+
+
 def _take_rate(attempt: Attempt) -> int:
     """Take the run's start under its rate limit (``driver.rates``): ``0`` to start now, else the ms until
     the instant reserved for it, when it is handed back to start on that reservation."""
@@ -260,11 +271,12 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
         attempt.parsed = handle.parse_stored(claimed.input)
         attempt.tenant_id = _run_tenant(handle, attempt.parsed, claimed)
         verdict = _acquire_slot(attempt, visibility_timeout_ms)
+        wait_ms = _rate_wait(attempt, clock) if verdict == "run" and handle.rate_limit is not None else 0
     except UltimateError as exc:
         if isinstance(exc, ConcurrencyUnenforceableError):
             raise
         return partial(attempt.settle, attempt.fail, exc)
-    except Exception as exc:  # concurrency.key(input) or tenant(input) threw: the ordinary retry path
+    except Exception as exc:  # concurrency.key(input), tenant(input) or the rate take threw: the retry path
         return partial(attempt.settle, attempt.fail, exc)
     if verdict == "wait":
 
@@ -273,21 +285,16 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
             log_event(logging.DEBUG, "jobs.job.key-busy", **attempt.log_fields())
 
         return hand_back
-    if verdict == "run" and handle.rate_limit is not None:
-        wait_ms = _take_rate(attempt)
-        if 0 < wait_ms <= RATE_HOLD_MS:  # its instant is near: wait in the slot, then start on the reservation
-            clock.sleep(wait_ms)
-            wait_ms = _take_rate(attempt)
-        if wait_ms > 0:
-            release_slot(attempt)  # a run waiting for its start holds no fleet slot meanwhile
-            attempt.execution.slot_keys = ()
-            due_ms = clock.now_ms() + max(1, wait_ms - RATE_LEAD_MS)  # claimed again a little ahead of its instant
+    if wait_ms > 0:
+        release_slot(attempt)  # a run waiting for its start holds no fleet slot meanwhile
+        attempt.execution.slot_keys = ()
+        due_ms = clock.now_ms() + max(1, wait_ms - RATE_LEAD_MS)  # claimed again a little ahead of its instant
 
-            def rate_limited() -> None:
-                attempt.settle(attempt.hand_back, due_ms)
-                log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=wait_ms, **attempt.log_fields())
+        def rate_limited() -> None:
+            attempt.settle(attempt.hand_back, due_ms)
+            log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=wait_ms, **attempt.log_fields())
 
-            return rate_limited
+        return rate_limited
     if verdict == "run" and attempt.hooks is not None:  # the slots it holds, for the heartbeat to renew
         for key in attempt.execution.slot_keys:
             attempt.hooks.slot_taken(key, f"{claimed.id}:{claimed.claim}")

@@ -3,10 +3,10 @@ serves, how many rows each gives, the order they are handed out in, and where ea
 
 The rules (the conformance suite's :mod:`~ultimate_jobs.testing.conformance_fairness`): at most ``cap`` lanes
 whose turn is oldest — a lane waking now counts its wake time as its turn, and goes first on a tie — each
-giving at most its share (``cap`` over the lanes, rounded up) of its due rows, handed out round by round
-(each lane's first, then each one's second, …). After the claim, the lanes it served take their turn now,
-the woken lanes it did not serve join the rotation at their wake time, and the lanes that had nothing due
-leave it until their next row is due.
+giving at most its share (:func:`share_of`) of its due rows, handed out round by round (each lane's first,
+then each one's second, …), so the lanes fill the batch between them. After the claim, the lanes it
+served take their turn now, the woken lanes it did not serve join the rotation at their wake time, and
+the lanes that had nothing due leave it until their next row is due.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def lanes_to_serve(active: Sequence[tuple[Any, str]], waking: Sequence[tuple[Any
 
 
 def share_of(cap: int, lanes: Sequence[str]) -> int:
-    """How many due rows each of ``lanes`` may give a claim of ``cap``: ``cap`` over the lanes, rounded up."""
-    return -(-cap // len(lanes)) if lanes else 0
+    """How many due rows each of ``lanes`` may give a claim of ``cap``: ``cap`` over the lanes, rounded up, or
+    enough to fill the batch beside one row of each other lane, whichever is more — handed out round by
+    round, the lanes fill the batch (an org with one job waiting takes one slot, the busy org the rest)."""
+    return max(-(-cap // len(lanes)), cap - len(lanes) + 1) if lanes else 0
 
 
 @dataclass(frozen=True, slots=True)

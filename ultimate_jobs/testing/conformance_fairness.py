@@ -6,9 +6,10 @@ A mixin of :class:`~ultimate_jobs.testing.conformance.DriverConformance`. Each s
 ``ULTIMATE_JOBS["FAIR_QUEUES"]`` does for a configured driver. The rules every driver keeps:
 
 - Each claim of a fair queue serves the orgs (lanes: the job's tenant; no tenant is a lane of its own)
-  with due work in turn, least recently served first, each at most its share of the batch (the batch
-  over the lanes served); what the lanes leave of the batch is filled in the queue's own order, so a
-  lone org still gets whole batches.
+  with due work in turn, least recently served first, handing out their due jobs round by round — each
+  org's first, then each one's second — until the batch is full, so an org with one job waiting takes
+  one slot and the busy org the rest, and a lone org still gets whole batches; what the lanes leave is
+  filled in the queue's own order.
 - Priority, then run time, still orders the jobs within one org.
 - A lane whose work is delayed takes its turn when that work falls due; a retried job brings its lane
   back; nothing in a fair queue is ever left unclaimed.

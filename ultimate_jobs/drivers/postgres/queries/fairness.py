@@ -21,6 +21,15 @@ from __future__ import annotations
 
 from .jobs import CLAIM_ARMS, CLAIM_RECORD_WORKER, CLAIM_SETTLE
 
+# SQL_CLAIM's arms, the due one read only for a queue whose lanes did not fill its batch (a fair queue whose
+# lanes filled it reads no row of the queue's order at all; one whose lanes fell short reads the whole cap,
+# since the queue's first rows may be the lanes' own).
+FILL_ARMS = CLAIM_ARMS.replace(
+    "LIMIT w.cap\n",
+    "LIMIT CASE WHEN (SELECT count(*) FROM lanes l WHERE l.queue = w.queue) >= w.cap THEN 0 ELSE w.cap END\n",
+    1,
+)
+
 # SQL_CREATE_TURN_TRIGGER — the trigger function and the trigger on x_jobs (0011).
 # The WHEN clause keeps it off every row of a queue that is not fair (lane IS NULL): those cost nothing.
 SQL_CREATE_TURN_TRIGGER = """
@@ -54,16 +63,19 @@ DROP FUNCTION IF EXISTS x_job_turn_file();
 # - active: the lanes whose turn is oldest (x_job_turns_turn_idx, LIMIT cap); waking: the lanes whose first
 #   waiting row fell due, first due first (x_job_turns_wake_idx, LIMIT cap) — both FOR UPDATE SKIP LOCKED;
 # - picked: the first cap of the two by turn (a waking lane's is its wake_at; it goes first on a tie);
-# - lanes: each picked lane's due rows in claim order (x_jobs_lane_idx), at most its share of the cap
-#   (the cap over the lanes picked, rounded up);
+# - lanes: each picked lane's due rows in claim order (x_jobs_lane_idx), at most its share of the cap —
+#   the cap over the lanes picked, rounded up, or enough to fill the batch beside one row of each other
+#   lane (cap - lanes + 1), whichever is more: handed out round by round, the lanes fill the batch;
 # - due / lapsed: SQL_CLAIM's two arms, per queue, fair or not: the rows that fill what the lanes leave
 #   (a lone org still gets whole batches; rows filed before the queue was fair have no lane) and the
 #   running rows whose lease lapsed;
 # - take: per queue, the lanes' rows first (round by round: each lane's first, then each one's second),
 #   then the rest in claim order, up to the cap;
-# - turned: ONE update per lane row — a served lane's turn is now; a woken lane not served keeps its
-#   wake_at as its turn (its place in time); a picked lane with no due row is retired until its first
-#   waiting row's run time (x_jobs_lane_run_at_idx; NULL when none: the trigger files the lane again).
+# - turned: ONE update per lane row — a served lane's turn is now (unless fewer lanes wait than the cap:
+#   then every one is served every claim, and the noisy org's one row is not rewritten per claim); a woken
+#   lane not served keeps its wake_at as its turn (its place in time); a picked lane with no due row is
+#   retired until its first waiting row's run time (x_jobs_lane_run_at_idx; NULL when none: the trigger
+#   files the lane again).
 SQL_CLAIM_FAIR = f"""
 WITH registry AS (
     {CLAIM_RECORD_WORKER}
@@ -99,11 +111,14 @@ active AS (
 ),
 turns AS (
     SELECT queue, cap, lane, turn_at, waking = 0 AS woken,
-           row_number() OVER (PARTITION BY queue ORDER BY turn_at, waking, lane) AS place
+           row_number() OVER (PARTITION BY queue ORDER BY turn_at, waking, lane) AS place,
+           count(*) OVER (PARTITION BY queue) AS lanes
     FROM (SELECT * FROM active UNION ALL SELECT * FROM waking) t
 ),
 picked AS (
-    SELECT queue, lane, place, ceil(cap::numeric / count(*) OVER (PARTITION BY queue))::int AS share
+    SELECT queue, lane, place,
+           greatest(ceil(cap::numeric / count(*) OVER (PARTITION BY queue)),
+                    cap - count(*) OVER (PARTITION BY queue) + 1)::int AS share
     FROM turns
     WHERE place <= cap
 ),
@@ -120,7 +135,7 @@ lanes AS (
         FOR UPDATE SKIP LOCKED
     ) k
 ),
-{CLAIM_ARMS},
+{FILL_ARMS},
 locked AS (
     SELECT DISTINCT ON (id) *
     FROM (
@@ -160,7 +175,8 @@ turned AS (
     FROM (
         SELECT tu.queue, tu.lane,
                CASE WHEN EXISTS (SELECT 1 FROM lanes l JOIN take k ON k.id = l.id
-                                 WHERE l.queue = tu.queue AND l.lane = tu.lane) THEN 'served'
+                                 WHERE l.queue = tu.queue AND l.lane = tu.lane)
+                        THEN CASE WHEN tu.woken OR tu.lanes >= tu.cap THEN 'served' ELSE 'kept' END
                     WHEN tu.place <= tu.cap
                          AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.queue = tu.queue AND l.lane = tu.lane)
                         THEN 'retired'

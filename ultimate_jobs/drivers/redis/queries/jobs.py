@@ -43,7 +43,8 @@ local function fair_pick(q, cap)
     lane_of[head[i]] = redis.call('HGET', jk(id), 'dl') or file_lane(id, q, head[i + 1], head[i])
   end
   local lanes = redis.call('ZRANGE', qk(q, 'turns'), 0, cap - 1)
-  local share = math.ceil(cap / math.max(#lanes, 1))
+  local n = math.max(#lanes, 1)
+  local share = math.max(math.ceil(cap / n), cap - n + 1)  -- the lanes fill the batch between them, round by round
   local rounds, picked = {}, {}
   for _, lane in ipairs(lanes) do
     local got = redis.call('ZRANGE', lanek(q, lane), 0, share - 1, 'WITHSCORES')
