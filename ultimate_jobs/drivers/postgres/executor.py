@@ -26,8 +26,10 @@ ONLY_WHEN_ASKED = 2**31 - 1
 # Postgres plans a prepared statement again on every run while that plan's estimated cost stays below the
 # generic plan's: SQL_CLAIM's does (its queue list is a parameter, so its generic plan is costed for ten
 # queues), and planning it cost more than running it. On a connection that ran a "generic" statement,
-# plan_cache_mode is force_generic_plan for the rest of the session.
-FORCE_GENERIC_PLAN = "SET plan_cache_mode = force_generic_plan"
+# plan_cache_mode is force_generic_plan for the rest of the session — and JIT is off: the fair claim's
+# estimates over a large x_jobs (its CTEs are costed as if every lane gave every row) cross
+# jit_above_cost, and compiling the plan on every run took ~100 ms of a ~1 ms claim.
+FORCE_GENERIC_PLAN = "SET plan_cache_mode = force_generic_plan; SET jit = off"
 _planned_once: weakref.WeakSet[Any] = weakref.WeakSet()  # the psycopg connections FORCE_GENERIC_PLAN ran on
 IDLE = TransactionStatus.IDLE
 ROWS = ExecStatus.TUPLES_OK
@@ -58,8 +60,9 @@ class DjangoExecutor:
 
     A ``"generic"`` one (``SQL_CLAIM``) is prepared the same way, and the first time it runs on a
     connection outside a transaction the executor sets that session's ``plan_cache_mode`` to
-    ``force_generic_plan`` (:data:`FORCE_GENERIC_PLAN`), so Postgres plans it once and not on every claim
-    (planning it cost more than running it). The setting stays for the session; the worker's claim loop
+    ``force_generic_plan`` and turns its JIT off (:data:`FORCE_GENERIC_PLAN`), so Postgres plans it once and
+    not on every claim (planning it cost more than running it), and never compiles it. The settings stay for
+    the session; the worker's claim loop
     has a connection of its own, where only the driver's statements run, and with Django's default
     (nothing of the project's prepared) it touches no statement of the project's but a PL/pgSQL
     function's, should one run there.
