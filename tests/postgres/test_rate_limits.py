@@ -3,7 +3,7 @@ memory and the Postgres driver (``any_jobs``; tests/sqlite/test_rate_limits_sqli
 on the frozen clock — so every start's instant is exact — and the refusals of a bad declaration or key.
 
 The fleet-wide accuracy under three real worker processes is bench/'s ``rates`` case and
-tests/e2e/test_rate_limit_processes.py's."""
+tests/e2e/test_postgres_processes.py's (three worker processes under one limit)."""
 
 from __future__ import annotations
 

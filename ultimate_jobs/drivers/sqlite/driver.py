@@ -219,7 +219,10 @@ class SqliteDriver(SqlDriver):
                     continue
                 plan = self._lanes_first(queue, cap, now_ts) if queue in self.fair_queues else None
                 lanes_first = plan.first if plan is not None else []
-                due = q(sql.SQL_CLAIM_DUE, {"queue": queue, "now": now_ts, "cap": cap})
+                # the queue's own order only where the lanes left room (as SQL_CLAIM_FAIR reads it)
+                due = (
+                    q(sql.SQL_CLAIM_DUE, {"queue": queue, "now": now_ts, "cap": cap}) if len(lanes_first) < cap else []
+                )
                 lapsed = q(sql.SQL_CLAIM_LAPSED, {"queue": queue, "now": now_ts, "cap": cap + CLAIM_BURY_SCAN})
                 candidates = [Candidate._make(row) for row in due]
                 for row in map(Candidate._make, lapsed):
