@@ -1,5 +1,6 @@
 """Fair queues on Postgres, past what the conformance suite can see: the claim's cost does not grow with
-the orgs waiting (10,000 of them), and an enqueue not yet committed keeps its org's lane in the rotation.
+the orgs waiting (10,000 of them) nor, for a quiet org's row, with a busy org's backlog — in the plan the
+worker runs — and an enqueue not yet committed keeps its org's lane in the rotation.
 
 The cost is read off ``EXPLAIN ANALYZE`` of the claim itself — the rows each scan of ``x_job_turns`` and
 ``x_jobs`` returned, over all its loops — never a wall-clock time."""
@@ -97,6 +98,58 @@ def test_a_fair_claims_reads_do_not_grow_with_ten_thousand_orgs_waiting(driver: 
     # 2 x CAP lanes looked at (the rotation's oldest, and the ones waking) and the ones it moves along, with
     # 10,020 orgs waiting as with 20 (where none is waking any more)
     assert few["x_job_turns"] <= many["x_job_turns"] <= 4 * CAP
+
+
+def rows_scanned_by_the_workers_plan(driver: PostgresDriver) -> tuple[list[str], int]:
+    """Claim CAP through the driver under the plan a worker's session runs (one generic plan: the worker's
+    session forces it, a test's transaction does not) and answer the claimed rows' orgs and the x_jobs rows
+    its scans read — returned or removed by a filter — off auto_explain's ``EXPLAIN ANALYZE`` of it."""
+    notices: list[str] = []
+    connection.ensure_connection()
+    raw = connection.connection
+
+    def heard(diag: Any) -> None:
+        notices.append(diag.message_primary or "")
+
+    raw.add_notice_handler(heard)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor.execute("LOAD 'auto_explain'")
+            for setting in ("log_min_duration = 0", "log_analyze = on", "log_format = json"):
+                cursor.execute(f"SET LOCAL auto_explain.{setting}")
+            cursor.execute("SET LOCAL client_min_messages = log")
+        taken = driver.claim(queues=[FAIR], limit=CAP, worker_id="w1").jobs
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL client_min_messages = notice")
+    finally:
+        raw.remove_notice_handler(heard)
+    [plan] = [json.loads(n.split("plan:", 1)[1])["Plan"] for n in notices if "x_job_turns" in n]
+    read = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal read
+        if node.get("Relation Name") == "x_jobs" and "Scan" in node["Node Type"]:
+            read += (int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))) * int(node["Actual Loops"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return [j.tenant_id or "" for j in taken], read
+
+
+def test_a_quiet_orgs_row_is_found_without_reading_a_busy_orgs_backlog(driver: PostgresDriver) -> None:
+    # one org holds every row when the statistics are taken: the generic plan once walked the queue's own
+    # index for every lane and read org A's whole backlog to find org B's row
+    driver.enqueue_many([request(queue=FAIR, tenant_id="busy") for _ in range(2_000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE x_jobs")
+    driver.claim(queues=[FAIR], limit=CAP, worker_id="w1")
+    driver.enqueue_many([request(queue=FAIR, tenant_id="quiet")])
+    driver.clock.advance(1)  # type: ignore[attr-defined]
+    orgs_taken, read = rows_scanned_by_the_workers_plan(driver)
+    assert "quiet" in orgs_taken
+    assert read <= 3 * CAP  # the lanes' rows and the claim's own update, never the busy org's backlog
 
 
 def test_an_uncommitted_enqueue_keeps_its_orgs_turn(transactional_db: None) -> None:

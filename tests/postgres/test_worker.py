@@ -757,6 +757,40 @@ def test_plain_concurrency_cap_serialises(
     probe.started(second)
 
 
+# -- a fair queue's claim-ahead buffer ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fair", "expected"),
+    [
+        (True, ["org-a", "org-b", "org-a", "org-a", "org-a"]),  # in turn: org B's one job starts second
+        (False, ["org-a", "org-a", "org-a", "org-a", "org-b"]),  # in claim order: org B's, enqueued last, last
+    ],
+)
+def test_a_fair_queues_buffered_jobs_start_in_their_orgs_turn(
+    jobs: AnyJobsEnv, make_worker: Callable[..., JobWorker], fair: bool, expected: list[str]
+) -> None:
+    """FAIR_QUEUES: jobs a worker claimed ahead wait for a slot in their orgs' turn, as the claim hands them out
+    — org B's one job, claimed beside four of org A's enqueued before it, starts second, not fifth."""
+    if fair:
+        jobs.driver.fair_queues = frozenset({QUEUE})
+    started: list[str] = []
+    gate = threading.Event()
+
+    def body(run: JobRun[Any]) -> None:
+        started.append(run.input["org"])
+        gate.wait(WAIT)
+
+    handle = declare("buffered", body, tenant=by_org)
+    in_order(jobs, handle, [*({"k": n, "org": "org-a"} for n in range(4)), {"k": 99, "org": "org-b"}])
+    worker = make_worker(concurrency=1, claim_ahead=4)
+    assert worker.run_once() == 5  # one slot and four ahead: every row, org B's last in claim order
+    eventually(lambda: started == ["org-a"], timeout=WAIT)
+    gate.set()
+    eventually(lambda: len(started) == 5, timeout=WAIT)
+    assert started == expected
+
+
 # -- at most N running per org in a queue, across the fleet ------------------------------------
 
 

@@ -1,5 +1,6 @@
 """What only the SQLite driver has: the file in WAL mode, the live idempotency key as a partial unique
-index, claims that never hand one row to two claimers, the in-process wake, the default driver and event
+index, claims that never hand one row to two claimers, a fair claim's read of one org's rows through its
+own index where no ANALYZE has run, the in-process wake, the default driver and event
 bus on an SQLite database, and row security's message."""
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def test_the_live_key_is_a_partial_unique_index_that_frees_the_key_when_the_row_
     driver.operator.cancel(first.id)
     second = driver.enqueue(request(key="k"))
     assert second.id != first.id and not second.deduped
+
+
+def test_a_fair_claim_reads_one_orgs_rows_through_their_index_without_statistics(driver: SqliteDriver) -> None:
+    """SQLite's default is no ANALYZE: its planner then took the (queue, lane, run_at) index and sorted every
+    due row of a busy org on each claim. The lane's read names x_jobs_lane_idx, which walks them in claim
+    order and stops at the org's share."""
+    from ultimate_jobs.drivers.sqlite.queries.fairness import SQL_LANE_DUE
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'")
+        assert cursor.fetchone()[0] == 0
+        cursor.execute("EXPLAIN QUERY PLAN " + SQL_LANE_DUE, {"queue": "q", "lane": "org-a", "now": 0, "share": 10})
+        plan = " / ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "USING INDEX x_jobs_lane_idx" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_concurrent_claimers_never_take_one_row_twice() -> None:

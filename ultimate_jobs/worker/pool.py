@@ -12,26 +12,33 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from ..core.logs import log_event
 from ..runtime.dbconn import close_thread_connections
+from .turns import TurnQueue
 
 T = TypeVar("T")
+
+TURN = object()  # a fair pool's wake-up: the thread that takes it takes the next item in lane turn
 
 
 class SlotPool(Generic[T]):
     """Run ``run(item)`` for each submitted item on at most ``size`` daemon threads, started as work
-    arrives. Items beyond the free threads wait in order (the worker's claim-ahead buffer);
-    :meth:`take_queued` takes back the ones no thread has started."""
+    arrives. Items beyond the free threads wait in order (the worker's claim-ahead buffer) — with ``lane``,
+    in turn across lanes (a :class:`~.turns.TurnQueue`: the threads wake on one token per item and take the
+    next item in turn); :meth:`take_queued` takes back the ones no thread has started."""
 
-    def __init__(self, size: int, *, name: str, run: Callable[[T], None]) -> None:
+    def __init__(
+        self, size: int, *, name: str, run: Callable[[T], None], lane: Callable[[T], str] | None = None
+    ) -> None:
         if size < 1:
             raise ValueError("a slot pool needs at least one thread")
         self._size = size
         self._name = name
         self._run = run
-        self._work: queue.SimpleQueue[T | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[T | object | None] = queue.SimpleQueue()
+        self._turns: TurnQueue[T] | None = None if lane is None else TurnQueue(lane)  # a fair pool's waiting items
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads blocked waiting for an item
         self._queued = 0  # items submitted that no thread has taken yet
@@ -44,7 +51,11 @@ class SlotPool(Generic[T]):
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"slot pool {self._name} is shut down")
-            self._work.put(item)
+            if self._turns is None:
+                self._work.put(item)
+            else:
+                self._turns.append(item)
+                self._work.put(TURN)
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self._size:
                 thread = threading.Thread(target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True)
@@ -63,8 +74,11 @@ class SlotPool(Generic[T]):
                     break
                 if item is None:
                     stops += 1
-                else:
-                    taken.append(item)
+                elif item is not TURN:
+                    taken.append(cast("T", item))
+            if self._turns is not None:  # a thread woken but not yet served finds none, and waits again
+                taken.extend(self._turns)
+                self._turns.clear()
             self._queued -= len(taken)
             for _ in range(stops):
                 self._work.put(None)
@@ -74,9 +88,15 @@ class SlotPool(Generic[T]):
         while True:
             with self._lock:
                 self._idle += 1
-            item = self._work.get()
+            token = self._work.get()
             with self._lock:
                 self._idle -= 1
+                if token is not TURN:
+                    item = cast("T | None", token)
+                elif self._turns:
+                    item = self._turns.popleft()
+                else:
+                    continue  # its item was taken back (a drain's hand-back)
                 if item is not None:
                     self._queued -= 1
             if item is None:

@@ -49,6 +49,7 @@ from .acks import SettleBuffer
 from .heartbeat import LeaseRenewal
 from .inflight import InFlight, hooks_for
 from .pool import SlotPool
+from .turns import TurnQueue, round_by_round
 from .watchdog import LOOP_STALL_MS, LoopWatchdog
 
 # Claim ahead only for short jobs: a buffered job waits for a slot, and behind long bodies another worker
@@ -162,7 +163,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._pools: dict[str, SlotPool[InFlight]] = {}
         self._async_busy: dict[str, int] = dict.fromkeys(self.queues, 0)  # async runs in flight, per queue
         # claimed async rows waiting for a free async slot (the claim-ahead buffer): a run that ends starts the next
-        self._async_waiting: dict[str, deque[_Waiting]] = {q: deque() for q in self.queues}
+        self._async_waiting: dict[str, deque[_Waiting] | TurnQueue[_Waiting]] = {q: deque() for q in self.queues}
         self._async_ask: dict[str, int] = dict(self.async_slots)  # what a claim asks of the async room (mixed queues)
         self._sync_served: frozenset[str] = frozenset()  # queues a sync job (or no job of ours) may come from
         self._lane: AsyncLane | None = None
@@ -215,7 +216,12 @@ class JobWorker(LeaseRenewal, PollingRole):
                 log_event(logging.INFO, "jobs.worker.queue-unregistered", queue=queue, worker_id=self.worker_id)
         self._drop = drop_exhausted_names()
         prime_counters(self.queues)
-        self._pools = {q: SlotPool(self.slots[q], name=f"jobs-{q}", run=self._execute) for q in self.queues}
+        fair = self.driver.fair_queues  # a fair queue's buffered jobs start in their orgs' turn, as it claims them
+        self._pools = {
+            q: SlotPool(self.slots[q], name=f"jobs-{q}", run=self._execute, lane=_lane if q in fair else None)
+            for q in self.queues
+        }
+        self._async_waiting = {q: TurnQueue(_waiting_lane) if q in fair else deque() for q in self.queues}
         self._sync_served = frozenset(q for q in self.queues if q not in _only_async(handles))
         for queue in self._sync_served:  # a queue of both kinds starts small: see _adapt_async_ask
             self._async_ask[queue] = min(self.async_slots[queue], ASYNC_ASK_START)
@@ -389,7 +395,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         async_taken: dict[str, int] = {}
         to_loop: list[tuple[InFlight, JobHandle[Any, Any]]] = []
         dispatched = 0
-        for job in jobs:
+        for job in round_by_round(jobs, self._fair_lane):
             handle = registry.lookup(job.name)
             if isinstance(handle, JobHandle) and handle.is_async:
                 async_taken[job.queue] = async_taken.get(job.queue, 0) + 1
@@ -410,6 +416,10 @@ class JobWorker(LeaseRenewal, PollingRole):
                 used, back = async_taken.get(queue, 0), returned.get(queue, 0)
                 self._adapt_async_ask(queue, asked=asked, used=used, returned=back)
         return dispatched
+
+    def _fair_lane(self, job: ClaimedJob) -> str | None:
+        """A claimed row's lane when its queue is fair (its org, ``""`` for none), else ``None``."""
+        return (job.tenant_id or "") if job.queue in self.driver.fair_queues else None
 
     def _adapt_async_ask(self, queue: str, *, asked: int, used: int, returned: int) -> None:
         """A queue of both kinds: the async room a claim asks for halves whenever sync rows came back on
@@ -702,3 +712,13 @@ def _only_async(handles: Sequence[JobHandle[Any, Any]]) -> frozenset[str]:
     for handle in handles:
         kinds.setdefault(handle.queue, set()).add(handle.is_async)
     return frozenset(q for q, k in kinds.items() if k == {True}) - registry.source_queues()
+
+
+def _lane(flight: InFlight) -> str:
+    """A buffered job's lane in a fair queue: its org (``""`` for none), as the driver files its row."""
+    return flight.job.tenant_id or ""
+
+
+def _waiting_lane(waiting: _Waiting) -> str:
+    """A buffered async job's lane in a fair queue (:func:`_lane`)."""
+    return _lane(waiting.flight)

@@ -43,10 +43,11 @@ ORDER BY wake_at, lane
 LIMIT :cap"""
 
 # SQL_LANE_DUE — one lane's due rows in claim order, at most :share (x_jobs_lane_idx), with
-# SQL_CLAIM_DUE's columns.
+# SQL_CLAIM_DUE's columns. The index is named: where no ANALYZE has run (SQLite's default), the planner took
+# x_jobs_lane_run_at_idx and sorted every due row of the lane for each claim (17 ms behind 100,000 rows).
 SQL_LANE_DUE = """
 SELECT j.id, j.name, j.state, j.attempts, j.max_attempts, j.priority, j.run_at
-FROM x_jobs j
+FROM x_jobs j INDEXED BY x_jobs_lane_idx
 WHERE j.queue = :queue AND j.lane = :lane AND j.state IN ('ready', 'delayed', 'suspended') AND j.run_at <= :now
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :share"""
