@@ -64,12 +64,12 @@ DROP FUNCTION IF EXISTS x_job_turn_file();
 #   waiting row fell due, first due first (x_job_turns_wake_idx, LIMIT cap) — both FOR UPDATE SKIP LOCKED;
 # - picked: the first cap of the two by turn (a waking lane's is its wake_at; it goes first on a tie);
 # - lanes: each picked lane's due rows in claim order (x_jobs_lane_idx), at most its share of the cap —
-#   the lane named as a range of one value and ordered by it first — the same rows in the same order, but
-#   an order only x_jobs_lane_idx gives. Named by equality, the lane is a constant to the planner and both
-#   indexes give the order; the generic plan, costed where one org held every row, chose x_jobs_claim_idx
-#   and read the busy org's whole backlog to find a quiet org's one row (15 ms a claim behind 100,000 rows);
 #   the cap over the lanes picked, rounded up, or enough to fill the batch beside one row of each other
-#   lane (cap - lanes + 1), whichever is more: handed out round by round, the lanes fill the batch;
+#   lane (cap - lanes + 1), whichever is more: handed out round by round, the lanes fill the batch. The lane
+#   is named as a range of one value and ordered by first: the same rows in the same order, but an order
+#   only x_jobs_lane_idx gives. Named by equality, the lane is a constant to the planner and both indexes
+#   give the order; the generic plan, costed where one org held every row, chose x_jobs_claim_idx and read
+#   the busy org's whole backlog to find a quiet org's one row (15 ms a claim behind 100,000 rows);
 # - due / lapsed: SQL_CLAIM's two arms, per queue, fair or not: the rows that fill what the lanes leave
 #   (a lone org still gets whole batches; rows filed before the queue was fair have no lane) and the
 #   running rows whose lease lapsed;
