@@ -25,6 +25,7 @@ from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import Settled, job_lease_key
 from ultimate_jobs.core.installed import set_job_clock
 from ultimate_jobs.core.outcomes import tenant_lease_key
+from ultimate_jobs.core.rates import RATE_LEAD_MS
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.protocol import JobDriver
 from ultimate_jobs.drivers.records import Heartbeat, JobRecord, Progress
@@ -1483,3 +1484,64 @@ def test_a_body_that_leaks_an_atomic_block_does_not_break_the_next_job_on_its_sl
     assert seen == [0]  # the leaked write was never visible, even to the same slot
     assert not Group.objects.filter(name="leaked-write").exists()
     assert committed == []
+
+
+def test_a_run_waiting_for_its_rate_instant_keeps_its_claim_and_starts_on_it(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run whose reserved instant is beyond the slot's own wait (RATE_HOLD_MS) but within RATE_KEEP_MS is
+    not handed back — a hand-back behind an older backlog would be claimed again only after it, its instant
+    gone — it leaves its slot (the worker claims the next row into it), keeps its claim and its lease, and is
+    back in its slot to start on its instant."""
+    started: dict[int, int] = {}
+
+    def metered(run: JobRun[Any]) -> None:
+        started[run.input["k"]] = jobs.clock.now_ms()
+        probe.enter(run)
+
+    handle = declare("metered_kept", metered, rate_limit="2/s")  # one start every 500 ms
+    first, second, third = in_order(jobs, handle, [{"k": n} for n in range(3)])
+    worker = make_worker(concurrency=1)
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+
+    assert worker.run_once() == 1
+    probe.started(first)
+    eventually(lambda: not worker.in_flight())
+    assert worker.run_once() == 1  # the second takes the next instant, 500 ms away, and leaves its slot
+    eventually(lambda: worker.stats.kept == 1)
+    assert worker.run_once() == 1  # so the slot takes the third, whose instant is 1 s away: kept too
+    eventually(lambda: worker.stats.kept == 2)
+    assert [row(jobs, i).state for i in (second, third)] == ["running", "running"]  # still this worker's claims
+    assert [r.attempts for r in (row(jobs, second), row(jobs, third))] == [1, 1]
+    assert not events(caplog, "jobs.job.rate-limited")  # neither went back to the queue
+
+    jobs.clock.advance(started[0] + 500 - jobs.clock.now_ms() - 100)  # its timer: back in its slot ahead of it
+    probe.started(second)
+    jobs.clock.advance(max(0, started[0] + 1_000 - jobs.clock.now_ms() - 100))
+    probe.started(third)
+    assert worker.wait_idle(WAIT)
+    assert [started[n] - started[0] for n in (1, 2)] == [500, 1_000]  # each on its instant
+    assert [(row(jobs, i).state, row(jobs, i).attempts) for i in (first, second, third)] == [("done", 1)] * 3
+    assert worker.stats.claimed == 3  # claimed once each
+
+
+def test_a_drain_hands_a_kept_run_back_due_just_ahead_of_its_instant(
+    jobs: AnyJobsEnv, probe: Probe, make_worker: Callable[..., JobWorker]
+) -> None:
+    """A drain does not wait for a kept run's instant: it goes back to ready, uncounted, due RATE_LEAD_MS before
+    the instant it keeps — whichever worker claims it then starts on that reservation."""
+    handle = declare("metered_drained", probe.enter, rate_limit="1/s")
+    first, second = in_order(jobs, handle, [{"k": 1}, {"k": 2}])
+    worker = make_worker(concurrency=1)
+    assert worker.run_once() == 1
+    probe.started(first)
+    eventually(lambda: not worker.in_flight())
+    first_at = jobs.clock.now_ms()
+    assert worker.run_once() == 1
+    eventually(lambda: worker.stats.kept == 1)
+    instant = first_at + 1_000
+
+    assert worker.drain(deadline_ms=int(WAIT * 1000))
+    back = row(jobs, second)
+    assert (back.state, back.attempts) == ("ready", 0)
+    assert back.run_at_ms == instant - RATE_LEAD_MS

@@ -45,7 +45,7 @@ from .definition import Concurrency, JobHandle
 from .installed import event_bus, job_clock
 from .logs import log_event
 from .outcomes import Acker, AttemptEnv, ExecutionHooks, JobExecution, Settled, job_lease_key, tenant_lease_key
-from .rates import RATE_HOLD_MS, RATE_LEAD_MS
+from .rates import RATE_HOLD_MS, RATE_KEEP_MS, RATE_LEAD_MS
 from .run import JobRun
 from .scope import Actor, acting_as
 from .settled import announce_exhausted, drop_exhausted_names
@@ -110,7 +110,7 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
 def _rate_wait(attempt: Attempt, clock: Clock) -> int:
     """How long the run must still wait for its start under its rate limit: ``0`` to start now — at once,
     or after waiting in its slot for an instant at most :data:`RATE_HOLD_MS` away — else the ms until the
-    instant reserved for it (the run is handed back)."""
+    instant reserved for it (the worker keeps the run until then, or it is handed back)."""
     wait_ms = _take_rate(attempt)
     if 0 < wait_ms <= RATE_HOLD_MS:  # its instant is near: wait in the slot, then start on the reservation
         clock.sleep(wait_ms)
@@ -288,6 +288,14 @@ def admit(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int
     if wait_ms > 0:
         release_slot(attempt)  # a run waiting for its start holds no fleet slot meanwhile
         attempt.execution.slot_keys = ()
+        instant_ms = clock.now_ms() + wait_ms
+        if wait_ms <= RATE_KEEP_MS and attempt.hooks is not None and attempt.hooks.keep(instant_ms):
+
+            def kept() -> None:  # the worker keeps the claim off its slot and brings it back before its instant
+                attempt.execution.kept_until_ms = instant_ms
+                log_event(logging.DEBUG, "jobs.job.rate-kept", wait_ms=wait_ms, **attempt.log_fields())
+
+            return kept
         due_ms = clock.now_ms() + max(1, wait_ms - RATE_LEAD_MS)  # claimed again a little ahead of its instant
 
         def rate_limited() -> None:

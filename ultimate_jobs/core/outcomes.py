@@ -67,6 +67,12 @@ class ExecutionHooks(Protocol):
     def settling(self) -> None:
         """The attempt is about to settle its row; the lease is no longer the worker's to renew."""
 
+    def keep(self, until_ms: int) -> bool:
+        """The run's start is reserved for ``until_ms`` (its rate limit), at most
+        :data:`~ultimate_jobs.core.rates.RATE_KEEP_MS` away: answer ``True`` to keep its claim (and lease)
+        off its slot and run it again before then — the attempt ends unsettled, ``kept_until_ms`` set —
+        or ``False`` to have it handed back to the queue, due just ahead of that instant."""
+
 
 @dataclass(frozen=True, slots=True)
 class Settled:
@@ -108,6 +114,9 @@ class JobExecution:
     on_settled_error: UltimateError | None = None
     slot_keys: tuple[str, ...] = field(default=(), repr=False)
     """The fleet slots the run holds (its org's cap, its concurrency key), released when it ends."""
+    kept_until_ms: int | None = None
+    """The instant the run's start is reserved for, when its runner keeps the claim until then
+    (:meth:`ExecutionHooks.keep`): nothing was settled, and the runner runs the attempt again before it."""
     completion: Ack | None = None
     """A completion the attempt left to its runner to settle (:attr:`AttemptEnv.leave_completions`):
     ``landed`` is known once the runner settled it (:func:`ultimate_jobs.core.attempt.completion_settled`)."""

@@ -7,9 +7,10 @@ external API, say) — per ``rate_key(input)`` when one is given (per org, per a
 The driver keeps each key's schedule (:class:`~ultimate_jobs.drivers.protocol.RateStore`) as a generic
 cell rate algorithm: one start every ``interval_ms`` (the period over the count, rounded up), so no window
 of one period ever holds more than ``count`` starts, plus one at its edge. A start that finds its key busy
-reserves the next free instant and, unless that is within :data:`RATE_HOLD_MS` (then it waits in its slot),
-is handed back, uncounted, to be due :data:`RATE_LEAD_MS` before it; when it comes back it starts on that
-reservation without taking another. One statement (Postgres, SQLite) or one script (Redis) per take.
+reserves the next free instant and, unless that is within :data:`RATE_HOLD_MS` (then it waits in its slot)
+or :data:`RATE_KEEP_MS` (then its worker keeps it off its slot until just before), is handed back,
+uncounted, to be due :data:`RATE_LEAD_MS` before it; when it comes back it starts on that reservation
+without taking another. One statement (Postgres, SQLite) or one script (Redis) per take.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ a hand-back and a claim, which take longer than that on a busy host and would le
 RATE_LEAD_MS = 200
 """A run handed back to its reserved instant is due this much before it: claimed by then, it waits the
 rest in its slot (:data:`RATE_HOLD_MS`) and starts on time."""
+
+RATE_KEEP_MS = 2_000
+"""A worker keeps a run whose reserved instant is further than :data:`RATE_HOLD_MS` but at most this far
+away: the claim (and its lease) stay with the worker, off its slot, and the run comes back to its slot ahead
+of the claim-ahead buffer :data:`RATE_HOLD_MS` ``// 2`` before its instant. A hand-back could lose the
+instant: a run due again behind an older backlog is claimed only after it, when its reservation has lapsed."""
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
 _UNITS = {"s": "1s", "sec": "1s", "second": "1s", "m": "1m", "min": "1m", "minute": "1m", "h": "1h", "hour": "1h"}

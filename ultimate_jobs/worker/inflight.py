@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,12 @@ class InFlight:
 
 
 class _Hooks:
-    """Adapts an :class:`InFlight` to the executor's hooks."""
+    """Adapts an :class:`InFlight` to the executor's hooks; ``keeper`` answers whether the worker keeps a
+    run whose start is reserved for later (``None``: it never does)."""
 
-    def __init__(self, flight: InFlight) -> None:
+    def __init__(self, flight: InFlight, keeper: Callable[[InFlight], bool] | None) -> None:
         self._flight = flight
+        self._keeper = keeper
 
     def slot_taken(self, key: str, holder: str) -> None:
         self._flight.slots.append((key, holder))
@@ -44,10 +47,13 @@ class _Hooks:
     def settling(self) -> None:
         self._flight.settling = True
 
+    def keep(self, until_ms: int) -> bool:
+        return self._keeper is not None and self._keeper(self._flight)
 
-def hooks_for(flight: InFlight) -> _Hooks:
+
+def hooks_for(flight: InFlight, keeper: Callable[[InFlight], bool] | None = None) -> _Hooks:
     """The executor hooks that report into ``flight``."""
-    return _Hooks(flight)
+    return _Hooks(flight, keeper)
 
 
 def renew_round(worker: JobWorker) -> None:

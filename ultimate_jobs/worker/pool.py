@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
 from ..core.logs import log_event
 from ..runtime.dbconn import close_thread_connections
@@ -20,14 +21,15 @@ from .turns import TurnQueue
 
 T = TypeVar("T")
 
-TURN = object()  # a fair pool's wake-up: the thread that takes it takes the next item in lane turn
+TURN = object()  # a wake-up: the thread that takes it takes the next item (first, or in lane turn)
 
 
 class SlotPool(Generic[T]):
     """Run ``run(item)`` for each submitted item on at most ``size`` daemon threads, started as work
     arrives. Items beyond the free threads wait in order (the worker's claim-ahead buffer) — with ``lane``,
-    in turn across lanes (a :class:`~.turns.TurnQueue`: the threads wake on one token per item and take the
-    next item in turn); :meth:`take_queued` takes back the ones no thread has started."""
+    in turn across lanes (a :class:`~.turns.TurnQueue`); an item given to :meth:`submit_first` goes ahead of
+    them all. The threads wake on one token per item and take the next item; :meth:`take_queued` takes back
+    the ones no thread has started."""
 
     def __init__(
         self, size: int, *, name: str, run: Callable[[T], None], lane: Callable[[T], str] | None = None
@@ -37,8 +39,9 @@ class SlotPool(Generic[T]):
         self._size = size
         self._name = name
         self._run = run
-        self._work: queue.SimpleQueue[T | object | None] = queue.SimpleQueue()
-        self._turns: TurnQueue[T] | None = None if lane is None else TurnQueue(lane)  # a fair pool's waiting items
+        self._work: queue.SimpleQueue[object | None] = queue.SimpleQueue()  # one TURN per item; None: stop
+        self._waiting: deque[T] | TurnQueue[T] = deque() if lane is None else TurnQueue(lane)
+        self._first: deque[T] = deque()  # items that go ahead of the waiting ones (submit_first)
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads blocked waiting for an item
         self._queued = 0  # items submitted that no thread has taken yet
@@ -48,14 +51,18 @@ class SlotPool(Generic[T]):
     def submit(self, item: T) -> None:
         """Queue ``item``; a thread is started for it when every started thread is busy and the pool is
         not full."""
+        self._put(item, first=False)
+
+    def submit_first(self, item: T) -> None:
+        """Queue ``item`` ahead of every item waiting (a run that comes back to its slot at a set time)."""
+        self._put(item, first=True)
+
+    def _put(self, item: T, *, first: bool) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"slot pool {self._name} is shut down")
-            if self._turns is None:
-                self._work.put(item)
-            else:
-                self._turns.append(item)
-                self._work.put(TURN)
+            (self._first if first else self._waiting).append(item)
+            self._work.put(TURN)
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self._size:
                 thread = threading.Thread(target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True)
@@ -64,24 +71,11 @@ class SlotPool(Generic[T]):
 
     def take_queued(self) -> list[T]:
         """Take back every queued item no thread has started (a drain hands them back unrun)."""
-        taken: list[T] = []
-        stops = 0
-        with self._lock:
-            while True:
-                try:
-                    item = self._work.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stops += 1
-                elif item is not TURN:
-                    taken.append(cast("T", item))
-            if self._turns is not None:  # a thread woken but not yet served finds none, and waits again
-                taken.extend(self._turns)
-                self._turns.clear()
+        with self._lock:  # a thread woken but not yet served finds none, and waits again
+            taken = [*self._first, *self._waiting]
+            self._first.clear()
+            self._waiting.clear()
             self._queued -= len(taken)
-            for _ in range(stops):
-                self._work.put(None)
         return taken
 
     def _serve(self) -> None:
@@ -91,10 +85,12 @@ class SlotPool(Generic[T]):
             token = self._work.get()
             with self._lock:
                 self._idle -= 1
-                if token is not TURN:
-                    item = cast("T | None", token)
-                elif self._turns:
-                    item = self._turns.popleft()
+                if token is None:
+                    item = None
+                elif self._first:
+                    item = self._first.popleft()
+                elif self._waiting:
+                    item = self._waiting.popleft()
                 else:
                     continue  # its item was taken back (a drain's hand-back)
                 if item is not None:

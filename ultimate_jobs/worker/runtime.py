@@ -36,6 +36,7 @@ from ..core.execute import (
     execute_job_async,
 )
 from ..core.logs import log_event
+from ..core.rates import RATE_HOLD_MS, RATE_LEAD_MS
 from ..core.signals import CancelSignal
 from ..drivers.protocol import JobDriver
 from ..drivers.records import ClaimedJob, NackOptions
@@ -67,6 +68,9 @@ ASYNC_AHEAD_SHORT_JOB_MS = 1_000  # "short" for an async job: the buffer's wait 
 ASYNC_CLAIM_BATCH_DIVISOR = 16  # past half busy, an async queue claims once 1/16 of its slots are free
 ASYNC_ASK_START = 32  # a queue of both kinds asks this much async room at first; it doubles while filled
 ASYNC_REFUSED_RECHECK_MS = 60_000  # an async row on a queue this worker runs no async job on is offered again then
+KEPT_PER_SLOT = 16
+"""A queue's worker keeps at most this many runs per slot waiting off their slots for a reserved rate instant
+(:data:`~ultimate_jobs.core.rates.RATE_KEEP_MS`); past that, a run waiting for its instant is handed back."""
 LANE_STOP_S = 2.0  # how long the drain's end waits for the event loop's tasks to unwind (+1 s for the loop itself)
 
 
@@ -88,6 +92,8 @@ class WorkerStats:
     returned: int = 0
     """Sync rows a claim took beyond the queue's free threads (its room was async capacity), handed back
     to ready at once, uncounted."""
+    kept: int = 0
+    """Runs that left their slot to wait, their claim kept, for the instant their rate limit reserved."""
 
 
 _STAT_BY_OUTCOME = {
@@ -171,6 +177,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._started_ms = 0
         self._timers: list[Timer] = []
         self._handbacks: set[Timer] = set()
+        self._kept: dict[str, _Kept] = {}  # by claim token: runs waiting off their slot for a reserved instant
         self._unsubscribe: Callable[[], None] | None = None
         self._drop = frozenset[str]()
         self._beat_running = threading.Lock()
@@ -273,6 +280,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             hand_back = self._hand_back_on_close
         if hand_back:
             self._hand_back_buffered()
+            self._hand_back_kept()
 
     def _abandoned(self) -> dict[str, Any]:
         abandoned = [f.job.id for f in self._flights.values()]
@@ -284,6 +292,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         when the jobs finished), flush the settle buffer, stop the heartbeat, leave the registry, close
         the driver."""
         self._wake.set()
+        self._hand_back_kept()  # runs still kept (a close without a drain's accept) keep their instants
         with self._lock:
             timers = [*self._timers, *self._handbacks]
             self._handbacks.clear()
@@ -555,13 +564,94 @@ class JobWorker(LeaseRenewal, PollingRole):
         job = flight.job
         execution: JobExecution | None = None
         try:  # the connection was checked after this thread's last job (and a new thread has none)
-            execution = execute_job(job, self._env, signal=flight.signal, hooks=hooks_for(flight))
+            execution = execute_job(job, self._env, signal=flight.signal, hooks=hooks_for(flight, self._may_keep))
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             release_stale_connections()
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+        if execution is not None and execution.kept_until_ms is not None:
+            self._keep(flight, execution.kept_until_ms)
+            return
         self._slot_freed(flight, execution, self._occupied)
+
+    # -- runs kept off their slot until the instant their rate limit reserved ------------------------------
+
+    def _may_keep(self, flight: InFlight) -> bool:
+        """Whether this worker keeps ``flight`` until its reserved instant: not while draining, and not past
+        :data:`KEPT_PER_SLOT` runs kept for its queue (it is handed back instead)."""
+        queue = flight.job.queue
+        with self._lock:
+            if self._hand_back_on_close or not self._accepting:
+                return False
+            kept = sum(1 for k in self._kept.values() if k.flight.job.queue == queue)
+            return kept < KEPT_PER_SLOT * self.slots[queue]
+
+    def _keep(self, flight: InFlight, until_ms: int) -> None:
+        """The run left its slot to wait for ``until_ms``: free the slot, and bring the run back to it ahead of
+        the claim-ahead buffer :data:`~ultimate_jobs.core.rates.RATE_HOLD_MS` ``// 2`` before the instant (it
+        waits out the rest in the slot). Its lease is renewed with the others' meanwhile."""
+        kept = _Kept(flight, until_ms)
+        self.stats.kept += 1
+        with self._lock:
+            self._occupied[flight.job.queue] -= 1
+            hand_back = self._hand_back_on_close
+            if not hand_back:
+                self._kept[flight.job.claim] = kept
+        if hand_back:  # a drain began while it took its instant
+            self._kept_back(kept)
+        else:
+            timer = self.clock.call_at(until_ms - RATE_HOLD_MS // 2, partial(self._rejoin, flight.job.claim))
+            with self._lock:
+                if flight.job.claim in self._kept:
+                    kept.timer = timer
+        self.kick()  # its slot is free: refill it
+
+    def _rejoin(self, claim: str) -> None:
+        """A kept run's time has come: back into its slot, ahead of the buffer (or back to the queue when the
+        worker is draining, or a process-local limit refuses it now)."""
+        with self._lock:
+            kept = self._kept.pop(claim, None)
+            if kept is None:  # a drain handed it back
+                return
+            job = kept.flight.job
+            if self._hand_back_on_close:
+                rejoin = False
+            else:
+                rejoin = True
+                self._occupied[job.queue] += 1
+        if rejoin and self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
+            try:
+                self._pools[job.queue].submit_first(kept.flight)
+                return
+            except RuntimeError:  # the pool shut under it
+                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+        if rejoin:
+            with self._lock:
+                self._occupied[job.queue] -= 1
+        self._kept_back(kept)
+
+    def _hand_back_kept(self) -> None:
+        """A drain's hand-back of every kept run: due just ahead of its instant, which it keeps."""
+        with self._lock:
+            kept = list(self._kept.values())
+            self._kept.clear()
+        for k in kept:
+            if k.timer is not None:
+                k.timer.cancel()
+            self._kept_back(k)
+
+    def _kept_back(self, kept: _Kept) -> None:
+        """Hand a kept run back to the queue, uncounted, due :data:`~ultimate_jobs.core.rates.RATE_LEAD_MS`
+        before its reserved instant (the reservation holds for whichever worker claims it then)."""
+        flight, now = kept.flight, self.clock.now_ms()
+        options = NackOptions(count_attempt=False, run_at_ms=max(now, kept.until_ms - RATE_LEAD_MS))
+        try:
+            self.driver.nack(flight.job.id, flight.job.ref, options)
+        except Exception as exc:  # the lease lapses and the queue redelivers
+            log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=flight.job.id)
+        log_event(logging.DEBUG, "jobs.job.rate-limited", wait_ms=max(0, kept.until_ms - now), **flight.fields())
+        self._finish(flight, None)
 
     async def _execute_async(self, lane: AsyncLane, flight: InFlight, handle: JobHandle[Any, Any]) -> None:
         """One async attempt, as a task on the event loop: the executor offloads every driver call, so
@@ -695,6 +785,15 @@ class JobWorker(LeaseRenewal, PollingRole):
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
         with self._lock:
             return self._lock.wait_for(lambda: not self._flights, timeout)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A run kept off its slot until ``until_ms``, the instant its rate limit reserved for it."""
+
+    flight: InFlight
+    until_ms: int
+    timer: Timer | None = None
 
 
 class _Waiting(NamedTuple):
