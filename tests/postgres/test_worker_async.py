@@ -542,3 +542,34 @@ def test_a_body_that_blocks_the_loop_is_logged_by_name_and_id_and_leases_are_sti
     assert not events(caplog, "jobs.lease.lost")
     record = driver.operator.get(job_id)
     assert record is not None and (record.state, record.attempts) == ("done", 1)
+
+
+def test_an_async_run_waiting_for_its_rate_instant_keeps_its_claim_and_starts_on_it(
+    jobs: AnyJobsEnv, probe: AsyncProbe, make_worker: Callable[..., JobWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the sync run does (tests/postgres/test_worker.py): an async run whose reserved instant is beyond the
+    slot's own wait leaves its async slot with its claim kept, and is back on the loop to start on its instant."""
+    started: dict[int, int] = {}
+
+    async def metered(run: JobRun[Any]) -> None:
+        started[run.input["k"]] = jobs.clock.now_ms()
+        probe.enter(run)
+
+    handle = declare("metered_async_kept", metered, rate_limit="2/s")  # one start every 500 ms
+    first, second = in_order(jobs, handle, [{"k": 0}, {"k": 1}])
+    worker = make_worker(async_concurrency=1)
+    caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
+
+    assert worker.run_once() == 1
+    probe.started(first)
+    eventually(lambda: not worker.in_flight())
+    assert worker.run_once() == 1
+    eventually(lambda: worker.stats.kept == 1)
+    assert (row(jobs, second).state, len(worker.in_flight())) == ("running", 1)  # claim and flight kept
+    assert not events(caplog, "jobs.job.rate-limited")
+
+    jobs.clock.advance(started[0] + 500 - jobs.clock.now_ms() - 100)
+    probe.started(second)
+    assert worker.wait_idle(WAIT)
+    assert started[1] - started[0] == 500
+    assert [(row(jobs, i).state, row(jobs, i).attempts) for i in (first, second)] == [("done", 1)] * 2

@@ -109,18 +109,21 @@ def _acquire_slot(attempt: Attempt, ttl_ms: int) -> Literal["run", "wait", "refu
 
 def _rate_wait(attempt: Attempt, clock: Clock) -> int:
     """How long the run must still wait for its start under its rate limit: ``0`` to start now — at once,
-    or after waiting in its slot for an instant at most :data:`RATE_HOLD_MS` away — else the ms until the
-    instant reserved for it (the worker keeps the run until then, or it is handed back)."""
-    wait_ms = _take_rate(attempt)
-    if 0 < wait_ms <= RATE_HOLD_MS:  # its instant is near: wait in the slot, then start on the reservation
-        clock.sleep(wait_ms)
-        wait_ms = _take_rate(attempt)
-    return wait_ms
+    or after waiting in its slot for an instant at most :data:`RATE_HOLD_MS` away, which the take gave it
+    (no second take: a round trip queued behind the key's other takers would make the start late) — else
+    the ms until the instant reserved for it (the worker keeps the run until then, or it is handed back)."""
+    asked_ms = clock.now_ms()
+    wait_ms = _take_rate(attempt, asked_ms)
+    if wait_ms > RATE_HOLD_MS:
+        return wait_ms
+    clock.sleep(asked_ms + wait_ms - clock.now_ms())  # its instant is near, and its own: wait for it, then start
+    return 0
 
 
-def _take_rate(attempt: Attempt) -> int:
-    """Take the run's start under its rate limit (``driver.rates``): ``0`` to start now, else the ms until
-    the instant reserved for it, when it is handed back to start on that reservation."""
+def _take_rate(attempt: Attempt, now_ms: int) -> int:
+    """Take the run's start under its rate limit (``driver.rates``): the ms until the instant it starts on
+    (``0``: now) — the run's own to wait for in its slot when at most :data:`RATE_HOLD_MS` away, else a
+    reservation it comes back for."""
     handle = attempt.handle
     assert handle.rate_limit is not None
     rates = attempt.driver.rates
@@ -131,7 +134,8 @@ def _take_rate(attempt: Attempt) -> int:
         )
     key = handle.derive_rate_key(attempt.parsed)
     assert key is not None
-    return rates.take(key, attempt.claimed.id, interval_ms=handle.rate_limit.interval_ms, now_ms=attempt.clock.now_ms())
+    interval_ms = handle.rate_limit.interval_ms
+    return rates.take(key, attempt.claimed.id, interval_ms=interval_ms, now_ms=now_ms, near_ms=RATE_HOLD_MS)
 
 
 def _slots_wanted(attempt: Attempt) -> list[tuple[str, int, Concurrency | None]]:

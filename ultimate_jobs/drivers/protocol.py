@@ -108,11 +108,13 @@ class RateStore(Protocol):
     """Each rate key's schedule of starts, across the fleet (``@job(rate_limit=...)``): one start per
     ``interval_ms``, and the instants reserved for runs that found their key busy."""
 
-    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
-        """Start ``holder`` (a job id) under ``key``: ``0`` when it may start now — on its own reservation,
-        made by an earlier take and due within one interval, or on the key's next free instant when that
-        is now — else the milliseconds until the instant this take reserved for it (or the one it holds
-        already), to be handed back until then. One round trip."""
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
+        """Start ``holder`` (a job id) under ``key``: the milliseconds until the instant it starts on — ``0``
+        for now. At most ``near_ms`` away, the instant is the holder's to wait for and start on without
+        another take: its own reservation (made by an earlier take, spent now) or the key's next free
+        instant (taken, and nothing stored). Further away, the instant this take reserved for it (or the one
+        it holds already), to come back for. A reservation more than one interval past is stale: the take
+        is a fresh one. One round trip."""
 
     def state(self) -> builtins.list[RateState]:
         """Every key's schedule: its next free instant and the reservations it holds."""

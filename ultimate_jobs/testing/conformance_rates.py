@@ -63,9 +63,13 @@ class RateContract:
         assert rates.take("api", "job-2", interval_ms=STEP, now_ms=now + 3 * STEP) == 0  # the key is free by then
         assert rates.take("api", "job-4", interval_ms=STEP, now_ms=now + 3 * STEP) == STEP
 
-    def test_no_window_of_one_period_holds_more_than_its_count(self, rates: RateStore, clock: FrozenClock) -> None:
+    @pytest.mark.parametrize("near_ms", [0, 2 * STEP])
+    def test_no_window_of_one_period_holds_more_than_its_count(
+        self, rates: RateStore, clock: FrozenClock, near_ms: int
+    ) -> None:
         """Ten workers, each with a job to start, asking again when their wait is up (every millisecond at
-        the most) for 3 seconds: the starts stay one interval apart, and come at the limit's rate."""
+        the most) for 3 seconds — or, with ``near_ms``, waiting out a wait that short themselves and starting
+        then: the starts stay one interval apart, and come at the limit's rate."""
         start = clock.now_ms()
         holding = {worker: f"job-{worker}-0" for worker in range(10)}
         ask_at = dict.fromkeys(holding, start)
@@ -74,13 +78,30 @@ class RateContract:
             for worker, holder in holding.items():
                 if ask_at[worker] > t:
                     continue
-                wait = rates.take("api", holder, interval_ms=STEP, now_ms=t)
-                if wait == 0:
-                    starts.append(t)
+                wait = rates.take("api", holder, interval_ms=STEP, now_ms=t, near_ms=near_ms)
+                if wait <= near_ms:
+                    starts.append(t + wait)
                     holding[worker] = f"job-{worker}-{len(starts)}"
                 ask_at[worker] = t + max(wait, 1)
+        starts.sort()
         assert all(b - a >= STEP for a, b in itertools.pairwise(starts))
         assert len(starts) >= 3_000 // STEP - 1
+
+    def test_an_instant_within_near_is_the_takers_own_and_none_is_stored(
+        self, rates: RateStore, clock: FrozenClock
+    ) -> None:
+        """A caller that waits up to ``near_ms`` itself: an instant that close is its own to start on with no
+        second take (nothing stored); a further one is reserved, and spent once the holder is back within
+        ``near_ms`` of it."""
+        now = clock.now_ms()
+        assert rates.take("api", "job-1", interval_ms=STEP, now_ms=now, near_ms=STEP) == 0
+        assert rates.take("api", "job-2", interval_ms=STEP, now_ms=now, near_ms=STEP) == STEP  # near: not stored
+        assert rates.take("api", "job-3", interval_ms=STEP, now_ms=now, near_ms=STEP) == 2 * STEP  # reserved
+        assert [(s.next_at_ms, s.reserved) for s in rates.state()] == [(now + 3 * STEP, 1)]
+        back = now + STEP + STEP // 2
+        assert rates.take("api", "job-3", interval_ms=STEP, now_ms=back, near_ms=STEP) == STEP // 2  # spent
+        assert [(s.next_at_ms, s.reserved) for s in rates.state()] == [(now + 3 * STEP, 0)]
+        assert rates.take("api", "job-4", interval_ms=STEP, now_ms=back, near_ms=STEP) == 3 * STEP - STEP - STEP // 2
 
     def test_the_state_shows_each_keys_next_instant_and_reservations(
         self, rates: RateStore, clock: FrozenClock

@@ -530,10 +530,13 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._return_flight(flight, after_ms=0 if self.async_slots[job.queue] else ASYNC_REFUSED_RECHECK_MS)
         return len(refused)
 
-    def _async_slot_freed(self, flight: InFlight, execution: JobExecution | None, lane: AsyncLane) -> None:
+    def _async_slot_freed(
+        self, flight: InFlight, execution: JobExecution | None, lane: AsyncLane, *, kept: bool = False
+    ) -> None:
         """On the loop, as an async run ends: :meth:`_slot_freed` for the loop's slot, then start the next row
         waiting in the claim-ahead buffer (unless a drain is handing the buffer back) — all under one take of
-        the lock — and ask for a claim only once one would take rows (:meth:`_async_room`), not per ended run."""
+        the lock — and ask for a claim only once one would take rows (:meth:`_async_room`), not per ended run.
+        A ``kept`` run only leaves its slot: its flight stays (:meth:`_keep`)."""
         queue = flight.job.queue
         completion = execution.completion if execution is not None else None
         with self._lock:
@@ -546,7 +549,8 @@ class JobWorker(LeaseRenewal, PollingRole):
                 self._async_busy[queue] += 1
             claim = self._async_room(queue) > 0
         if completion is None:
-            self._finish(flight, execution)
+            if not kept:
+                self._finish(flight, execution)
         else:
             assert execution is not None
             self._acks.ack_later(completion, then=partial(self._settled, flight, execution))
@@ -587,14 +591,16 @@ class JobWorker(LeaseRenewal, PollingRole):
             kept = sum(1 for k in self._kept.values() if k.flight.job.queue == queue)
             return kept < KEPT_PER_SLOT * self.slots[queue]
 
-    def _keep(self, flight: InFlight, until_ms: int) -> None:
-        """The run left its slot to wait for ``until_ms``: free the slot, and bring the run back to it ahead of
-        the claim-ahead buffer :data:`~ultimate_jobs.core.rates.RATE_HOLD_MS` ``// 2`` before the instant (it
-        waits out the rest in the slot). Its lease is renewed with the others' meanwhile."""
-        kept = _Kept(flight, until_ms)
+    def _keep(self, flight: InFlight, until_ms: int, *, handle: JobHandle[Any, Any] | None = None) -> None:
+        """The run left its slot — a thread's, or the loop's for an async run (``handle``), whose slot its end
+        already freed — to wait for ``until_ms``: bring it back to a slot ahead of the claim-ahead buffer
+        :data:`~ultimate_jobs.core.rates.RATE_HOLD_MS` ``// 2`` before the instant (it waits out the rest in
+        the slot). Its lease is renewed with the others' meanwhile."""
+        kept = _Kept(flight, until_ms, handle)
         self.stats.kept += 1
         with self._lock:
-            self._occupied[flight.job.queue] -= 1
+            if handle is None:
+                self._occupied[flight.job.queue] -= 1
             hand_back = self._hand_back_on_close
             if not hand_back:
                 self._kept[flight.job.claim] = kept
@@ -608,28 +614,51 @@ class JobWorker(LeaseRenewal, PollingRole):
         self.kick()  # its slot is free: refill it
 
     def _rejoin(self, claim: str) -> None:
-        """A kept run's time has come: back into its slot, ahead of the buffer (or back to the queue when the
-        worker is draining, or a process-local limit refuses it now)."""
+        """A kept run's time has come: back to a slot, ahead of the buffer — or back to the queue when the worker
+        is draining, a process-local limit refuses it now, or its pool or loop has stopped."""
         with self._lock:
             kept = self._kept.pop(claim, None)
             if kept is None:  # a drain handed it back
                 return
-            job = kept.flight.job
-            if self._hand_back_on_close:
-                rejoin = False
-            else:
-                rejoin = True
-                self._occupied[job.queue] += 1
-        if rejoin and self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
-            try:
-                self._pools[job.queue].submit_first(kept.flight)
+            draining = self._hand_back_on_close
+        job = kept.flight.job
+        if not draining and self._limiter.admit(queue=job.queue, tenant_id=job.tenant_id):
+            if self._back_to_slot(kept):
                 return
-            except RuntimeError:  # the pool shut under it
-                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-        if rejoin:
-            with self._lock:
-                self._occupied[job.queue] -= 1
+            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
         self._kept_back(kept)
+
+    def _back_to_slot(self, kept: _Kept) -> bool:
+        """Put a kept run first in line: its queue's threads (:meth:`SlotPool.submit_first`), or the loop — at
+        once when an async slot is free, else first in the async claim-ahead buffer. ``False`` when the pool or
+        the loop has stopped."""
+        flight, handle, queue = kept.flight, kept.handle, kept.flight.job.queue
+        if handle is None:
+            with self._lock:
+                self._occupied[queue] += 1
+            try:
+                self._pools[queue].submit_first(flight)
+                return True
+            except RuntimeError:  # the pool shut under it
+                with self._lock:
+                    self._occupied[queue] -= 1
+                return False
+        lane = self._lane
+        if lane is None:
+            return False
+        waiting = _Waiting(flight, handle, contextvars.copy_context())
+        with self._lock:
+            if self._async_busy[queue] >= self.async_slots[queue]:
+                self._async_waiting[queue].appendleft(waiting)
+                return True
+            self._async_busy[queue] += 1
+        try:
+            lane.spawn_many([(partial(self._execute_async, lane, flight, handle), waiting.context)])
+            return True
+        except Exception:  # the loop stopped
+            with self._lock:
+                self._async_busy[queue] -= 1
+            return False
 
     def _hand_back_kept(self) -> None:
         """A drain's hand-back of every kept run: due just ahead of its instant, which it keeps."""
@@ -661,13 +690,16 @@ class JobWorker(LeaseRenewal, PollingRole):
         execution: JobExecution | None = None
         try:
             execution = await execute_job_async(
-                job, self._env, lane=lane, signal=flight.signal, hooks=hooks_for(flight), handle=handle
+                job, self._env, lane=lane, signal=flight.signal, hooks=hooks_for(flight, self._may_keep), handle=handle
             )
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
         finally:
             self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
-            self._async_slot_freed(flight, execution, lane)
+            kept_until = execution.kept_until_ms if execution is not None else None
+            self._async_slot_freed(flight, execution, lane, kept=kept_until is not None)
+        if kept_until is not None:
+            self._keep(flight, kept_until, handle=handle)
 
     def _slot_freed(self, flight: InFlight, execution: JobExecution | None, busy: dict[str, int]) -> None:
         """The attempt left its slot (a thread's, or the loop's: ``busy`` is that kind's count); a completion
@@ -793,6 +825,7 @@ class _Kept:
 
     flight: InFlight
     until_ms: int
+    handle: JobHandle[Any, Any] | None = None  # an async run's declaration (None: a sync run)
     timer: Timer | None = None
 
 

@@ -95,10 +95,12 @@ class MemoryRateStore:
         self._next: dict[str, int] = {}
         self._held: dict[str, dict[str, int]] = {}
 
-    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
         with self._lock:
             held = self._held.setdefault(key, {})
-            taken = decide(held.get(holder), self._next.get(key), interval_ms=interval_ms, now_ms=now_ms)
+            taken = decide(
+                held.get(holder), self._next.get(key), interval_ms=interval_ms, now_ms=now_ms, near_ms=near_ms
+            )
             if taken.next_at_ms is not None:
                 self._next[key] = taken.next_at_ms
             if taken.hold_at_ms is None:

@@ -23,8 +23,8 @@ class PostgresRateStore(SqlRateStore):
 
     sql = jobs
 
-    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
-        params = {"key": key, "holder": holder, "interval": interval_ms, "now": now_ms}
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
+        params = {"key": key, "holder": holder, "interval": interval_ms, "now": now_ms, "near": near_ms}
         return int(self._d.executor.query(jobs.SQL_RATE_TAKE, params, binding="prepared")[0][0])
 
     def forget(self, *, before_ms: int) -> int:

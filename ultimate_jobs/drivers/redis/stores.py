@@ -47,8 +47,8 @@ class RedisRateStore:
     def __init__(self, driver: RedisDriver) -> None:
         self._d = driver
 
-    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
-        return int(self._d.run("rate_take", key, holder, str(interval_ms), str(now_ms)))
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
+        return int(self._d.run("rate_take", key, holder, str(interval_ms), str(now_ms), str(near_ms)))
 
     def state(self) -> list[RateState]:
         return [RateState(key, int(at), int(held)) for key, at, held in self._d.run("rate_state")]

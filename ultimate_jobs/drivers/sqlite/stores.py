@@ -28,7 +28,7 @@ class SqliteRateStore(SqlRateStore):
 
     sql = sql
 
-    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int) -> int:
+    def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
         q = self._d.executor.query
         mine = {"key": key, "holder": holder}
         with self._d.executor.write():
@@ -39,6 +39,7 @@ class SqliteRateStore(SqlRateStore):
                 scheduled[0][0] if scheduled else None,
                 interval_ms=interval_ms,
                 now_ms=now_ms,
+                near_ms=near_ms,
             )
             if taken.next_at_ms is not None:
                 q(sql.SQL_RATE_MOVE, {"key": key, "next_at_ms": taken.next_at_ms})

@@ -477,11 +477,12 @@ SELECT count(*) FROM gone
 # SQL_JIT_OFF — no JIT compilation for the rest of the transaction (SQL_PURGE_FINISHED's).
 SQL_JIT_OFF = "SET LOCAL jit = off"
 
-# SQL_RATE_TAKE — one take of rate key %(key)s by %(holder)s (a job id), every %(interval)s ms a start, as
-# drivers/rates.py's decide(): a reservation of the holder's due now (within one interval) is spent; one
-# still ahead is kept and answered; else the key's next free instant is taken (x_job_rates, upserted: the
-# row lock serialises every taker of one key), the schedule moves one interval past it, and an instant
-# ahead of %(now)s is reserved for the holder (x_job_rate_holds). Answers the ms to wait, 0 to start now.
+# SQL_RATE_TAKE — one take of rate key %(key)s by %(holder)s (a job id), every %(interval)s ms a start, by a
+# caller that waits up to %(near)s ms itself, as drivers/rates.py's decide(): a reservation of the holder's due
+# within %(near)s (or past, within one interval) is spent; one further ahead is kept and answered; else the
+# key's next free instant is taken (x_job_rates, upserted: the row lock serialises every taker of one key),
+# the schedule moves one interval past it, and an instant more than %(near)s ahead of %(now)s is reserved for
+# the holder (x_job_rate_holds). Answers the ms to wait for the instant it starts on, 0 for now.
 SQL_RATE_TAKE = """
 WITH held AS (
     SELECT at_ms FROM x_job_rate_holds
@@ -495,13 +496,14 @@ fresh AS (
 ),
 kept AS (
     INSERT INTO x_job_rate_holds AS h (key, holder, at_ms)
-    SELECT %(key)s, %(holder)s, at_ms FROM fresh WHERE at_ms > %(now)s
+    SELECT %(key)s, %(holder)s, at_ms FROM fresh WHERE at_ms > %(now)s + %(near)s
     ON CONFLICT (key, holder) DO UPDATE SET at_ms = excluded.at_ms
 ),
 spent AS (
     DELETE FROM x_job_rate_holds
     WHERE key = %(key)s AND holder = %(holder)s
-      AND (EXISTS (SELECT 1 FROM held WHERE at_ms <= %(now)s) OR EXISTS (SELECT 1 FROM fresh WHERE at_ms <= %(now)s))
+      AND (EXISTS (SELECT 1 FROM held WHERE at_ms <= %(now)s + %(near)s)
+           OR EXISTS (SELECT 1 FROM fresh WHERE at_ms <= %(now)s + %(near)s))
 )
 SELECT greatest(0, coalesce((SELECT at_ms FROM fresh), (SELECT at_ms FROM held)) - %(now)s)::bigint
 """

@@ -5,22 +5,23 @@ Scores are doubles, exact for instants below 2**53; forgetting is one range remo
 
 from __future__ import annotations
 
-# RATE_TAKE — one take of rate key ARGV[1] by ARGV[2] (a job id), a start every ARGV[3] ms, at ARGV[4]:
-# drivers/rates.py's decide(), line for line. Answers the ms to wait, 0 to start now.
+# RATE_TAKE — one take of rate key ARGV[1] by ARGV[2] (a job id), a start every ARGV[3] ms, at ARGV[4], by a
+# caller that waits up to ARGV[5] ms itself: drivers/rates.py's decide(), line for line. Answers the ms to wait
+# for the instant it starts on, 0 for now.
 RATE_TAKE = r"""
-local key, holder, interval, now = ARGV[1], ARGV[2], num(ARGV[3]), num(ARGV[4])
+local key, holder, interval, now, near = ARGV[1], ARGV[2], num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
 local mine = key .. '\31' .. holder
 local hold = num(redis.call('ZSCORE', T .. ':rate-holds', mine))
 local next_at = num(redis.call('ZSCORE', T .. ':rates', key))
 if hold and hold > now - interval then
-  if hold > now then return hold - now end  -- back early: keep waiting for it
-  redis.call('ZREM', T .. ':rate-holds', mine)  -- its instant: start on it
-  return 0
+  if hold - now > near then return hold - now end  -- back early: keep waiting for it
+  redis.call('ZREM', T .. ':rate-holds', mine)  -- near or at its instant: spend it, start on it
+  return math.max(0, hold - now)
 end
 local at = now
 if next_at then at = math.max(next_at, now) end
 redis.call('ZADD', T .. ':rates', fmt(at + interval), key)
-if at > now then
+if at - now > near then
   redis.call('ZADD', T .. ':rate-holds', fmt(at), mine)
 else
   redis.call('ZREM', T .. ':rate-holds', mine)
