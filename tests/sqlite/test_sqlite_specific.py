@@ -231,3 +231,18 @@ def test_under_debug_every_statement_shows_in_the_connections_queries(driver: Sq
     assert any(s.startswith("INSERT INTO x_jobs") for s in statements)
     assert any("UPDATE x_jobs AS j\nSET state = 'running'" in s for s in statements)
     assert any("SET state = 'done'" in s for s in statements)
+
+
+def test_a_rate_take_that_waited_for_the_write_lock_hands_out_no_instant_before_it_held_it(
+    driver: SqliteDriver,
+) -> None:
+    """A take asked at ``now_ms`` whose ``BEGIN IMMEDIATE`` waited behind other writers decides at the time it
+    holds the lock (the driver's clock): the key's free instant that passed meanwhile is not handed out — the run
+    would start late, closer to the next start than the interval — and the answer still counts from ``now_ms``."""
+    rates = driver.rates
+    assert rates is not None and isinstance(driver.clock, FrozenClock)
+    asked = driver.clock.now_ms()
+    assert rates.take("api", "job-1", interval_ms=20, now_ms=asked) == 0  # the key's next instant: asked + 20
+    driver.clock.advance(35)  # the next take's lock was held by others for 35 ms
+    assert rates.take("api", "job-2", interval_ms=20, now_ms=asked + 5, near_ms=250) == 30  # at asked + 35, not + 20
+    assert rates.take("api", "job-3", interval_ms=20, now_ms=asked + 35, near_ms=250) == 20  # spaced from it

@@ -7,10 +7,11 @@ external API, say) — per ``rate_key(input)`` when one is given (per org, per a
 The driver keeps each key's schedule (:class:`~ultimate_jobs.drivers.protocol.RateStore`) as a generic
 cell rate algorithm: one start every ``interval_ms`` (the period over the count, rounded up), so no window
 of one period ever holds more than ``count`` starts, plus one at its edge. A start that finds its key busy
-reserves the next free instant and, unless that is within :data:`RATE_HOLD_MS` (then it waits in its slot)
-or :data:`RATE_KEEP_MS` (then its worker keeps it off its slot until just before), is handed back,
-uncounted, to be due :data:`RATE_LEAD_MS` before it; when it comes back it starts on that reservation
-without taking another. One statement (Postgres, SQLite) or one script (Redis) per take.
+takes the next free instant: within :data:`RATE_HOLD_MS` it is the run's own, to wait for in its slot and
+start on with no second take; further, it is reserved for the run, which its worker keeps off its slot until
+just before (within :data:`RATE_KEEP_MS`) or hands back, uncounted, due :data:`RATE_LEAD_MS` before it; when
+it comes back it spends that reservation without taking another. One statement (Postgres, SQLite) or one
+script (Redis) per take.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ MAX_RATE_PER_SECOND = 1_000
 """The fastest rate one key takes: the drivers schedule starts to the millisecond."""
 
 RATE_HOLD_MS = 250
-"""A run whose reserved instant is this close waits for it in its slot (then starts on it) instead of
-a hand-back and a claim, which take longer than that on a busy host and would let the reservation lapse."""
+"""A run whose instant is this close waits for it in its slot and starts on it — the take's ``near_ms``: the
+store keeps no reservation for it, and no second take is made — instead of a hand-back and a claim, which
+take longer than that on a busy host and would let the instant lapse."""
 
 RATE_LEAD_MS = 200
 """A run handed back to its reserved instant is due this much before it: claimed by then, it waits the

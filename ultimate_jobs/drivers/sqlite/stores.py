@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 class SqliteRateStore(SqlRateStore):
     """Rate schedules: a take reads the holder's reservation and the key's next free instant and writes
-    :func:`~ultimate_jobs.drivers.rates.decide`'s answer, in one ``BEGIN IMMEDIATE`` transaction."""
+    :func:`~ultimate_jobs.drivers.rates.decide`'s answer, in one ``BEGIN IMMEDIATE`` transaction — decided
+    at the driver's clock once the write lock is held (never before the caller's ``now_ms``), answered from
+    the caller's ``now_ms``."""
 
     sql = sql
 
@@ -32,14 +34,17 @@ class SqliteRateStore(SqlRateStore):
         q = self._d.executor.query
         mine = {"key": key, "holder": holder}
         with self._d.executor.write():
+            # decided when the write lock is held, which may have been waited for behind other writers: an
+            # instant before then would start late, closer to the next one than the interval
+            lag_ms = max(0, self._d.clock.now_ms() - now_ms)
             held = q(sql.SQL_RATE_HELD, mine)
             scheduled = q(sql.SQL_RATE_NEXT, {"key": key})
             taken = decide(
                 held[0][0] if held else None,
                 scheduled[0][0] if scheduled else None,
                 interval_ms=interval_ms,
-                now_ms=now_ms,
-                near_ms=near_ms,
+                now_ms=now_ms + lag_ms,
+                near_ms=near_ms - lag_ms,  # still near of the caller's now_ms, which the answer counts from
             )
             if taken.next_at_ms is not None:
                 q(sql.SQL_RATE_MOVE, {"key": key, "next_at_ms": taken.next_at_ms})
@@ -47,7 +52,7 @@ class SqliteRateStore(SqlRateStore):
                 q(sql.SQL_RATE_HOLD, {**mine, "at_ms": taken.hold_at_ms})
             elif held:
                 q(sql.SQL_RATE_SPEND, mine)
-        return taken.wait_ms
+        return taken.wait_ms + lag_ms
 
     def forget(self, *, before_ms: int) -> int:
         with self._d.executor.write():
