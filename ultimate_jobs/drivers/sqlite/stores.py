@@ -36,7 +36,7 @@ class SqliteRateStore(SqlRateStore):
         with self._d.executor.write():
             # decided when the write lock is held, which may have been waited for behind other writers: an
             # instant before then would start late, closer to the next one than the interval
-            lag_ms = max(0, self._d.clock.now_ms() - now_ms)
+            lag_ms: int = max(0, self._d.clock.now_ms() - now_ms)
             held = q(sql.SQL_RATE_HELD, mine)
             scheduled = q(sql.SQL_RATE_NEXT, {"key": key})
             taken = decide(
