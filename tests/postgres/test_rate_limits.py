@@ -1,6 +1,7 @@
 """``@job(rate_limit=..., rate_key=...)``: starts held to a rate across the fleet, run by ``run_jobs`` on the
 memory and the Postgres driver (``any_jobs``; tests/sqlite/test_rate_limits_sqlite.py runs them on SQLite),
-on the frozen clock — so every start's instant is exact — and the refusals of a bad declaration or key.
+on the frozen clock — so every start's instant is exact — and the refusals of a bad declaration or key; on
+wall time, a Postgres take that waited for its key's row lock.
 
 The fleet-wide accuracy under three real worker processes is bench/'s ``rates`` case and
 tests/e2e/test_postgres_processes.py's (three worker processes under one limit)."""
@@ -8,16 +9,21 @@ tests/e2e/test_postgres_processes.py's (three worker processes under one limit).
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 from tests.conftest import AnyJobsEnv
-from ultimate_jobs import JobRun, RateLimit, job
+from ultimate_jobs import JobRun, RateLimit, SystemClock, job
+from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.records import JobFilter
 from ultimate_jobs.errors import UltimateError
+from ultimate_jobs.runtime.dbconn import close_thread_connections
 from ultimate_jobs.testing import run_jobs
 
 
@@ -141,3 +147,47 @@ def test_a_rate_key_that_raises_at_the_run_fails_the_attempt_with_its_code(any_j
     found = any_jobs.driver.operator.get(queued.id)
     assert found is not None and (found.state, found.attempts, found.last_code) == ("dead", 1, "X_JOB_RATE_KEY_INVALID")
     assert started == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_take_queued_on_the_keys_row_lock_hands_out_no_instant_that_passed_while_it_waited() -> None:
+    """On wall time, a take whose statement waited for the key's row lock (other takers, or here a session
+    holding it) decides the key's instant once it holds the lock: the free instant that passed meanwhile is not
+    handed out — the run would start late, closer to the next start than the interval — and the answer still
+    counts from the caller's ``now_ms``, so the caller waits out exactly to the instant stored."""
+    driver = PostgresDriver(clock=SystemClock())
+    rates = driver.rates
+    assert rates is not None
+    assert rates.take("api", "job-1", interval_ms=20, now_ms=driver.clock.now_ms()) == 0  # next free: +20 ms
+    answered: list[tuple[int, int]] = []
+
+    def take() -> None:
+        try:
+            asked = driver.clock.now_ms()
+            answered.append((asked, rates.take("api", "job-2", interval_ms=20, now_ms=asked, near_ms=250)))
+        finally:
+            close_thread_connections()
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM x_job_rates WHERE key = 'api' FOR UPDATE")
+        taker = threading.Thread(target=take)
+        taker.start()
+        waiting = False
+        for _ in range(2_000):  # until the take's statement is queued on the row lock
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else this transaction sees its first reading
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%%x_job_rate_holds%%'"
+            )
+            if waiting := cursor.fetchone()[0] == 1:
+                break
+            time.sleep(0.005)
+        assert waiting
+        time.sleep(0.3)  # the lock held 300 ms more: the key's instant (+20 ms) passes meanwhile
+    taker.join(30)
+    assert len(answered) == 1
+    asked, wait = answered[0]
+    assert wait >= 300  # decided once it held the lock, not the +20 ms instant that passed
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT next_at_ms FROM x_job_rates WHERE key = 'api'")
+        assert cursor.fetchone()[0] == asked + wait + 20  # the instant answered is the one the schedule moved past

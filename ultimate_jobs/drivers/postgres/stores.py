@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
+from ...core.clock import SystemClock
 from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
 from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlRateStore, SqlSchedulerStore
@@ -19,12 +20,21 @@ from .rows import POSTGRES, enqueue_rows
 
 
 class PostgresRateStore(SqlRateStore):
-    """Rate schedules: a take is one statement (SQL_RATE_TAKE); takers of one key queue on its row."""
+    """Rate schedules: a take is one statement (SQL_RATE_TAKE); takers of one key queue on its row, and on wall
+    time (a :class:`~ultimate_jobs.core.clock.SystemClock`) the instant is decided once that row's lock is held
+    — never before ``now_ms`` plus the wait for it — answered from ``now_ms``."""
 
     sql = jobs
 
     def take(self, key: str, holder: str, *, interval_ms: int, now_ms: int, near_ms: int = 0) -> int:
-        params = {"key": key, "holder": holder, "interval": interval_ms, "now": now_ms, "near": near_ms}
+        params = {
+            "key": key,
+            "holder": holder,
+            "interval": interval_ms,
+            "now": now_ms,
+            "near": near_ms,
+            "lagged": isinstance(self._d.clock, SystemClock),  # a frozen clock's now_ms does not move with the wait
+        }
         return int(self._d.executor.query(jobs.SQL_RATE_TAKE, params, binding="prepared")[0][0])
 
     def forget(self, *, before_ms: int) -> int:

@@ -482,7 +482,11 @@ SQL_JIT_OFF = "SET LOCAL jit = off"
 # within %(near)s (or past, within one interval) is spent; one further ahead is kept and answered; else the
 # key's next free instant is taken (x_job_rates, upserted: the row lock serialises every taker of one key),
 # the schedule moves one interval past it, and an instant more than %(near)s ahead of %(now)s is reserved for
-# the holder (x_job_rate_holds). Answers the ms to wait for the instant it starts on, 0 for now.
+# the holder (x_job_rate_holds). Answers the ms to wait for the instant it starts on, 0 for now. With
+# %(lagged)s (the caller's clock is wall time), the key's instant is decided when its row lock is held: never
+# before %(now)s plus the time the statement waited for it (clock_timestamp() - statement_timestamp(), one
+# server's clock, so no skew) — a take queued behind the key's other takers hands out no instant that passed
+# meanwhile. The answer and the %(near)s test still count from %(now)s, which the caller waits from.
 SQL_RATE_TAKE = """
 WITH held AS (
     SELECT at_ms FROM x_job_rate_holds
@@ -491,7 +495,12 @@ WITH held AS (
 fresh AS (
     INSERT INTO x_job_rates AS r (key, next_at_ms)
     SELECT %(key)s, %(now)s + %(interval)s WHERE NOT EXISTS (SELECT 1 FROM held)
-    ON CONFLICT (key) DO UPDATE SET next_at_ms = greatest(r.next_at_ms, %(now)s) + %(interval)s
+    ON CONFLICT (key) DO UPDATE SET next_at_ms = greatest(
+        r.next_at_ms,
+        %(now)s + CASE WHEN %(lagged)s
+            THEN greatest(0, floor(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000))::bigint
+            ELSE 0 END
+    ) + %(interval)s
     RETURNING next_at_ms - %(interval)s AS at_ms
 ),
 kept AS (
