@@ -496,3 +496,14 @@ class ScheduledTask(PausedTask):
 
     def __str__(self) -> str:
         return f"task {self.task}"
+
+
+class Dashboard(JobCounter):
+    """The dashboard page (``operator.inspect_dashboard``): settles per outcome and mean run time over the
+    last hour, day or week, the queues now and what needs attention — read from ``x_job_counters``. Never
+    saved; its permissions say who may open the page."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

@@ -237,6 +237,7 @@ def failure_html(failure: Failure, describe: Callable[[str], str]) -> SafeString
 
 
 TABS = (
+    ("dashboard", "Dashboard"),
     ("job", "Jobs"),
     ("deadletter", "Dead letters"),
     ("queue", "Queues"),

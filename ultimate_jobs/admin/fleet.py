@@ -21,11 +21,11 @@ from ..errors import UltimateError
 from ..models import Queue, RateSchedule, ScheduledTask, Worker
 from ..operator import PauseState
 from ..operator.arguments import check_name
+from ..operator.dashboard import STALE_BEAT_MS
 from ._format import now_ms
 from ._support import ReadOnlyAdmin, per_row, refusal, report
 
 LATE_MS = 5 * 60_000  # an oldest due job older than this shows as late (the metrics doc's example alert)
-STALE_BEAT_MS = 30_000  # a heartbeat older than this shows as stale
 
 
 class OverviewAdmin(ReadOnlyAdmin):

@@ -205,8 +205,18 @@ def _driver(ctx: Invocation) -> None:
 
 
 def _stats(ctx: Invocation) -> None:
-    view = operator.inspect_stats(since=ctx.options["since"])
-    ctx.emit(view.as_dict(), render.stats(view, ctx.options["since"]))
+    o = ctx.options
+    if o["window"] is not None:
+        board = operator.inspect_dashboard(o["window"], job=o["job"])
+        ctx.emit(board.as_dict(), render.dashboard(board))
+        return
+    if o["job"] is not None:
+        raise JobArgumentInvalidError(
+            "--job picks the series of one job: it goes with --window. Fix: jobs stats --window 1h --job NAME",
+            {"argument": "job"},
+        )
+    view = operator.inspect_stats(since=o["since"])
+    ctx.emit(view.as_dict(), render.stats(view, o["since"]))
 
 
 _HANDLERS: dict[str, Callable[[Invocation], int | None]] = {

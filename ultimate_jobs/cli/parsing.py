@@ -12,6 +12,7 @@ from ..drivers.records import JOB_STATES, MAX_JOB_PAGE
 from ..errors import UltimateError
 from ..operator import MANIFEST_FILE
 from ..operator.arguments import check_instant
+from ..operator.dashboard import WINDOWS
 from ..operator.queues import stats_window_ms
 
 EXIT_OK = 0
@@ -119,8 +120,18 @@ def add_subcommands(parser: CommandParser) -> None:
     outbox.add_argument("ids", nargs="*", metavar="id", help="the set-aside rows to retry or remove")
     outbox.add_argument("--limit", type=int, default=100, help="set-aside rows to list (default 100, at most 1000)")
     command("driver", "which driver the settings resolve to, and why (ULTIMATE_JOBS['DRIVER'] or the database)")
-    stats = command("stats", "settles per job — done, retried, failed, dead, mean run time")
-    stats.add_argument("--since", type=duration, default="24h", help="the window, e.g. 1h, 7d (default 24h)")
+    stats = command(
+        "stats", "settles per job — done, retried, failed, dead, mean run time — or, with --window, over time"
+    )
+    over = stats.add_mutually_exclusive_group()
+    over.add_argument("--since", type=duration, default="24h", help="the window, e.g. 1h, 7d (default 24h)")
+    over.add_argument(
+        "--window",
+        choices=tuple(WINDOWS),
+        help="the dashboard's series instead: settles per outcome and mean run time, bucket by bucket, the queues "
+        "now and what needs attention",
+    )
+    stats.add_argument("--job", help="with --window: the series of this job only")
 
 
 def _filters(parser: CommandParser, *, state_required: bool) -> None:

@@ -11,6 +11,7 @@ from ..errors import UltimateError
 from ..operator import (
     BackfillRow,
     BulkOutcome,
+    DashboardView,
     JobActionResult,
     JobDetail,
     JobPageView,
@@ -395,3 +396,21 @@ def stats(view: StatsView, window: str) -> str:
     rows = [[t.job, t.done, t.retried, t.failed, t.dead, span(t.mean_ms)] for t in (*view.jobs, view.total)]
     rows[-1][0] = "(all)"
     return head + "\n\n" + table(["JOB", "DONE", "RETRIED", "FAILED", "DEAD", "MEAN"], rows)
+
+
+def dashboard(view: DashboardView) -> str:
+    """The dashboard as text: the buckets anything settled in, the window's total, the queues now and the
+    attention strip."""
+    of = f" of {view.job}" if view.job else ""
+    head = f"settles{of} since {when(view.since_ms)} ({view.window}, buckets of {span(view.width_ms)})"
+    busy = [p for p in view.points if p.settled]
+    rows = [[when(p.at_ms), p.done, p.retried, p.failed, p.dead, _mean(p.mean_ms)] for p in busy]
+    total = view.total
+    rows.append(["(window)", total.done, total.retried, total.failed, total.dead, _mean(total.mean_ms)])
+    settles = table(["BUCKET", "DONE", "RETRIED", "FAILED", "DEAD", "MEAN"], rows) if busy else "none settled."
+    attention = "\n".join(f"{'!' if a.count else ' '} {a.label}" for a in view.attention)
+    return f"{head}\n\n{settles}\n\n{queues(view.queues)}\n\nneeds attention:\n{attention}"
+
+
+def _mean(ms: float | None) -> str:
+    return NONE if ms is None else span(round(ms))

@@ -24,6 +24,7 @@ run, where none of this applies.
 """
 
 from .backfills import BackfillRow, inspect_backfills
+from .dashboard import AttentionItem, DashboardView, SeriesPoint, inspect_dashboard
 from .jobs import (
     BulkProgress,
     cancel_job,
@@ -71,9 +72,11 @@ from .tasks import (
 
 __all__ = [
     "MANIFEST_FILE",
+    "AttentionItem",
     "BackfillRow",
     "BulkOutcome",
     "BulkProgress",
+    "DashboardView",
     "ErrorDetail",
     "JobActionResult",
     "JobDetail",
@@ -86,12 +89,14 @@ __all__ = [
     "PauseState",
     "QueueRow",
     "RateRow",
+    "SeriesPoint",
     "StatsView",
     "StepRow",
     "TaskRow",
     "WorkerRow",
     "cancel_job",
     "inspect_backfills",
+    "inspect_dashboard",
     "inspect_dead_letters",
     "inspect_job",
     "inspect_manifest",

@@ -25,6 +25,7 @@ from ..drivers.records import (
     MAX_WORKER_IN_FLIGHT,
     BulkFilter,
     BulkResult,
+    CounterBucket,
     CounterTotals,
     Heartbeat,
     JobFilter,
@@ -154,6 +155,27 @@ class OperatorContract:
         [bucket] = operator_store.counters(job=name, since_ms=since)
         assert (bucket.bucket_ms, bucket.width_ms) == (clock.now_ms() - clock.now_ms() % MINUTE, MINUTE)
         assert (bucket.done, bucket.retried, bucket.failed, bucket.dead, bucket.duration_ms) == (1, 1, 2, 1, 112)
+
+    def test_the_counter_series_sums_every_jobs_buckets_per_bucket(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
+        first = clock.now_ms() - clock.now_ms() % MINUTE
+        since = clock.now_ms()
+        assert operator_store.counter_series(since) == []
+        driver.enqueue_many([request("conformance.series_a", key="a1"), request("conformance.series_b", key="b1")])
+        a1, b1 = sorted(claim(driver), key=lambda job: job.name)
+        assert driver.ack(a1.id, a1.ref, duration_ms=10)
+        assert driver.nack(b1.id, b1.ref, NackOptions(error="e", dead_letter=True, duration_ms=30))
+        clock.advance(MINUTE)
+        driver.enqueue(request("conformance.series_a", key="a2"))
+        a2 = claim_one(driver)
+        assert driver.nack(a2.id, a2.ref, NackOptions(error="e", run_at_ms=clock.now_ms() + MINUTE, duration_ms=4))
+        series = operator_store.counter_series(since)
+        assert series == [
+            CounterBucket("", first, MINUTE, done=1, dead=1, duration_ms=40),  # both jobs' settles, summed
+            CounterBucket("", first + MINUTE, MINUTE, retried=1, duration_ms=4),
+        ]
+        assert operator_store.counter_series(first + MINUTE) == series[1:]  # buckets ending after the instant
 
     def test_uncounted_nacks_move_no_counter(
         self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock

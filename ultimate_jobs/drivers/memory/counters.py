@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..counters import summed_series
 from ..records import COUNTER_TIERS, CounterBucket, CounterTotals
 
 CounterField = Literal["done", "retried", "failed", "dead"]
@@ -51,6 +52,10 @@ class CounterBuckets:
             ),
             key=lambda b: (b.bucket_ms, b.width_ms),
         )
+
+    def series(self, since_ms: int) -> list[CounterBucket]:
+        """Every job's buckets that end after ``since_ms``, summed per ``(bucket, width)``, oldest first."""
+        return summed_series(self._buckets, since_ms)
 
     def totals(self, since_ms: int) -> list[CounterTotals]:
         """Per job, the sums of every bucket that ends after ``since_ms``, by job name."""

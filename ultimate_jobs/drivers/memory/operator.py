@@ -265,6 +265,10 @@ class MemoryOperatorStore:
         with self._d.lock:
             return self._d.counters.totals(since_ms)
 
+    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
+        with self._d.lock:
+            return self._d.counters.series(since_ms)
+
     # -- task fires ----------------------------------------------------------------------------
 
     def task_fires(self) -> builtins.list[TaskFire]:

@@ -13,6 +13,7 @@ from ...errors import (
     JobNotRemovableError,
     JobNotRequeueableError,
 )
+from ..counters import summed_series
 from ..records import (
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
@@ -249,6 +250,9 @@ class RedisOperatorStore:
                 for i, value in enumerate(values):
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
+
+    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
+        return summed_series(self._buckets(), since_ms)
 
     # -- task fires ----------------------------------------------------------------------------
 

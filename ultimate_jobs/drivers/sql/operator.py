@@ -173,6 +173,13 @@ class SqlOperatorStore(ABC):
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
         return [CounterTotals(*row) for row in self._query(self.sql.SQL_COUNTER_TOTALS, self._ends_after(since_ms))]
 
+    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
+        rows = self._query(self.sql.SQL_COUNTER_SERIES, self._ends_after(since_ms))
+        return [
+            CounterBucket("", self._dialect.instant(bucket), width, done, retried, failed, dead, duration)
+            for bucket, width, done, retried, failed, dead, duration in rows
+        ]
+
     # -- task fires ----------------------------------------------------------------------------
 
     def task_fires(self) -> builtins.list[TaskFire]:

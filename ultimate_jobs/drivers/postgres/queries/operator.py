@@ -355,6 +355,17 @@ GROUP BY c.job
 ORDER BY c.job COLLATE "C"
 """
 
+# SQL_COUNTER_SERIES — every job's buckets summed per bucket and tier width, of every tier, that end after
+# %(since)s, oldest first: at most one row per bucket of COUNTER_TIERS (4,176), whatever the number of jobs.
+SQL_COUNTER_SERIES = """
+SELECT (extract(epoch from c.bucket) * 1000)::bigint, c.width_ms, sum(c.done)::bigint, sum(c.retried)::bigint,
+       sum(c.failed)::bigint, sum(c.dead)::bigint, sum(c.duration_ms)::bigint
+FROM x_job_counters c
+WHERE c.bucket + c.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
+GROUP BY c.bucket, c.width_ms
+ORDER BY c.bucket, c.width_ms
+"""
+
 # -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name in code-point order,

@@ -232,6 +232,16 @@ GROUP BY c.job
 ORDER BY c.job
 """
 
+# SQL_COUNTER_SERIES — every job's buckets summed per bucket and tier width, of every tier, that end after the
+# caller's instant, oldest first: at most one row per bucket of COUNTER_TIERS, whatever the number of jobs.
+SQL_COUNTER_SERIES = f"""
+SELECT c.bucket, c.width_ms, sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms)
+FROM x_job_counters c
+WHERE {_ENDS_AFTER}
+GROUP BY c.bucket, c.width_ms
+ORDER BY c.bucket, c.width_ms
+"""
+
 # -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name, at most :limit rows.

@@ -1,0 +1,166 @@
+"""The dashboard's charts, drawn here as SVG — no script library, no CDN, no build step. Each chart is a
+``<figure>`` holding the picture (``role="img"`` with a title naming what it shows) and, behind it, the same
+numbers as a table (``<details>``), which is what a screen reader and a test read. Colours are CSS classes
+whose values follow the admin's light and dark themes (``includes/styles.html``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from ..operator import SeriesPoint
+
+WIDTH, HEIGHT = 720, 180  # the viewBox; the figure scales to its column
+LEFT, BOTTOM, TOP = 44, 22, 8  # room for the value axis, the time axis, the top tick's label
+
+OUTCOMES = (  # (SeriesPoint field, label, CSS class), stacked bottom to top
+    ("done", "Completed", "uj-fill-done"),
+    ("retried", "Retried", "uj-fill-retried"),
+    ("failed", "Failed", "uj-fill-failed"),
+    ("dead", "Dead-lettered", "uj-fill-dead"),
+)
+
+
+def bucket_label(at_ms: int, width_ms: int) -> str:
+    """A bucket's start as the time axis and the tables print it, in UTC: ``14:05`` within a day's
+    window, ``Dec 03 14:00`` beyond."""
+    stamp = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+    return stamp.strftime("%H:%M" if width_ms < 1_800_000 else "%b %d %H:%M")
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 5 times a power of ten at or above ``value`` (at least 1): the top of the value axis."""
+    magnitude = 1.0
+    while True:
+        for multiple in (1, 2, 5):
+            if magnitude * multiple >= value:
+                return magnitude * multiple
+        magnitude *= 10
+
+
+def settles_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> SafeString:
+    """Jobs settled per bucket, stacked by outcome, with the table behind it."""
+    top = nice_ceiling(max((p.settled for p in points), default=0))
+    slot = (WIDTH - LEFT) / max(len(points), 1)
+    bars = []
+    for i, p in enumerate(points):
+        base = 0
+        for field, label, css in OUTCOMES:
+            count = getattr(p, field)
+            if not count:
+                continue
+            y0, y1 = _y(base, top), _y(base + count, top)
+            bars.append(
+                format_html(
+                    '<rect class="{}" x="{}" y="{}" width="{}" height="{}"><title>{} {}: {}</title></rect>',
+                    css,
+                    _n(LEFT + i * slot + slot * 0.1),
+                    _n(y1),
+                    _n(slot * 0.8),
+                    _n(y0 - y1),
+                    bucket_label(p.at_ms, width_ms),
+                    label,
+                    count,
+                )
+            )
+            base += count
+    rows = [(bucket_label(p.at_ms, width_ms), p.done, p.retried, p.failed, p.dead) for p in points if p.settled]
+    table = _table(("Bucket (UTC)", "Completed", "Retried", "Failed", "Dead-lettered"), rows)
+    legend = format_html_join(
+        "",
+        '<span class="uj-legend"><svg width="10" height="10"><rect class="{}" width="10" height="10"/></svg>{}</span>',
+        ((css, label) for _, label, css in OUTCOMES),
+    )
+    return _figure(title, mark_safe("".join(bars)), top, points, width_ms, table, legend, lambda v: f"{v:g}")
+
+
+def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> SafeString:
+    """The mean run time per bucket (a line through the buckets anything settled in), with its table."""
+    means = [(i, p.mean_ms) for i, p in enumerate(points) if p.mean_ms is not None]
+    top = nice_ceiling(max((m for _, m in means), default=0))
+    slot = (WIDTH - LEFT) / max(len(points), 1)
+    xy = [(LEFT + i * slot + slot / 2, _y(m, top)) for i, m in means]
+    path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y) in enumerate(xy))
+    dots = format_html_join(
+        "",
+        '<circle class="uj-line-dot" cx="{}" cy="{}" r="2.5"><title>{}: {} ms</title></circle>',
+        (
+            (_n(x), _n(y), bucket_label(points[i].at_ms, width_ms), round(m))
+            for (x, y), (i, m) in zip(xy, means, strict=True)
+        ),
+    )
+    line = format_html('<path class="uj-line" d="{}"/>', path) if len(xy) > 1 else SafeString("")
+    rows = [(bucket_label(points[i].at_ms, width_ms), round(m)) for i, m in means]
+    table = _table(("Bucket (UTC)", "Mean run time (ms)"), rows)
+    return _figure(title, line + dots, top, points, width_ms, table, SafeString(""), lambda v: f"{v:g} ms")
+
+
+def _n(value: float) -> str:
+    """A coordinate as the SVG's text: one decimal."""
+    return f"{value:.1f}"
+
+
+def _y(value: float, top: float) -> float:
+    return TOP + (HEIGHT - BOTTOM - TOP) * (1 - value / top)
+
+
+def _figure(
+    title: str,
+    marks: SafeString,
+    top: float,
+    points: Sequence[SeriesPoint],
+    width_ms: int,
+    table: SafeString,
+    legend: SafeString,
+    unit: Callable[[float], str],
+) -> SafeString:
+    grid = format_html_join(
+        "",
+        '<line class="uj-grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
+        '<text class="uj-axis" x="{}" y="{}" text-anchor="end">{}</text>',
+        (
+            (LEFT, WIDTH, _n(_y(v, top)), _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), unit(v))
+            for v in (0, top / 2, top)
+        ),
+    )
+    every = max(1, len(points) // 6)
+    ticks = format_html_join(
+        "",
+        '<text class="uj-axis" x="{}" y="{}" text-anchor="middle">{}</text>',
+        (
+            (_n(LEFT + (i + 0.5) * (WIDTH - LEFT) / len(points)), HEIGHT - 6, bucket_label(p.at_ms, width_ms))
+            for i, p in enumerate(points)
+            if i % every == 0
+        ),
+    )
+    return format_html(
+        '<figure class="uj-chart"><figcaption>{}</figcaption>{}'
+        '<svg viewBox="0 0 {} {}" role="img" aria-label="{}" preserveAspectRatio="none">{}{}{}</svg>'
+        '<details class="uj-chart-table"><summary>Table</summary>{}</details></figure>',
+        title,
+        legend,
+        WIDTH,
+        HEIGHT,
+        title,
+        grid,
+        ticks,
+        marks,
+        table,
+    )
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> SafeString:
+    head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
+    if not rows:
+        return format_html(
+            '<table class="uj-table"><thead><tr>{}</tr></thead><tbody></tbody></table>'
+            '<p class="uj-quiet">Nothing settled in this window.</p>',
+            head,
+        )
+    body = format_html_join(
+        "", "<tr>{}</tr>", ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows)
+    )
+    return format_html('<table class="uj-table"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body)
