@@ -13,6 +13,7 @@ from typing import Any
 
 from tests.conftest import AnyJobsEnv, Env
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.testing import run_jobs
 
@@ -26,11 +27,12 @@ RECEIPT_MS = 20
 
 @dataclass(frozen=True)
 class ScriptedHour:
-    """The minutes (bucket starts) where each part of the script settled."""
+    """The minutes (bucket starts) where each part of the script settled, and the charge job (its runs die)."""
 
     first_minute_ms: int
     spike_at_ms: int
     slow_at_ms: int
+    charge: JobHandle[Any, Any]
 
 
 def script_hour(env: AnyJobsEnv | Env[PostgresDriver]) -> ScriptedHour:
@@ -80,4 +82,4 @@ def script_hour(env: AnyJobsEnv | Env[PostgresDriver]) -> ScriptedHour:
         sync_inventory.enqueue({"n": n})
     run_jobs(clock=env.clock, advance=False)
     env.clock.advance(first + 25 * MINUTE - env.clock.now_ms())
-    return ScriptedHour(first, first + 10 * MINUTE, first + 20 * MINUTE)
+    return ScriptedHour(first, first + 10 * MINUTE, first + 20 * MINUTE, charge_card)

@@ -1,8 +1,8 @@
 """The app's URLs: ``path("jobs/", include("ultimate_jobs.urls"))`` in the project's urlconf.
 
 - ``metrics`` — the Prometheus exposition (:mod:`.metrics_view`);
-- ``list``, ``job/<id>``, ``dead-letters``, ``queues``, ``workers``, ``tasks``, ``stats``, ``manifest``,
-  ``outbox`` — read-only JSON for staff, one per read of ``manage.py jobs`` (:mod:`.views`);
+- ``list``, ``job/<id>``, ``dead-letters``, ``queues``, ``workers``, ``tasks``, ``stats``, ``dashboard``,
+  ``manifest``, ``outbox`` — read-only JSON for staff, one per read of ``manage.py jobs`` (:mod:`.views`);
 - ``backfills`` — the backfill ledger, as ``manage.py jobs_backfill --list --json`` prints it.
 """
 
@@ -24,6 +24,7 @@ urlpatterns = [
     path("rates", views.rates_view, name="rates"),
     path("tasks", views.tasks_view, name="tasks"),
     path("stats", views.stats_view, name="stats"),
+    path("dashboard", views.dashboard_view, name="dashboard"),
     path("manifest", views.manifest_view, name="manifest"),
     path("outbox", views.outbox_view, name="outbox"),
     path("backfills", views.backfills_view, name="backfills"),

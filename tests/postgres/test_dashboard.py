@@ -204,3 +204,18 @@ def test_the_page_refuses_bad_input_and_users_without_its_permission(pg: Env[Pos
         assert staff("view_job").get(reverse(name)).status_code == 403
         anonymous = Client().get(reverse(name))
         assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
+
+
+def test_the_job_page_and_a_list_of_one_job_link_to_its_charts(pg: Env[PostgresDriver]) -> None:
+    script_hour(pg)
+    [dead] = operator.list_jobs(name="dash_charge_card", state="dead", limit=1).rows
+    charts = f'{reverse(PAGE)}?window=24h&amp;job=dash_charge_card"'
+    allowed = staff("view_dashboard", "view_job", "view_deadletter")
+    job_page = allowed.get(reverse("admin:ultimate_jobs_job_change", args=[dead.id])).content.decode()
+    assert charts in job_page and "charts of dash_charge_card" in job_page
+    one_job = allowed.get(reverse("admin:ultimate_jobs_job_changelist"), {"name": "dash_charge_card"}).content.decode()
+    assert charts in one_job
+    every_job = allowed.get(reverse("admin:ultimate_jobs_job_changelist")).content.decode()
+    assert 'id="uj-job-charts"' not in every_job  # no one job to chart
+    without = staff("view_job").get(reverse("admin:ultimate_jobs_job_change", args=[dead.id])).content.decode()
+    assert 'id="uj-job-charts"' not in without  # a user who may not open the dashboard gets no link to it

@@ -110,6 +110,7 @@ VIEWS = {  # URL -> the permission it needs
     "/jobs/workers": "view_worker",
     "/jobs/tasks": "view_scheduledtask",
     "/jobs/stats": "view_job",
+    "/jobs/dashboard": "view_dashboard",
     "/jobs/manifest": "view_job",
     "/jobs/outbox": "view_outboxrow",
 }
@@ -141,6 +142,12 @@ def test_each_view_answers_what_the_cli_prints_with_json(pg: Env[PostgresDriver]
         ("/jobs/list", {"created_to": "1767225600001"}, ("list", "--created-to", "1767225600001")),
         ("/jobs/stats", {"since": "1h"}, ("stats", "--since", "1h")),
         ("/jobs/stats", {}, ("stats",)),
+        ("/jobs/dashboard", {}, ("stats", "--window", "1h")),
+        (
+            "/jobs/dashboard",
+            {"window": "7d", "job": "charge_order"},
+            ("stats", "--window", "7d", "--job", "charge_order"),
+        ),
         ("/jobs/manifest", {}, ("manifest",)),
         ("/jobs/outbox", {"limit": "5"}, ("outbox", "--limit", "5")),
     ]:
@@ -198,6 +205,8 @@ def test_each_new_view_needs_staff_and_its_permission(shop: Scenario) -> None:
         ("/jobs/stats", {"since": "soon"}, "X_JOB_ARGUMENT_INVALID"),
         ("/jobs/stats", {"since": "3651d"}, "X_JOB_ARGUMENT_INVALID"),
         ("/jobs/stats", {"since": "1h\x00"}, "X_JOB_ARGUMENT_INVALID"),
+        ("/jobs/dashboard", {"window": "2h"}, "X_JOB_ARGUMENT_INVALID"),
+        ("/jobs/dashboard", {"job": "charge\x00"}, "X_JOB_ARGUMENT_INVALID"),
         ("/jobs/outbox", {"limit": "0"}, "X_JOB_ARGUMENT_INVALID"),
         ("/jobs/outbox", {"limit": "1001"}, "X_JOB_ARGUMENT_INVALID"),
         ("/jobs/outbox", {"limit": "many"}, "X_JOB_ARGUMENT_INVALID"),
@@ -228,6 +237,7 @@ def test_a_driver_without_an_operator_store_is_501_where_a_read_needs_it(shop: S
         "/jobs/workers",
         "/jobs/tasks",
         "/jobs/stats",
+        "/jobs/dashboard",
     ):
         response = client.get(url)
         assert response.status_code == 501, url

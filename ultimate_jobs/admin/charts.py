@@ -13,8 +13,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from ..operator import SeriesPoint
 
-WIDTH, HEIGHT = 720, 180  # the viewBox; the figure scales to its column
-LEFT, BOTTOM, TOP = 44, 22, 8  # room for the value axis, the time axis, the top tick's label
+WIDTH, HEIGHT = 460, 190  # the viewBox, drawn at its own shape as wide as the chart's column
+LEFT, BOTTOM, TOP = 46, 22, 10  # room for the value axis, the time axis, the top tick's label
 
 OUTCOMES = (  # (SeriesPoint field, label, CSS class), stacked bottom to top
     ("done", "Completed", "uj-fill-done"),
@@ -95,7 +95,12 @@ def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> S
     line = format_html('<path class="uj-line" d="{}"/>', path) if len(xy) > 1 else SafeString("")
     rows = [(bucket_label(points[i].at_ms, width_ms), round(m)) for i, m in means]
     table = _table(("Bucket (UTC)", "Mean run time (ms)"), rows)
-    return _figure(title, line + dots, top, points, width_ms, table, SafeString(""), lambda v: f"{v:g} ms")
+    return _figure(title, line + dots, top, points, width_ms, table, SafeString(""), run_time)
+
+
+def run_time(ms: float) -> str:
+    """A value of the run-time axis: ``250 ms``, ``1 s``, ``2.5 s``."""
+    return f"{ms:g} ms" if ms < 1000 else f"{ms / 1000:g} s"
 
 
 def _n(value: float) -> str:
@@ -138,7 +143,7 @@ def _figure(
     )
     return format_html(
         '<figure class="uj-chart"><figcaption>{}</figcaption>{}'
-        '<svg viewBox="0 0 {} {}" role="img" aria-label="{}" preserveAspectRatio="none">{}{}{}</svg>'
+        '<svg viewBox="0 0 {} {}" role="img" aria-label="{}">{}{}{}</svg>'
         '<details class="uj-chart-table"><summary>Table</summary>{}</details></figure>',
         title,
         legend,

@@ -107,3 +107,11 @@ class DashboardAdmin(ReadOnlyAdmin):
         except NoReverseMatch:  # a page this site does not register: the item shows without a link
             return None
         return url + ("?" + urlencode(query) if query else "")
+
+
+def charts_url(site: admin.AdminSite, request: HttpRequest, job: str | None) -> str | None:
+    """The dashboard of ``job`` over the last day — what the job page and a job list filtered to one name
+    link to — or ``None`` without a job or when this user may not open the dashboard."""
+    if job is None or not site.get_model_admin(Dashboard).has_view_or_change_permission(request):
+        return None
+    return reverse(f"{site.name}:ultimate_jobs_dashboard_changelist") + "?" + urlencode({"window": "24h", "job": job})

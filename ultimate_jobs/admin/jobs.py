@@ -31,6 +31,7 @@ from ..operator.arguments import check_job_id, check_name, shown
 from ._changelist import PageList
 from ._format import now_ms
 from ._support import Outcome, ReadOnlyAdmin, bad_dates, bad_query, per_row, refusal, report
+from .dashboard import charts_url
 from .filters import CURSORS, ListQuery, parse_query, sidebar
 from .job_page import job_page, step_choices
 
@@ -143,6 +144,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
             "older_url": query.url(after=page.next) if page is not None and page.next else None,
             "empty_text": self.empty_text,
             "bulk_max": f"{MAX_BULK_ROWS:,}",
+            "charts_url": charts_url(self.admin_site, request, query.name),
             **(extra or {}),
         }
         title = str(self.opts.verbose_name_plural).capitalize()
@@ -341,7 +343,10 @@ class JobPagesAdmin(ReadOnlyAdmin):
             page = "admin/ultimate_jobs/includes/object_base.html"  # the operator's refusal, in the page's frame
             return self.render_page(request, page, f"Job {job_id}", {"problem": exc})
         title = f"{detail.job.name} {job_id}"
-        context = job_page(detail, now_ms(), self.url)
+        context = {
+            **job_page(detail, now_ms(), self.url),
+            "charts_url": charts_url(self.admin_site, request, detail.job.name),
+        }
         return self.render_page(request, "admin/ultimate_jobs/job_detail.html", title, context)
 
     def check_key(self, object_id: str) -> str:

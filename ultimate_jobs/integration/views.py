@@ -1,6 +1,6 @@
 """Read-only JSON views of the operator surface, for staff: every read ``manage.py jobs`` has — the job
-list, one job, the dead letters, queues, workers, tasks, stats, the manifest and the outbox — and the
-backfill ledger of ``manage.py jobs_backfill --list``.
+list, one job, the dead letters, queues, workers, tasks, stats, the dashboard's series, the manifest and the
+outbox — and the backfill ledger of ``manage.py jobs_backfill --list``.
 
 Include them with ``path("jobs/", include("ultimate_jobs.urls"))``; each answers the operator record's
 ``as_dict()`` — the same shape ``manage.py jobs … --json`` prints. A caller must be an active staff
@@ -190,6 +190,16 @@ def stats_view(request: HttpRequest) -> HttpResponse:
             f"since={shown(since)} is not a duration; write 1h, 7d or 30d", {"argument": "since"}
         ) from exc
     return JsonResponse(operator.inspect_stats(since=since).as_dict())
+
+
+@operator_view("ultimate_jobs.view_dashboard")
+def dashboard_view(request: HttpRequest) -> HttpResponse:
+    """``GET dashboard?window=1h&job=NAME``: settles per outcome and mean run time bucket by bucket, the queues
+    now and the attention strip (``operator.inspect_dashboard``, ``jobs stats --window 1h --json``) — for
+    Grafana's JSON datasource or a script; a window other than 1h, 24h or 7d, or a malformed job name, is 400
+    ``X_JOB_ARGUMENT_INVALID``."""
+    window = request.GET.get("window") or "1h"
+    return JsonResponse(operator.inspect_dashboard(window, job=request.GET.get("job") or None).as_dict())
 
 
 @operator_view("ultimate_jobs.view_job")
