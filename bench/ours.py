@@ -71,6 +71,28 @@ SELECT gen_random_uuid(), gen_random_uuid(), 'bench_filler', 'default', 'filler:
 FROM generate_series(1, %(n)s) AS g
 """
 
+# A week of settles, as the dashboard reads them, laid down the same over an empty and a large x_jobs: 20
+# jobs' counters and 5 queues' wait bins (3 bins each) in every 1-minute bucket of the last day and every
+# 5-minute bucket of the six days before it (the tiers the rollup leaves).
+SQL_COUNTER_FILLER = """
+WITH buckets AS (
+    SELECT b, 60000 AS width FROM generate_series(
+        date_trunc('minute', now()) - interval '1 day', date_trunc('minute', now()), interval '1 minute') AS b
+    UNION ALL
+    SELECT b, 300000 FROM generate_series(
+        date_trunc('hour', now()) - interval '7 days',
+        date_trunc('hour', now()) - interval '1 day' - interval '5 minutes',
+        interval '5 minutes'
+    ) AS b
+),
+counters AS (
+    INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    SELECT 'bench_job_' || j, width, b, 40, 2, 0, 1, 4000 FROM buckets, generate_series(1, 20) AS j
+)
+INSERT INTO x_job_waits (queue, width_ms, bucket, bin, count)
+SELECT 'bench_queue_' || q, width, b, bin, 10 FROM buckets, generate_series(1, 5) AS q, generate_series(0, 2) AS bin
+"""
+
 
 def setup() -> None:
     """Set Django up on the bench settings (the database is created by :func:`prepare`)."""
@@ -366,9 +388,11 @@ def case_outbox(sub: Subject, plan: Plan, log: Path) -> Figures:
 
 def case_history(plan: Plan) -> Figures:
     """What a long history costs the operator's reads: one ``/metrics`` scrape (the registry the view
-    renders: the queue gauges, the outbox gauges, the process counters) and one ``jobs queues`` read
-    (``operator.inspect_queues``), each the median of ``plan.history_reads`` calls, over an empty x_jobs
-    and then over ``plan.filler_large`` finished rows (vacuumed and analyzed, as autovacuum leaves them)."""
+    renders: the queue gauges, the outbox gauges, the process counters), one ``jobs queues`` read
+    (``operator.inspect_queues``) and one read of the dashboard over its longest window
+    (``operator.inspect_dashboard("7d")``, over a week of counters and waits laid down the same both times:
+    SQL_COUNTER_FILLER), each the median of ``plan.history_reads`` calls, over an empty x_jobs and then over
+    ``plan.filler_large`` finished rows (vacuumed and analyzed, as autovacuum leaves them)."""
     from prometheus_client import generate_latest
 
     from ultimate_jobs import operator
@@ -385,17 +409,20 @@ def case_history(plan: Plan) -> Figures:
     out: Figures = {}
     for label, filler in (("small", plan.filler_small), ("large", plan.filler_large)):
         fresh_database(DATABASE)
-        if filler:
-            with connect(DATABASE) as conn:
+        with connect(DATABASE) as conn:
+            if filler:
                 conn.execute(SQL_FILLER, {"n": filler})
+            conn.execute(SQL_COUNTER_FILLER)
         vacuum_analyze(DATABASE)
         close_connections()
         median_ms(lambda: generate_latest(metrics_registry()))  # a first read opens the connection
         out[f"history_scrape_{label}_ms"] = median_ms(lambda: generate_latest(metrics_registry()))
         out[f"history_queues_{label}_ms"] = median_ms(operator.inspect_queues)
+        out[f"history_dashboard_{label}_ms"] = median_ms(lambda: operator.inspect_dashboard("7d"))
     close_connections()
     out["history_scrape_ratio"] = out["history_scrape_large_ms"] / out["history_scrape_small_ms"]
     out["history_queues_ratio"] = out["history_queues_large_ms"] / out["history_queues_small_ms"]
+    out["history_dashboard_ratio"] = out["history_dashboard_large_ms"] / out["history_dashboard_small_ms"]
     return out
 
 

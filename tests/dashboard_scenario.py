@@ -1,6 +1,6 @@
 """A scripted hour for the dashboard tests (client and browser): receipts sent steadily, a failure spike
-of card charges dead-lettered at once, a slow inventory sync, on the frozen clock — so every bucket's
-counts and run times are exact.
+of card charges dead-lettered at once, a slow inventory sync, and reports that wait two minutes for a
+worker (a slow queue), on the frozen clock — so every bucket's counts, run times and waits are exact.
 
 >>> run = script_hour(env)
 >>> run.spike_at_ms     # the minute the charges died in
@@ -23,6 +23,8 @@ CHARGES = 4  # all dead-lettered in one minute, ten minutes in
 SYNCS = 2  # 900 ms each, twenty minutes in
 SYNC_MS = 900
 RECEIPT_MS = 20
+REPORTS = 3  # the slow queue: enqueued 22 minutes in, started two minutes later
+REPORT_WAIT_MS = 2 * 60_000
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,21 @@ class ScriptedHour:
     first_minute_ms: int
     spike_at_ms: int
     slow_at_ms: int
+    late_at_ms: int
     charge: JobHandle[Any, Any]
 
 
 def script_hour(env: AnyJobsEnv | Env[PostgresDriver]) -> ScriptedHour:
     """Run the script on ``env``'s driver and clock; the clock ends 25 minutes after it started."""
+
+    @job(
+        name="dash_build_report",
+        queue="reports",
+        idempotency_key=lambda i: f"report:{i['n']}",
+        tenant=lambda i: "org-a",
+    )
+    def build_report(run: JobRun[Any]) -> None:
+        env.clock.advance(RECEIPT_MS)
 
     @job(
         name="dash_send_receipt",
@@ -81,5 +93,10 @@ def script_hour(env: AnyJobsEnv | Env[PostgresDriver]) -> ScriptedHour:
     for n in range(SYNCS):
         sync_inventory.enqueue({"n": n})
     run_jobs(clock=env.clock, advance=False)
+    env.clock.advance(first + 22 * MINUTE + 1_000 - env.clock.now_ms())
+    for n in range(REPORTS):
+        build_report.enqueue({"n": n})
+    env.clock.advance(REPORT_WAIT_MS)  # no worker free for the reports queue
+    run_jobs(clock=env.clock, advance=False)
     env.clock.advance(first + 25 * MINUTE - env.clock.now_ms())
-    return ScriptedHour(first, first + 10 * MINUTE, first + 20 * MINUTE, charge_card)
+    return ScriptedHour(first, first + 10 * MINUTE, first + 20 * MINUTE, first + 24 * MINUTE, charge_card)

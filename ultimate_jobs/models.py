@@ -217,6 +217,25 @@ class JobCounter(models.Model):
         constraints = [models.UniqueConstraint(fields=["job", "width_ms", "bucket"], name="x_job_counters_bucket_uniq")]
 
 
+class JobWait(models.Model):
+    """``x_job_waits``: per queue and bucket, how many attempts started after waiting how long from their row's
+    run time — one row per histogram bin (``drivers.records.WAIT_EDGES_MS``), moved in the statement that
+    settles the attempt and folded through the counter tiers as ``x_job_counters`` is."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.TextField()
+    width_ms = models.IntegerField()
+    bucket = models.DateTimeField()
+    bin = models.SmallIntegerField()
+    count = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "x_job_waits"
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "width_ms", "bucket", "bin"], name="x_job_waits_bucket_uniq")
+        ]
+
+
 class Worker(models.Model):
     """``x_workers``: the live worker registry, a row per worker renewed by its heartbeat."""
 

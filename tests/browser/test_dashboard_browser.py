@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import log_in, shoot
 from tests.conftest import Env
-from tests.dashboard_scenario import CHARGES, RECEIPTS, SYNC_MS, SYNCS, script_hour
+from tests.dashboard_scenario import CHARGES, RECEIPTS, REPORTS, SYNC_MS, SYNCS, script_hour
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.testing import run_jobs
 
@@ -61,10 +61,14 @@ def test_the_dashboard_shows_the_scripted_hour_and_refreshes_itself(
     expect(page.locator(".uj-tabs a.uj-current")).to_have_text("Dashboard")
 
     settled = chart_rows(page, "Jobs settled, by outcome")
-    assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 2
+    assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 3
     assert ["00:10", "0", "0", "0", str(CHARGES)] in settled  # the failure spike, in its minute
     assert ["00:20", str(SYNCS), "0", "0", "0"] in settled
     assert ["00:20", str(SYNC_MS)] in chart_rows(page, "Mean run time")  # the slow sync
+    waits = chart_rows(page, "Wait from run time to start, p95 by queue")
+    assert ["reports", "00:24", str(REPORTS), "≤ 5 min", "≤ 5 min"] in waits  # the slow queue
+    assert all(row[4] == "≤ 10 ms" for row in waits if row[0] == "emails")
+    expect(page.locator("figure.uj-chart path.uj-line")).not_to_have_count(0)
     dead_item = page.locator('#uj-attention li[data-kind="dead_letters"]')
     expect(dead_item).to_have_text(f"{CHARGES} dead-lettered in the window")
     expect(dead_item).to_have_class("uj-attention-item uj-attention-on")

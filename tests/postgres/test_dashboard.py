@@ -18,14 +18,24 @@ from django.utils import timezone
 
 from tests.admin_scenario import postgres_env
 from tests.conftest import AnyJobsEnv, Env
-from tests.dashboard_scenario import CHARGES, MINUTE, RECEIPT_MS, RECEIPTS, SYNC_MS, SYNCS, script_hour
+from tests.dashboard_scenario import (
+    CHARGES,
+    MINUTE,
+    RECEIPT_MS,
+    RECEIPTS,
+    REPORTS,
+    SYNC_MS,
+    SYNCS,
+    script_hour,
+)
 from tests.helpers import command
 from ultimate_jobs import operator
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.records import WorkerInfo
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.models import WebhookEndpointState
-from ultimate_jobs.operator import SeriesPoint
+from ultimate_jobs.operator import SeriesPoint, WaitPoint
+from ultimate_jobs.operator.dashboard import percentile_ms
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -47,13 +57,28 @@ def test_an_hours_settles_are_bucketed_by_minute_and_outcome(any_jobs: AnyJobsEn
         *receipts,
         SeriesPoint(run.spike_at_ms, dead=CHARGES),  # the failure spike, in the minute it happened
         SeriesPoint(run.slow_at_ms, done=SYNCS, duration_ms=SYNCS * SYNC_MS),
+        SeriesPoint(run.late_at_ms, done=REPORTS, duration_ms=REPORTS * RECEIPT_MS),
     ]
     assert board.points[[p.at_ms for p in board.points].index(run.slow_at_ms)].mean_ms == SYNC_MS
-    assert (board.total.done, board.total.dead) == (RECEIPTS + SYNCS, CHARGES)
+    assert (board.total.done, board.total.dead) == (RECEIPTS + SYNCS + REPORTS, CHARGES)
     dead = {a.kind: a.count for a in board.attention}["dead_letters"]
     assert dead == CHARGES
     payments = {q.queue: q for q in board.queues}["payments"]
     assert payments.dead == CHARGES
+
+
+def test_each_queues_wait_from_run_time_to_start_is_bucketed_with_its_percentiles(any_jobs: AnyJobsEnv) -> None:
+    run = script_hour(any_jobs)
+    waits = {q.queue: q for q in operator.inspect_dashboard("1h").waits}
+    assert set(waits) == {"emails", "payments", "inventory", "reports"}
+    started = {queue: [p for p in q.points if p.started] for queue, q in waits.items()}
+    assert started["reports"] == [WaitPoint(run.late_at_ms, REPORTS, 300_000, 300_000)]  # two minutes: 1 to 5 min
+    assert started["inventory"] == [WaitPoint(run.slow_at_ms, SYNCS, 10, 1_000)]  # the second waited for the first
+    assert {p.p95_ms for p in started["emails"]} == {10} and len(started["emails"]) == RECEIPTS
+    assert waits["reports"].worst_p95_ms == 300_000 and len(waits["reports"].points) == 60
+    assert percentile_ms([0] * 14 + [5], 0.5) == 3_600_000  # an hour or more: the last bin's lower edge
+    one = operator.inspect_dashboard("1h", job="dash_build_report")
+    assert one.waits == () and one.as_dict()["waits"] == []  # waits are kept per queue, not per job
 
 
 def test_one_jobs_series_holds_only_its_own_settles(any_jobs: AnyJobsEnv) -> None:
@@ -74,6 +99,7 @@ def test_a_day_and_a_week_sum_the_minutes_into_wider_buckets(any_jobs: AnyJobsEn
             *((run.first_minute_ms + n * MINUTE, 1, 0) for n in range(RECEIPTS)),
             (run.spike_at_ms, 0, CHARGES),
             (run.slow_at_ms, SYNCS, 0),
+            (run.late_at_ms, REPORTS, 0),
         ]:
             into = by_bucket.setdefault(at - at % width, [0, 0])
             into[0] += done
@@ -133,7 +159,8 @@ def test_jobs_stats_window_prints_the_series_in_both_forms(pg: Env[PostgresDrive
     assert (one["job"], one["total"]["done"], one["total"]["mean_ms"]) == ("dash_sync_inventory", SYNCS, SYNC_MS)
     human = command("jobs", "stats", "--window", "1h").out
     assert human.startswith("settles since ") and "(1h, buckets of 1m00s)" in human
-    assert re.search(rf"\(window\)\s+{RECEIPTS + SYNCS}\s+0\s+0\s+{CHARGES}\b", human), human
+    assert re.search(rf"\(window\)\s+{RECEIPTS + SYNCS + REPORTS}\s+0\s+0\s+{CHARGES}\b", human), human
+    assert re.search(r"reports\s+\S+\s+3\s+≤ 5 min\s+≤ 5 min", human), human  # the slow queue's waits
     assert "! 4 dead-lettered in the window" in human and "payments" in human
 
 
@@ -171,11 +198,14 @@ def table_rows(page: str, caption: str) -> list[list[str]]:
 def test_the_admin_page_draws_each_chart_with_its_table_behind_it(pg: Env[PostgresDriver]) -> None:
     script_hour(pg)
     page = staff("view_dashboard").get(reverse(PAGE)).content.decode()
-    assert page.count('<figure class="uj-chart">') == 2 and page.count('<details class="uj-chart-table">') == 2
+    assert page.count('<figure class="uj-chart">') == 3 and page.count('<details class="uj-chart-table">') == 3
     settled = table_rows(page, "Jobs settled, by outcome")
     assert ["00:10", "0", "0", "0", str(CHARGES)] in settled  # the spike, ten minutes in (the clock starts 00:00)
-    assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 2
+    assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 3
     assert ["00:20", str(SYNC_MS)] in table_rows(page, "Mean run time")
+    waits = table_rows(page, "Wait from run time to start, p95 by queue")
+    assert ["reports", "00:24", str(REPORTS), "≤ 5 min", "≤ 5 min"] in waits
+    assert ["inventory", "00:20", str(SYNCS), "≤ 10 ms", "≤ 1 s"] in waits
     assert f"{CHARGES} dead-lettered in the window" in page
     assert reverse("admin:ultimate_jobs_deadletter_changelist") in page  # the strip links into the list
     one = staff("view_dashboard").get(reverse(PAGE), {"window": "24h", "job": "dash_charge_card"}).content.decode()

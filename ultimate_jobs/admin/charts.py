@@ -5,16 +5,20 @@ whose values follow the admin's light and dark themes (``includes/styles.html``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from ..operator import SeriesPoint
+from ..drivers.records import WAIT_EDGES_MS
+from ..operator import QueueWaits, SeriesPoint
+from ..operator.dashboard import wait_text
 
 WIDTH, HEIGHT = 460, 190  # the viewBox, drawn at its own shape as wide as the chart's column
 LEFT, BOTTOM, TOP = 46, 22, 10  # room for the value axis, the time axis, the top tick's label
+
+SERIES_CLASSES = tuple(f"uj-series-{i}" for i in range(6))  # one colour per queue line (includes/styles.html)
 
 OUTCOMES = (  # (SeriesPoint field, label, CSS class), stacked bottom to top
     ("done", "Completed", "uj-fill-done"),
@@ -74,7 +78,8 @@ def settles_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -
         '<span class="uj-legend"><svg width="10" height="10"><rect class="{}" width="10" height="10"/></svg>{}</span>',
         ((css, label) for _, label, css in OUTCOMES),
     )
-    return _figure(title, mark_safe("".join(bars)), top, points, width_ms, table, legend, lambda v: f"{v:g}")
+    levels = [(v, f"{v:g}") for v in (0, top / 2, top)]
+    return _figure(title, mark_safe("".join(bars)), top, levels, [p.at_ms for p in points], width_ms, table, legend)
 
 
 def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> SafeString:
@@ -95,7 +100,80 @@ def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> S
     line = format_html('<path class="uj-line" d="{}"/>', path) if len(xy) > 1 else SafeString("")
     rows = [(bucket_label(points[i].at_ms, width_ms), round(m)) for i, m in means]
     table = _table(("Bucket (UTC)", "Mean run time (ms)"), rows)
-    return _figure(title, line + dots, top, points, width_ms, table, SafeString(""), run_time)
+    levels = [(v, run_time(v)) for v in (0, top / 2, top)]
+    return _figure(title, line + dots, top, levels, [p.at_ms for p in points], width_ms, table, SafeString(""))
+
+
+MAX_WAIT_LINES = len(SERIES_CLASSES)
+"""The queues the wait chart draws a line for, those with the highest p95 first (the table lists every one)."""
+
+WAIT_LEVELS = (
+    0,
+    2,
+    5,
+    8,
+    11,
+    13,
+)  # the bins whose upper edge labels the wait axis: 10 ms, 100 ms, 1 s, 10 s, 5 min, 1 h
+
+
+def wait_chart(waits: Sequence[QueueWaits], width_ms: int, *, title: str) -> SafeString:
+    """Each queue's p95 wait per bucket, one line per queue on a scale of the histogram's bins (10 ms, 100 ms,
+    1 s, 10 s, 5 min, 1 h labelled), with the table of every queue's started, p50 and p95 behind it."""
+    top = len(WAIT_EDGES_MS) - 1
+    drawn = sorted(waits, key=lambda q: -q.worst_p95_ms)[:MAX_WAIT_LINES]
+    at = [p.at_ms for p in waits[0].points] if waits else []
+    slot = (WIDTH - LEFT) / max(len(at), 1)
+    marks, legend = [], []
+    for css, queue in zip(SERIES_CLASSES, drawn, strict=False):
+        xy = [
+            (LEFT + i * slot + slot / 2, _y(WAIT_EDGES_MS.index(p.p95_ms), top), p)
+            for i, p in enumerate(queue.points)
+            if p.p95_ms is not None
+        ]
+        if len(xy) > 1:
+            path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y, _) in enumerate(xy))
+            marks.append(format_html('<path class="uj-line {}" d="{}"/>', css, path))
+        marks.extend(
+            format_html(
+                '<circle class="uj-line-dot {}" cx="{}" cy="{}" r="2.5"><title>{} {}: p95 {} ({} started)</title>'
+                "</circle>",
+                css,
+                _n(x),
+                _n(y),
+                queue.queue,
+                bucket_label(p.at_ms, width_ms),
+                wait_text(p.p95_ms),
+                p.started,
+            )
+            for x, y, p in xy
+        )
+        legend.append(
+            format_html(
+                '<span class="uj-legend"><svg width="10" height="10"><rect class="{}" width="10" height="10"/></svg>'
+                "{}</span>",
+                css.replace("uj-series", "uj-swatch"),
+                queue.queue,
+            )
+        )
+    rows = [
+        (q.queue, bucket_label(p.at_ms, width_ms), p.started, wait_text(p.p50_ms), wait_text(p.p95_ms))
+        for q in waits
+        for p in q.points
+        if p.started
+    ]
+    table = _table(("Queue", "Bucket (UTC)", "Started", "p50 wait", "p95 wait"), rows)
+    levels = [(index, _wait_axis(WAIT_EDGES_MS[index])) for index in WAIT_LEVELS]
+    return _figure(title, mark_safe("".join(marks)), top, levels, at, width_ms, table, mark_safe("".join(legend)))
+
+
+def _wait_axis(ms: int) -> str:
+    """A label of the wait axis: ``10 ms``, ``1 s``, ``5 min``, ``1 h``."""
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:g} s"
+    return f"{ms / 60_000:g} min" if ms < 3_600_000 else f"{ms / 3_600_000:g} h"
 
 
 def run_time(ms: float) -> str:
@@ -116,28 +194,28 @@ def _figure(
     title: str,
     marks: SafeString,
     top: float,
-    points: Sequence[SeriesPoint],
+    levels: Sequence[tuple[float, str]],
+    at_ms: Sequence[int],
     width_ms: int,
     table: SafeString,
     legend: SafeString,
-    unit: Callable[[float], str],
 ) -> SafeString:
+    """The chart's frame around ``marks``: a grid line and label per ``(value, label)`` of ``levels`` on a
+    value axis from 0 to ``top``, a time label under every sixth or so of the buckets ``at_ms``, the legend
+    above and the table behind."""
     grid = format_html_join(
         "",
         '<line class="uj-grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
         '<text class="uj-axis" x="{}" y="{}" text-anchor="end">{}</text>',
-        (
-            (LEFT, WIDTH, _n(_y(v, top)), _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), unit(v))
-            for v in (0, top / 2, top)
-        ),
+        ((LEFT, WIDTH, _n(_y(v, top)), _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), label) for v, label in levels),
     )
-    every = max(1, len(points) // 6)
+    every = max(1, len(at_ms) // 6)
     ticks = format_html_join(
         "",
         '<text class="uj-axis" x="{}" y="{}" text-anchor="middle">{}</text>',
         (
-            (_n(LEFT + (i + 0.5) * (WIDTH - LEFT) / len(points)), HEIGHT - 6, bucket_label(p.at_ms, width_ms))
-            for i, p in enumerate(points)
+            (_n(LEFT + (i + 0.5) * (WIDTH - LEFT) / len(at_ms)), HEIGHT - 6, bucket_label(at, width_ms))
+            for i, at in enumerate(at_ms)
             if i % every == 0
         ),
     )
@@ -162,7 +240,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> SafeStri
     if not rows:
         return format_html(
             '<table class="uj-table"><thead><tr>{}</tr></thead><tbody></tbody></table>'
-            '<p class="uj-quiet">Nothing settled in this window.</p>',
+            '<p class="uj-quiet">Nothing in this window.</p>',
             head,
         )
     body = format_html_join(

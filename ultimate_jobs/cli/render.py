@@ -25,6 +25,7 @@ from ..operator import (
     TaskRow,
     WorkerRow,
 )
+from ..operator.dashboard import wait_text
 from ..operator.records import progress_dict
 
 NONE = "-"
@@ -409,7 +410,18 @@ def dashboard(view: DashboardView) -> str:
     rows.append(["(window)", total.done, total.retried, total.failed, total.dead, _mean(total.mean_ms)])
     settles = table(["BUCKET", "DONE", "RETRIED", "FAILED", "DEAD", "MEAN"], rows) if busy else "none settled."
     attention = "\n".join(f"{'!' if a.count else ' '} {a.label}" for a in view.attention)
-    return f"{head}\n\n{settles}\n\n{queues(view.queues)}\n\nneeds attention:\n{attention}"
+    started = [
+        [q.queue, when(p.at_ms), p.started, wait_text(p.p50_ms), wait_text(p.p95_ms)]
+        for q in view.waits
+        for p in q.points
+        if p.started
+    ]
+    waits = (
+        "\n\nwaits, run time to start:\n" + table(["QUEUE", "BUCKET", "STARTED", "P50", "P95"], started)
+        if started
+        else ""
+    )
+    return f"{head}\n\n{settles}{waits}\n\n{queues(view.queues)}\n\nneeds attention:\n{attention}"
 
 
 def _mean(ms: float | None) -> str:

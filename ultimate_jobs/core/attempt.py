@@ -129,16 +129,22 @@ class Attempt:
     def settled(self) -> bool:
         return self._settled
 
+    @property
+    def waited_ms(self) -> int:
+        """How long the row waited from its run time to this attempt's start: what its queue's wait histogram
+        counts when the attempt settles (a clock step backwards counts as no wait)."""
+        return max(0, self.started - self.claimed.run_at_ms)
+
     def complete(self, result: Any) -> None:
         ex = self.execution
         ex.duration_ms = self.clock.now_ms() - self.started
         ex.outcome, ex.result = "completed", result
         if self.env.leave_completions and self.handle.on_settled is None:
             # nobody waits on this settle inside the attempt: the runner settles it, in a batch
-            ex.completion = Ack(self.claimed.id, self.claimed.ref, ex.duration_ms)
+            ex.completion = Ack(self.claimed.id, self.claimed.ref, ex.duration_ms, self.waited_ms)
             return
         acker = self.env.acker or self.driver
-        landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms)
+        landed = acker.ack(self.claimed.id, self.claimed.ref, duration_ms=ex.duration_ms, wait_ms=self.waited_ms)
         completion_settled(self.claimed, ex, landed, None)
 
     def suspend(self, suspension: StepSuspension) -> None:
@@ -197,7 +203,9 @@ class Attempt:
             else:
                 delay = backoff_ms(policy, self.claimed.attempt, self.rng)
             run_at = now + delay
-            options = NackOptions(error=text, code=code, run_at_ms=run_at, duration_ms=ex.duration_ms)
+            options = NackOptions(
+                error=text, code=code, run_at_ms=run_at, duration_ms=ex.duration_ms, wait_ms=self.waited_ms
+            )
             ex.outcome, ex.resume_at_ms = "retried", run_at
         else:
             verdict = (
@@ -207,10 +215,14 @@ class Attempt:
             )
             text = f"{text}\n{verdict}"
             if policy.dead_letter:
-                options = NackOptions(error=text, code=code, dead_letter=True, duration_ms=ex.duration_ms)
+                options = NackOptions(
+                    error=text, code=code, dead_letter=True, duration_ms=ex.duration_ms, wait_ms=self.waited_ms
+                )
                 ex.outcome = "dead-lettered"
             else:
-                options = NackOptions(error=text, code=code, fail=True, duration_ms=ex.duration_ms)
+                options = NackOptions(
+                    error=text, code=code, fail=True, duration_ms=ex.duration_ms, wait_ms=self.waited_ms
+                )
                 ex.outcome = "dropped"
         ex.landed = self.driver.nack(self.claimed.id, self.claimed.ref, options)
         ex.error, ex.code, ex.stop_reason = error, code, stop

@@ -23,8 +23,9 @@ ENDINGS: frozenset[JobOutcome] = frozenset({"completed", "dead-lettered", "dropp
 class Acker(Protocol):
     """What settles a completed attempt: the driver itself, or the worker's batcher over ``ack_many``."""
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        """Settle the row ``done``, fenced on ``ref``; answers whether it landed."""
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
+        """Settle the row ``done``, fenced on ``ref``; answers whether it landed. ``wait_ms``: from the row's run
+        time to the attempt's start (its queue's wait histogram)."""
 
 
 def no_context() -> None:

@@ -1,9 +1,12 @@
 """The counter series the memory and Redis operators answer, written once (the SQL drivers say the same in
-``SQL_COUNTER_SERIES``): every job's buckets summed per bucket and tier width."""
+``SQL_COUNTER_SERIES``): every job's buckets summed per bucket and tier width; and the wait histograms of the
+stores that keep a row (or field) per bin, gathered into one :class:`WaitBucket` per queue and bucket."""
 
 from __future__ import annotations
 
-from .records import CounterBucket
+from collections.abc import Iterable
+
+from .records import WAIT_BINS, CounterBucket, WaitBucket
 
 
 def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int) -> list[CounterBucket]:
@@ -16,3 +19,14 @@ def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int)
             for i, value in enumerate(values):
                 into[i] += value
     return [CounterBucket("", start, width, *values) for (start, width), values in sorted(summed.items())]
+
+
+def waits_of(bins: Iterable[tuple[str, int, int, int, int]]) -> list[WaitBucket]:
+    """``(queue, bucket_ms, width_ms, bin, count)`` rows as one :class:`WaitBucket` per queue, bucket and
+    width, oldest first."""
+    gathered: dict[tuple[int, int, str], list[int]] = {}
+    for queue, bucket, width, index, count in bins:
+        gathered.setdefault((bucket, width, queue), [0] * WAIT_BINS)[index] += count
+    return [
+        WaitBucket(queue, bucket, width, tuple(counts)) for (bucket, width, queue), counts in sorted(gathered.items())
+    ]

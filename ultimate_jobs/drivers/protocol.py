@@ -36,6 +36,7 @@ from .records import (
     RateState,
     StepRecord,
     TaskFire,
+    WaitBucket,
     WorkerInfo,
 )
 
@@ -197,6 +198,10 @@ class OperatorStore(Protocol):
         """Every job's buckets that end after ``since_ms``, summed per bucket and width (``job`` is ``""``),
         oldest first — one row per bucket kept, however many jobs there are."""
 
+    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+        """Every queue's wait histograms (``x_job_waits``) in the buckets that end after ``since_ms``, oldest
+        first: how many attempts started, by how long each waited from its row's run time."""
+
     def task_fires(self) -> builtins.list[TaskFire]: ...
 
 
@@ -299,8 +304,9 @@ class JobDriver(Protocol):
         With ``record``, also write that worker's registry row (what ``driver.record_worker`` writes)
         in the same round trip, so an idle worker's registry costs no statement of its own."""
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        """Settle a running row ``done``, fenced on ``ref``; answers whether it landed."""
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
+        """Settle a running row ``done``, fenced on ``ref``; answers whether it landed. ``duration_ms`` moves the
+        job's counters, ``wait_ms`` (from the row's run time to the attempt's start) its queue's waits."""
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
         """Settle many running rows ``done`` in one round trip, each fenced on its own claim; answers

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -206,6 +207,7 @@ class NackOptions:
     park: bool = False
     count_attempt: bool = True
     duration_ms: int | None = None
+    wait_ms: int | None = None  # from the row's run time to this attempt's start, counted with a counted nack
 
 
 def nack_state(options: NackOptions) -> NackTarget:
@@ -238,6 +240,7 @@ class Ack:
     job_id: str
     ref: ClaimRef
     duration_ms: int = 0
+    wait_ms: int | None = None  # from the row's run time to this attempt's start; None counts no wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +460,44 @@ class CounterBucket:
     failed: int = 0
     dead: int = 0
     duration_ms: int = 0
+
+
+WAIT_EDGES_MS: tuple[int, ...] = (
+    10,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    900_000,
+    3_600_000,
+)
+"""The wait histogram's bin edges: bin ``i`` counts the waits of at least ``WAIT_EDGES_MS[i - 1]`` (0 for the
+first) and under ``WAIT_EDGES_MS[i]``; the last bin, every wait of an hour or more."""
+
+WAIT_BINS = len(WAIT_EDGES_MS) + 1
+
+
+def wait_bin(wait_ms: int) -> int:
+    """The histogram bin of a wait (a negative one — a clock step — counts as none)."""
+    return bisect_right(WAIT_EDGES_MS, max(0, wait_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class WaitBucket:
+    """One queue's waits in one counter bucket: how many attempts started in it, by how long each waited
+    from its row's run time (``counts[i]``: bin ``i`` of :data:`WAIT_EDGES_MS`)."""
+
+    queue: str
+    bucket_ms: int
+    width_ms: int
+    counts: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

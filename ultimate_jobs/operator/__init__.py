@@ -24,7 +24,7 @@ run, where none of this applies.
 """
 
 from .backfills import BackfillRow, inspect_backfills
-from .dashboard import AttentionItem, DashboardView, SeriesPoint, inspect_dashboard
+from .dashboard import AttentionItem, DashboardView, QueueWaits, SeriesPoint, WaitPoint, inspect_dashboard
 from .jobs import (
     BulkProgress,
     cancel_job,
@@ -88,11 +88,13 @@ __all__ = [
     "OutboxView",
     "PauseState",
     "QueueRow",
+    "QueueWaits",
     "RateRow",
     "SeriesPoint",
     "StatsView",
     "StepRow",
     "TaskRow",
+    "WaitPoint",
     "WorkerRow",
     "cancel_job",
     "inspect_backfills",

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
-from ..drivers.records import CounterBucket
+from ..drivers.records import WAIT_BINS, WAIT_EDGES_MS, CounterBucket, WaitBucket
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ..models import WebhookEndpointState
@@ -73,6 +73,39 @@ class SeriesPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitPoint:
+    """One bucket of one queue's waits: how many attempts started in it and the 50th and 95th percentile of
+    how long they waited from their row's run time — each the upper edge of the histogram bin holding it
+    (``WAIT_EDGES_MS``; ``3_600_000`` means an hour or more), ``None`` when nothing started."""
+
+    at_ms: int
+    started: int = 0
+    p50_ms: int | None = None
+    p95_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of one bucket."""
+        return {"at_ms": self.at_ms, "started": self.started, "p50_ms": self.p50_ms, "p95_ms": self.p95_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueWaits:
+    """One queue's waits over the window, a :class:`WaitPoint` per bucket (every one, oldest first)."""
+
+    queue: str
+    points: tuple[WaitPoint, ...]
+
+    @property
+    def worst_p95_ms(self) -> int:
+        """The highest p95 of any bucket (0 when nothing started)."""
+        return max((p.p95_ms or 0 for p in self.points), default=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of one queue's waits."""
+        return {"queue": self.queue, "points": [p.as_dict() for p in self.points]}
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionItem:
     """One thing an operator should look at, with how many there are (``0``: nothing to see)."""
 
@@ -96,6 +129,7 @@ class DashboardView:
     width_ms: int
     job: str | None
     points: tuple[SeriesPoint, ...]
+    waits: tuple[QueueWaits, ...]
     queues: tuple[QueueRow, ...]
     attention: tuple[AttentionItem, ...]
 
@@ -112,7 +146,8 @@ class DashboardView:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"window", "since_ms", "until_ms", "width_ms", "job", "points", "total", "queues", "attention"}``."""
+        """``{"window", "since_ms", "until_ms", "width_ms", "job", "points", "total", "waits", "queues",
+        "attention"}``."""
         return {
             "window": self.window,
             "since_ms": self.since_ms,
@@ -121,6 +156,7 @@ class DashboardView:
             "job": self.job,
             "points": [p.as_dict() for p in self.points],
             "total": self.total.as_dict(),
+            "waits": [w.as_dict() for w in self.waits],
             "queues": [q.as_dict() for q in self.queues],
             "attention": [a.as_dict() for a in self.attention],
         }
@@ -156,9 +192,12 @@ def inspect_dashboard(window: str = "1h", *, job: str | None = None, driver: Job
     since = now - now % width - length + width  # whole buckets, the last one holding now
     buckets = surface.counters(job=job, since_ms=since) if job is not None else surface.counter_series(since)
     points = series(buckets, since_ms=since, until_ms=now, width_ms=width)
+    waits = (
+        () if job is not None else wait_series(surface.wait_series(since), since_ms=since, until_ms=now, width_ms=width)
+    )
     queues = tuple(inspect_queues(driver=chosen))
     attention = _attention(chosen, queues, dead=sum(p.dead for p in points), since_ms=since, now_ms=now)
-    return DashboardView(window, since, now, width, job, points, queues, attention)
+    return DashboardView(window, since, now, width, job, points, waits, queues, attention)
 
 
 def series(buckets: list[CounterBucket], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[SeriesPoint, ...]:
@@ -171,6 +210,57 @@ def series(buckets: list[CounterBucket], *, since_ms: int, until_ms: int, width_
             for i, value in enumerate((b.done, b.retried, b.failed, b.dead, b.duration_ms)):
                 into[i] += value
     return tuple(SeriesPoint(at, *values) for at, values in summed.items())
+
+
+def wait_series(buckets: list[WaitBucket], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[QueueWaits, ...]:
+    """The queues' wait histograms summed into the window's buckets of ``width_ms``, each bucket's p50 and
+    p95 read off its summed bins; one :class:`QueueWaits` per queue that started anything, by name."""
+    summed: dict[str, dict[int, list[int]]] = {}
+    for b in buckets:
+        at = b.bucket_ms - b.bucket_ms % width_ms
+        if since_ms <= at <= until_ms:
+            into = summed.setdefault(b.queue, {}).setdefault(at, [0] * WAIT_BINS)
+            for i, count in enumerate(b.counts):
+                into[i] += count
+    return tuple(
+        QueueWaits(
+            queue,
+            tuple(_wait_point(at, per_bucket.get(at)) for at in range(since_ms, until_ms + 1, width_ms)),
+        )
+        for queue, per_bucket in sorted(summed.items())
+    )
+
+
+def _wait_point(at_ms: int, bins: list[int] | None) -> WaitPoint:
+    started = sum(bins or ())
+    if not bins or not started:
+        return WaitPoint(at_ms)
+    return WaitPoint(at_ms, started, percentile_ms(bins, 0.5), percentile_ms(bins, 0.95))
+
+
+def percentile_ms(bins: list[int], q: float) -> int:
+    """The upper edge of the bin holding the ``q`` quantile of a histogram over :data:`WAIT_EDGES_MS` (the
+    last bin, an hour or more, answers its lower edge)."""
+    rank, seen = q * sum(bins), 0
+    for i, count in enumerate(bins):
+        seen += count
+        if count and seen >= rank:
+            return WAIT_EDGES_MS[min(i, len(WAIT_EDGES_MS) - 1)]
+    return WAIT_EDGES_MS[-1]
+
+
+def wait_text(ms: int | None) -> str:
+    """A wait percentile as the chart and its table print it: the upper edge of its bin (``≤ 250 ms``), an
+    hour or more as ``≥ 1 h``."""
+    if ms is None:
+        return "—"
+    if ms >= WAIT_EDGES_MS[-1]:
+        return "≥ 1 h"
+    if ms < 1_000:
+        return f"≤ {ms} ms"
+    if ms < 60_000:
+        return f"≤ {ms / 1000:g} s"
+    return f"≤ {ms / 60_000:g} min"
 
 
 def _attention(

@@ -23,6 +23,8 @@ from ..drivers.records import (
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
     MAX_WORKER_IN_FLIGHT,
+    WAIT_BINS,
+    Ack,
     BulkFilter,
     BulkResult,
     CounterBucket,
@@ -32,8 +34,10 @@ from ..drivers.records import (
     NackOptions,
     Progress,
     StepRecord,
+    WaitBucket,
     WorkerInfo,
     job_cursor,
+    wait_bin,
 )
 from .clock import FrozenClock
 from .conformance_support import (
@@ -221,6 +225,54 @@ class OperatorContract:
         ]
         assert folded == [(start, FIVE_MINUTES, 2, 30), (recent, MINUTE, 1, 40)]
         assert {t.job: t.done for t in operator_store.counter_totals(0)}[name] == 3
+
+    def test_waits_move_in_the_settle_by_queue_and_bin(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
+        minute = clock.now_ms() - clock.now_ms() % MINUTE
+        since = clock.now_ms()
+        assert operator_store.wait_series(since) == []
+        driver.enqueue_many([request(key=k) for k in ("fast", "slow", "untimed", "handed")])
+        driver.enqueue(request(key="other", queue="conformance-other"))
+        jobs = {job.idempotency_key: job for job in claim(driver, queues=[QUEUE, "conformance-other"])}
+        assert driver.ack_many(
+            [
+                Ack(jobs["fast"].id, jobs["fast"].ref, 3, wait_ms=5),  # bin 0: under 10 ms
+                Ack(jobs["untimed"].id, jobs["untimed"].ref, 3),  # no wait given: none counted
+                Ack(jobs["other"].id, jobs["other"].ref, 3, wait_ms=120_000),  # bin 11: 60 s to 5 min
+            ]
+        ) == {jobs["fast"].id, jobs["untimed"].id, jobs["other"].id}
+        retry = NackOptions(error="e", run_at_ms=clock.now_ms() + MINUTE, duration_ms=2, wait_ms=700)
+        assert driver.nack(jobs["slow"].id, jobs["slow"].ref, retry)  # counted: bin 5, 500 ms to 1 s
+        handed = NackOptions(count_attempt=False, run_at_ms=clock.now_ms() + MINUTE, wait_ms=700)
+        assert driver.nack(jobs["handed"].id, jobs["handed"].ref, handed)  # an uncounted hand-back: no wait
+        bins = [0] * WAIT_BINS
+        bins[0] = bins[5] = 1
+        other = [0] * WAIT_BINS
+        other[11] = 1
+        assert sorted(operator_store.wait_series(since), key=lambda b: b.queue) == sorted(
+            [
+                WaitBucket(QUEUE, minute, MINUTE, tuple(bins)),
+                WaitBucket("conformance-other", minute, MINUTE, tuple(other)),
+            ],
+            key=lambda b: b.queue,
+        )
+        assert wait_bin(5) == 0 and wait_bin(700) == 5 and wait_bin(120_000) == 11 and wait_bin(-3) == 0
+
+    def test_rollup_folds_day_old_wait_bins_with_the_counters(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
+        start = clock.set(clock.now_ms() + (-clock.now_ms() % FIVE_MINUTES))
+        for wait_ms in (20, 30):  # one bin, two minutes of one five-minute bucket
+            driver.enqueue(request(key=f"waited-{wait_ms}"))
+            job = claim_one(driver)
+            assert driver.ack_many([Ack(job.id, job.ref, 1, wait_ms=wait_ms)])
+            clock.advance(MINUTE)
+        clock.advance(COUNTER_TIERS[0][1] + FIVE_MINUTES)
+        driver.rollup_counters()
+        [folded] = operator_store.wait_series(0)
+        assert (folded.queue, folded.bucket_ms, folded.width_ms) == (QUEUE, start, FIVE_MINUTES)
+        assert folded.counts[wait_bin(20)] == 2 and sum(folded.counts) == 2
 
     def test_rollup_is_idempotent(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
         name = "conformance.rolled-twice"

@@ -69,7 +69,7 @@ class SettleBuffer:
         if closed:  # after close(): settle on the caller's thread rather than lose the ack
             self._settle([item])
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
         """Settle one row ``done`` and wait: answers whether it landed (raises what its flush raised)."""
         done = threading.Event()
         answer: list[tuple[bool, BaseException | None]] = []
@@ -78,7 +78,7 @@ class SettleBuffer:
             answer.append((landed, error))
             done.set()
 
-        self.ack_later(Ack(job_id, ref, duration_ms or 0), then=then)
+        self.ack_later(Ack(job_id, ref, duration_ms or 0, wait_ms), then=then)
         done.wait()
         landed, error = answer[0]
         if error is not None:

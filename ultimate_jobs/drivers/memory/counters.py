@@ -8,16 +8,19 @@ from __future__ import annotations
 from typing import Literal
 
 from ..counters import summed_series
-from ..records import COUNTER_TIERS, CounterBucket, CounterTotals
+from ..records import COUNTER_TIERS, WAIT_BINS, CounterBucket, CounterTotals, WaitBucket, wait_bin
 
 CounterField = Literal["done", "retried", "failed", "dead"]
 
 
 class CounterBuckets:
-    """The buckets, keyed ``(job, width_ms, bucket_ms)``, each ``[done, retried, failed, dead, duration_ms]``."""
+    """The buckets, keyed ``(job, width_ms, bucket_ms)``, each ``[done, retried, failed, dead, duration_ms]``,
+    and the queues' wait histograms (``x_job_waits``), keyed ``(queue, width_ms, bucket_ms)``, each a count per
+    bin of :data:`~ultimate_jobs.drivers.records.WAIT_EDGES_MS`."""
 
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, int, int], list[int]] = {}
+        self._waits: dict[tuple[str, int, int], list[int]] = {}  # x_job_waits: (queue, width, start) -> bins
 
     def count(self, job: str, outcome: CounterField, duration_ms: int, *, now: int) -> None:
         """Move one counter of ``job``'s 1-minute bucket containing ``now``."""
@@ -27,20 +30,29 @@ class CounterBuckets:
         bucket[4] += duration_ms
 
     def fold(self, now: int) -> int:
-        """The rollup at ``now`` — SQL_ROLLUP_COUNTERS's algorithm: every bucket past its tier's retention is
-        taken out first, then each is added into the narrowest wider tier whose bucket containing it is still
-        retained, or dropped. Answers how many were taken out."""
-        keep = dict(COUNTER_TIERS)
-        expired = [key for key in self._buckets if key[2] + key[1] <= now - keep[key[1]]]
-        for job, width, start in expired:
-            values = self._buckets.pop((job, width, start))
-            for wider, wider_keep in COUNTER_TIERS:
-                if wider > width and start - start % wider + wider > now - wider_keep:
-                    into = self._buckets.setdefault((job, wider, start - start % wider), [0, 0, 0, 0, 0])
-                    for i, value in enumerate(values):
-                        into[i] += value
-                    break
-        return len(expired)
+        """The rollup at ``now`` — SQL_ROLLUP_COUNTERS's algorithm, on the counters and the waits alike: every
+        bucket past its tier's retention is taken out first, then each is added into the narrowest wider tier
+        whose bucket containing it is still retained, or dropped. Answers how many counter buckets were taken
+        out."""
+        fold_buckets(self._waits, now)
+        return fold_buckets(self._buckets, now)
+
+    def count_wait(self, queue: str, wait_ms: int, *, now: int) -> None:
+        """Count one attempt of ``queue`` that started ``wait_ms`` after its run time, in the 1-minute bucket
+        containing ``now``."""
+        width = COUNTER_TIERS[0][0]
+        self._waits.setdefault((queue, width, now - now % width), [0] * WAIT_BINS)[wait_bin(wait_ms)] += 1
+
+    def waits(self, since_ms: int) -> list[WaitBucket]:
+        """Every queue's wait buckets that end after ``since_ms``, oldest first."""
+        return sorted(
+            (
+                WaitBucket(queue, start, width, tuple(counts))
+                for (queue, width, start), counts in self._waits.items()
+                if start + width > since_ms
+            ),
+            key=lambda b: (b.bucket_ms, b.width_ms, b.queue),
+        )
 
     def of(self, job: str, since_ms: int) -> list[CounterBucket]:
         """``job``'s buckets that end after ``since_ms``, oldest first."""
@@ -66,3 +78,19 @@ class CounterBuckets:
                 for i, value in enumerate(values):
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
+
+
+def fold_buckets(buckets: dict[tuple[str, int, int], list[int]], now: int) -> int:
+    """Fold ``buckets`` (keyed ``(name, width_ms, bucket_ms)``) at ``now`` through the counter tiers; answers
+    how many were taken out."""
+    keep = dict(COUNTER_TIERS)
+    expired = [key for key in buckets if key[2] + key[1] <= now - keep[key[1]]]
+    for name, width, start in expired:
+        values = buckets.pop((name, width, start))
+        for wider, wider_keep in COUNTER_TIERS:
+            if wider > width and start - start % wider + wider > now - wider_keep:
+                into = buckets.setdefault((name, wider, start - start % wider), [0] * len(values))
+                for i, value in enumerate(values):
+                    into[i] += value
+                break
+    return len(expired)

@@ -349,18 +349,23 @@ class MemoryDriver:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
         return None
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
         with self.lock:
             row = self.owned_row(job_id, ref, "ack")
             if row is None:
                 return False
             self.set_state(row, "done")
-            self.counters.count(row.name, "done", duration_ms or 0, now=self.clock.now_ms())
+            now = self.clock.now_ms()
+            self.counters.count(row.name, "done", duration_ms or 0, now=now)
+            if wait_ms is not None:
+                self.counters.count_wait(row.queue, wait_ms, now=now)
             return True
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
         with self.lock:
-            return frozenset(a.job_id for a in acks if self.ack(a.job_id, a.ref, duration_ms=a.duration_ms))
+            return frozenset(
+                a.job_id for a in acks if self.ack(a.job_id, a.ref, duration_ms=a.duration_ms, wait_ms=a.wait_ms)
+            )
 
     def nack(self, job_id: str, ref: ClaimRef, options: NackOptions) -> bool:
         with self.lock:
@@ -380,6 +385,8 @@ class MemoryDriver:
             counter = nack_counter(options)
             if counter is not None:
                 self.counters.count(row.name, counter, options.duration_ms or 0, now=self.clock.now_ms())
+                if options.wait_ms is not None:
+                    self.counters.count_wait(row.queue, options.wait_ms, now=self.clock.now_ms())
             due = target == "ready" and row.run_at_ms <= self.clock.now_ms()
         if due:
             self.announce(row.queue)

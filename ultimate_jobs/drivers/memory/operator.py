@@ -28,6 +28,7 @@ from ..records import (
     JobRecord,
     StepRecord,
     TaskFire,
+    WaitBucket,
     WorkerInfo,
     check_page,
     decode_cursor,
@@ -268,6 +269,10 @@ class MemoryOperatorStore:
     def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
         with self._d.lock:
             return self._d.counters.series(since_ms)
+
+    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+        with self._d.lock:
+            return self._d.counters.waits(since_ms)
 
     # -- task fires ----------------------------------------------------------------------------
 

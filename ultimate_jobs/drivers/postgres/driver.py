@@ -156,6 +156,7 @@ class PostgresDriver(SqlDriver):
             "workers": [a.ref.worker_id for a in valid],
             "claims": [a.ref.claim for a in valid],
             "durations": [a.duration_ms for a in valid],
+            "waits": [a.wait_ms for a in valid],
             "now": self._now(),
         }
         landed = (
@@ -170,7 +171,7 @@ class PostgresDriver(SqlDriver):
 
     def _nack(self, fenced: tuple[str, str], worker_id: str, options: NackOptions) -> bool:
         params = self._nack_params(fenced, worker_id, options, self._now())
-        params.update(counter=nack_counter(options), duration=options.duration_ms)
+        params.update(counter=nack_counter(options), duration=options.duration_ms, wait=options.wait_ms)
         return bool(self.executor.query(sql.SQL_NACK, params, binding="prepared"))
 
     def heartbeat(self, beats: Sequence[Heartbeat], *, visibility_timeout_ms: int) -> frozenset[str]:

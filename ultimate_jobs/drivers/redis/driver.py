@@ -54,6 +54,7 @@ from ..records import (
     id_taken,
     nack_counter,
     nack_state,
+    wait_bin,
 )
 from ..wake_hub import WakeHub
 from .operator import RedisOperatorStore
@@ -314,8 +315,8 @@ class RedisDriver:
     def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
+        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0, wait_ms)])
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
         if not acks:
@@ -323,7 +324,8 @@ class RedisDriver:
         now = self.clock.now_ms()
         args: list[str] = [str(now), str(bucket_of(now)), str(self.done_ttl_ms)]
         for a in acks:
-            args += [a.job_id, a.ref.worker_id, a.ref.claim, str(a.duration_ms or 0)]
+            bin_ = "" if a.wait_ms is None else str(wait_bin(a.wait_ms))
+            args += [a.job_id, a.ref.worker_id, a.ref.claim, str(a.duration_ms or 0), bin_]
         missed = frozenset(self.run("ack", *args))  # the places in ``acks`` that did not land
         for place in missed:
             self._unowned(acks[place].job_id, acks[place].ref, "ack")
@@ -339,6 +341,7 @@ class RedisDriver:
             "code": options.code,
             "counter": nack_counter(options),
             "duration": str(options.duration_ms or 0),
+            "wait_bin": None if options.wait_ms is None else str(wait_bin(options.wait_ms)),
             "bucket": str(bucket_of(now)),
         }
         landed = bool(self.run("nack", str(now), job_id, ref.worker_id, ref.claim, json.dumps(doc)))

@@ -13,7 +13,7 @@ from ...errors import (
     JobNotRemovableError,
     JobNotRequeueableError,
 )
-from ..counters import summed_series
+from ..counters import summed_series, waits_of
 from ..records import (
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
@@ -29,6 +29,7 @@ from ..records import (
     JobRecord,
     StepRecord,
     TaskFire,
+    WaitBucket,
     WorkerInfo,
     check_page,
     decode_cursor,
@@ -253,6 +254,15 @@ class RedisOperatorStore:
 
     def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
         return summed_series(self._buckets(), since_ms)
+
+    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+        flat = self._read(lambda c: c.hgetall(self._d.key("waits")))
+        bins = []
+        for field, value in flat.items():
+            width, start, index, queue = field.split(":", 3)
+            if int(start) + int(width) > since_ms:
+                bins.append((queue, int(start), int(width), int(index), int(value)))
+        return waits_of(bins)
 
     # -- task fires ----------------------------------------------------------------------------
 

@@ -221,8 +221,8 @@ class SqlDriver(ABC):
     def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
 
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None) -> bool:
-        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0)])
+    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
+        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0, wait_ms)])
 
     @abstractmethod
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:

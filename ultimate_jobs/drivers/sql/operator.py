@@ -18,6 +18,7 @@ from ...errors import (
     JobNotRequeueableError,
     JobPageInvalidError,
 )
+from ..counters import waits_of
 from ..records import (
     LIVE_STATES,
     MAX_TASK_FIRES,
@@ -31,6 +32,7 @@ from ..records import (
     JobRecord,
     StepRecord,
     TaskFire,
+    WaitBucket,
     WorkerInfo,
     check_page,
     decode_cursor,
@@ -179,6 +181,10 @@ class SqlOperatorStore(ABC):
             CounterBucket("", self._dialect.instant(bucket), width, done, retried, failed, dead, duration)
             for bucket, width, done, retried, failed, dead, duration in rows
         ]
+
+    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+        rows = self._query(self.sql.SQL_WAIT_SERIES, self._ends_after(since_ms))
+        return waits_of((queue, self._dialect.instant(bucket), width, b, n) for queue, bucket, width, b, n in rows)
 
     # -- task fires ----------------------------------------------------------------------------
 

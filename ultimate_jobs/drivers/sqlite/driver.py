@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -37,6 +38,7 @@ from ..records import (
     StepRecord,
     lane_of,
     nack_counter,
+    wait_bin,
 )
 from ..sql.dialect import canonical_id
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
@@ -287,6 +289,13 @@ class SqliteDriver(SqlDriver):
         for name, (failed, dead) in per.items():
             self._count(name, now, failed=failed, dead=dead)
 
+    def _count_waits(self, waits: Counter[tuple[str, int]], now: int) -> None:
+        """Add ``waits`` (attempts per queue and bin) to their queues' 1-minute ``x_job_waits`` buckets."""
+        for (queue, index), count in waits.items():
+            self.executor.query(
+                sql.SQL_COUNT_WAITS, {"queue": queue, "bucket": bucket_of(now), "bin": index, "count": count}
+            )
+
     def _count(
         self, job: str, now: int, *, done: int = 0, retried: int = 0, failed: int = 0, dead: int = 0, duration: int = 0
     ) -> None:
@@ -316,19 +325,22 @@ class SqliteDriver(SqlDriver):
         if valid:
             now = self._now()
             payload = dumps([{"id": job, "worker": a.ref.worker_id, "claim": claim} for a, job, claim in valid])
-            durations: dict[str, int] = {}
-            for a, job, _ in valid:
-                durations[job] = a.duration_ms
+            given = {job: a for a, job, _ in valid}
             with self.executor.write():
                 rows = self.executor.query(sql.SQL_ACK, {"acks": payload, "now": ts(now)})
                 per: dict[str, list[int]] = {}
-                for job, name in rows:
+                waits: Counter[tuple[str, int]] = Counter()
+                for job, name, queue in rows:
                     counts = per.setdefault(name, [0, 0])
                     counts[0] += 1
-                    counts[1] += durations.get(job, 0)
+                    counts[1] += given[job].duration_ms
+                    wait = given[job].wait_ms
+                    if wait is not None:
+                        waits[queue, wait_bin(wait)] += 1
                 for name, (done, duration) in per.items():
                     self._count(name, now, done=done, duration=duration)
-            landed = {dashed(job) for job, _ in rows}
+                self._count_waits(waits, now)
+            landed = {dashed(job) for job, _, _ in rows}
         answered = frozenset(a.job_id for a in acks if canonical_id(a.job_id) in landed)
         for a in acks:
             if a.job_id not in answered:
@@ -350,6 +362,8 @@ class SqliteDriver(SqlDriver):
                     dead=int(counter == "dead"),
                     duration=options.duration_ms or 0,
                 )
+                if options.wait_ms is not None:
+                    self._count_waits(Counter({(rows[0][1], wait_bin(options.wait_ms)): 1}), now)
         if not rows:
             return False
         _name, queue, state, run_at = rows[0]
@@ -379,16 +393,14 @@ class SqliteDriver(SqlDriver):
     def rollup_at(self, now_ms: int) -> int:
         """The rollup at ``now_ms``, on the caller's transaction (the leader runs it in its renewal's)."""
         cutoffs = {f"expired_{i}": ts(now_ms - keep - width) for i, (width, keep) in enumerate(COUNTER_TIERS)}
+        self._rollup_waits(now_ms, cutoffs)
         expired = self.executor.query(sql_stores.SQL_ROLLUP_EXPIRED, cutoffs)
         if not expired:
             return 0
         folded: dict[tuple[str, int, int], list[int]] = {}
         for _, job, width, bucket, done, retried, failed, dead, duration in expired:
             bucket_ms = ms(bucket)
-            dest = next(
-                (w for w, keep in sorted(COUNTER_TIERS) if w > width and bucket_ms - bucket_ms % w + w > now_ms - keep),
-                None,
-            )
+            dest = fold_destination(width, bucket_ms, now_ms)
             if dest is None:
                 continue  # past every tier's retention: dropped
             sums = folded.setdefault((job, dest, bucket_ms - bucket_ms % dest), [0, 0, 0, 0, 0])
@@ -411,6 +423,22 @@ class SqliteDriver(SqlDriver):
             )
         return len(expired)
 
+    def _rollup_waits(self, now_ms: int, cutoffs: dict[str, str]) -> None:
+        """Fold the wait bins past their tier's retention (``x_job_waits``), as the counters fold."""
+        expired = self.executor.query(sql_stores.SQL_ROLLUP_WAITS_EXPIRED, cutoffs)
+        if not expired:
+            return
+        folded: Counter[tuple[str, int, int, int]] = Counter()
+        for _, queue, width, bucket, index, count in expired:
+            bucket_ms = ms(bucket)
+            dest = fold_destination(width, bucket_ms, now_ms)
+            if dest is not None:  # else past every tier's retention: dropped
+                folded[queue, dest, bucket_ms - bucket_ms % dest, index] += count
+        self.executor.query(sql_stores.SQL_ROLLUP_WAITS_DELETE, {"ids": dumps([row[0] for row in expired])})
+        for (queue, width, bucket_ms, index), count in folded.items():
+            params = {"queue": queue, "width": width, "bucket": ts(bucket_ms), "bin": index, "count": count}
+            self.executor.query(sql_stores.SQL_WAIT_ADD, params)
+
     def _purge(self, cutoffs: dict[JobState, int], limit: int) -> int:
         with self.executor.write():
             picked: list[tuple[Any, ...]] = []
@@ -423,3 +451,12 @@ class SqliteDriver(SqlDriver):
             gone = self.executor.query(sql.SQL_PURGE_DELETE, {"ids": ids})
             self.executor.query(sql.SQL_DELETE_STEPS, {"ids": dumps([r[0] for r in gone])})
         return len(gone)
+
+
+def fold_destination(width_ms: int, bucket_ms: int, now_ms: int) -> int | None:
+    """The width of the narrowest wider counter tier still retaining the bucket ``(width_ms, bucket_ms)`` at
+    ``now_ms`` — where the rollup adds it — or ``None`` when none does (the bucket is dropped)."""
+    return next(
+        (w for w, keep in sorted(COUNTER_TIERS) if w > width_ms and bucket_ms - bucket_ms % w + w > now_ms - keep),
+        None,
+    )

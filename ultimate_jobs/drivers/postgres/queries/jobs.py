@@ -8,6 +8,8 @@ back as epoch ms. The operator statements live in :mod:`.operator`.
 
 from __future__ import annotations
 
+from ...records import WAIT_EDGES_MS
+
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 WAKE_CHANNEL = "x_jobs_wake"
 WAKE_DUE_WITHIN_MS = 1_000
@@ -257,19 +259,28 @@ take AS (
 ),
 {CLAIM_SETTLE}"""
 
+# The wait histogram's bin edges (drivers.records.WAIT_EDGES_MS) as an array literal: width_bucket(wait,
+# WAIT_EDGES) is the bin of a wait, as wait_bin() computes it.
+WAIT_EDGES = "'{" + ",".join(str(edge) for edge in WAIT_EDGES_MS) + "}'::bigint[]"
+
+# The 1-minute bucket containing %(now)s.
+NOW_MINUTE = "to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0)"
+
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id
 # AND claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are
 # cleared; worker_id keeps the worker of this last attempt (what `jobs show` and django.tasks'
 # worker_ids report) until the next claim replaces it. Moves the 1-minute
-# x_job_counters bucket (done, duration) in the same statement. Takes arrays, so one statement
+# x_job_counters bucket (done, duration) in the same statement, and the queue's x_job_waits bins of the
+# attempts whose wait (run time to start, ms) is given (NULL: none). Takes arrays, so one statement
 # settles a batch. Answers the ids that landed. Its rows are found by the primary key (an array of ids,
 # never a scan or a join over x_jobs) and locked in id order first,
 # as SQL_HEARTBEAT locks them: a batch settling while the same worker's heartbeat renews an overlapping
 # set of rows cannot deadlock with it.
-SQL_ACK = """
+SQL_ACK = f"""
 WITH a AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[], %(durations)s::bigint[])
-         AS a(id, worker_id, claim, duration_ms)
+    SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(claims)s::text[], %(durations)s::bigint[],
+                         %(waits)s::bigint[])
+         AS a(id, worker_id, claim, duration_ms, wait_ms)
 ),
 locked AS (SELECT j.id FROM x_jobs j WHERE j.id = ANY(%(ids)s::uuid[]) ORDER BY j.id FOR UPDATE OF j),
 acked AS (
@@ -279,14 +290,20 @@ acked AS (
     FROM a
     WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = a.id
       AND j.state = 'running' AND j.worker_id = a.worker_id AND j.claim::text = a.claim
-    RETURNING j.id, j.name, a.duration_ms
+    RETURNING j.id, j.name, j.queue, a.duration_ms, a.wait_ms
 ),
 counted AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-    SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), count(*), 0, 0, 0, sum(duration_ms)
+    SELECT name, 60000, {NOW_MINUTE}, count(*), 0, 0, 0, sum(duration_ms)
     FROM acked GROUP BY name
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET done = c.done + excluded.done, duration_ms = c.duration_ms + excluded.duration_ms
+),
+waited AS (
+    INSERT INTO x_job_waits AS w (queue, width_ms, bucket, bin, count)
+    SELECT queue, 60000, {NOW_MINUTE}, width_bucket(wait_ms, {WAIT_EDGES}), count(*)
+    FROM acked WHERE wait_ms IS NOT NULL GROUP BY 1, 4
+    ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
 )
 SELECT id FROM acked
 """
@@ -295,7 +312,8 @@ SELECT id FROM acked
 # fenced on the claim; the claim and lease are cleared, worker_id kept (as SQL_ACK). %(uncount)s hands
 # the attempt back (a suspension, a drain, a shed). %(run_at)s is when it is due again (NULL: now for
 # ready, unchanged otherwise). %(counter)s names the counter column moved in the same statement (NULL
-# for an uncounted hand-back). Announces the queue when the row is ready and due now. Answers the id
+# for an uncounted hand-back), and a counted one with %(wait)s (run time to start, ms) moves its queue's
+# x_job_waits bin too. Announces the queue when the row is ready and due now. Answers the id
 # when it landed.
 SQL_NACK = f"""
 WITH nacked AS (
@@ -311,6 +329,12 @@ WITH nacked AS (
         claim = NULL, lease_until = NULL
     WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim::text = %(claim)s
     RETURNING j.id, j.name, j.queue, j.state, j.run_at
+),
+waited AS (
+    INSERT INTO x_job_waits AS w (queue, width_ms, bucket, bin, count)
+    SELECT queue, 60000, {NOW_MINUTE}, width_bucket(%(wait)s::bigint, {WAIT_EDGES}), 1
+    FROM nacked WHERE %(counter)s::text IS NOT NULL AND %(wait)s::bigint IS NOT NULL
+    ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
 ),
 counted AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)

@@ -366,6 +366,15 @@ GROUP BY c.bucket, c.width_ms
 ORDER BY c.bucket, c.width_ms
 """
 
+# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after %(since)s, by bucket, width and
+# queue (the bins of one bucket side by side: x_job_waits_bucket_uniq's columns).
+SQL_WAIT_SERIES = """
+SELECT w.queue, (extract(epoch from w.bucket) * 1000)::bigint, w.width_ms, w.bin, w.count
+FROM x_job_waits w
+WHERE w.bucket + w.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
+ORDER BY w.bucket, w.width_ms, w.queue, w.bin
+"""
+
 # -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name in code-point order,

@@ -39,7 +39,16 @@ _TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
 # whose bucket containing it is still inside that tier's retention — the state folding tier by tier
 # reaches, in one step — or dropped when none is. A destination bucket is never one the statement
 # deletes, so no row is touched twice. Idempotent: a folded bucket is gone (x_job_counters_bucket_uniq,
-# ON CONFLICT adds). ``expired`` holds the buckets folded or dropped.
+# ON CONFLICT adds). ``expired`` holds the buckets folded or dropped. The queues' wait histograms
+# (x_job_waits, a row per bin) fold the same way in the same statement.
+# The width of the narrowest wider tier still retaining the expired bucket ``e`` at %(now)s (NULL: none).
+FOLD_DESTINATION = """(
+    SELECT t.width_ms FROM tiers t
+    WHERE t.width_ms > e.width_ms AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
+    ORDER BY t.width_ms
+    LIMIT 1
+)"""
+
 ROLLUP_COUNTERS_CTES = f"""tiers AS (
     SELECT * FROM (VALUES {_TIERS}) AS t(width_ms, keep_ms)
 ),
@@ -52,14 +61,7 @@ expired AS (
               c.done, c.retried, c.failed, c.dead, c.duration_ms
 ),
 placed AS (
-    SELECT e.*, (
-        SELECT t.width_ms FROM tiers t
-        WHERE t.width_ms > e.width_ms
-          AND e.bucket_ms - mod(e.bucket_ms, t.width_ms) + t.width_ms > %(now)s - t.keep_ms
-        ORDER BY t.width_ms
-        LIMIT 1
-    ) AS dest
-    FROM expired e
+    SELECT e.*, {FOLD_DESTINATION} AS dest FROM expired e
 ),
 folded AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
@@ -71,6 +73,21 @@ folded AS (
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
         dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+),
+expired_waits AS (
+    DELETE FROM x_job_waits w
+    USING tiers t
+    WHERE EXISTS (SELECT 1 FROM rollup_gate) AND w.width_ms = t.width_ms
+      AND w.bucket + w.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
+    RETURNING w.queue, w.width_ms, (extract(epoch from w.bucket) * 1000)::bigint AS bucket_ms, w.bin, w.count
+),
+folded_waits AS (
+    INSERT INTO x_job_waits AS w (queue, width_ms, bucket, bin, count)
+    SELECT p.queue, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0), p.bin, sum(p.count)
+    FROM (SELECT e.*, {FOLD_DESTINATION} AS dest FROM expired_waits e) p
+    WHERE p.dest IS NOT NULL
+    GROUP BY p.queue, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest), p.bin
+    ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
 )"""
 
 # SQL_ROLLUP_COUNTERS — driver.rollup_counters(): the rollup (ROLLUP_COUNTERS_CTES, always gated

@@ -149,13 +149,14 @@ return cjson.encode({claimed, exhausted})
 ACK = r"""
 local now, bucket, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local missed = {}  -- the 0-based places of the acks that did not land (almost always none: a short answer)
-for i = 4, #ARGV, 4 do
-  local id, worker, claim, duration = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+for i = 4, #ARGV, 5 do
+  local id, worker, claim, duration, bin = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   if owned(id, worker, claim) then
     set_state(id, 'done', now)
     count(redis.call('HGET', jk(id), 'name'), 'done', duration, bucket)
+    count_wait(id, bin, bucket)
   else
-    table.insert(missed, (i - 4) / 4)
+    table.insert(missed, (i - 4) / 5)
   end
 end
 reap_done(num(now), ttl)
@@ -181,7 +182,10 @@ if opt(o.error) then
   if opt(o.code) then redis.call('HSET', jk(id), 'code', o.code) else redis.call('HDEL', jk(id), 'code') end
 end
 set_state(id, o.target, now)
-if opt(o.counter) then count(redis.call('HGET', jk(id), 'name'), o.counter, o.duration, o.bucket) end
+if opt(o.counter) then
+  count(redis.call('HGET', jk(id), 'name'), o.counter, o.duration, o.bucket)
+  count_wait(id, o.wait_bin, o.bucket)
+end
 if o.target == 'ready' and num(redis.call('HGET', jk(id), 'run_at')) <= num(now) then
   wake(redis.call('HGET', jk(id), 'queue'))
 end

@@ -163,27 +163,35 @@ local function count(job, outcome, duration, bucket)
   redis.call('HINCRBY', T .. ':counters', base .. '4:' .. job, duration)
 end
 
-local function fold_counters(now)
+-- the queues' wait histograms (x_job_waits): fields 'width:start:bin:queue', bin as wait_bin() computes it
+local function count_wait(id, bin, bucket)
+  if bin == nil or bin == '' or bin == cjson.null then return end
+  local queue = redis.call('HGET', jk(id), 'queue')
+  redis.call('HINCRBY', T .. ':waits', TIERS[1][1] .. ':' .. bucket .. ':' .. bin .. ':' .. queue, 1)
+end
+
+-- fold one hash of 'width:start:index:name' fields through the tiers; answers the buckets taken out
+local function fold_hash(key, now)
   local keep = {}
   for _, t in ipairs(TIERS) do keep[t[1]] = t[2] end
-  local flat = redis.call('HGETALL', T .. ':counters')
+  local flat = redis.call('HGETALL', key)
   local expired = {}
   local buckets = 0
   for i = 1, #flat, 2 do
     local f = flat[i]
-    local w, s, idx, job = string.match(f, '^(%d+):(%-?%d+):(%d):(.*)$')
+    local w, s, idx, job = string.match(f, '^(%d+):(%-?%d+):(%d+):(.*)$')
     local width, start = num(w), num(s)
     if start + width <= now - keep[width] then
       local bk = w .. ':' .. s .. ':' .. job
       if not expired[bk] then expired[bk] = true; buckets = buckets + 1 end
-      redis.call('HDEL', T .. ':counters', f)
+      redis.call('HDEL', key, f)
       for _, t in ipairs(TIERS) do
         local wider, wider_keep = t[1], t[2]
         if wider > width then
           local ws = start - (start % wider)
           if ws + wider > now - wider_keep then
             local into = fmt(wider) .. ':' .. fmt(ws) .. ':' .. idx .. ':' .. job
-            redis.call('HINCRBY', T .. ':counters', into, flat[i + 1])
+            redis.call('HINCRBY', key, into, flat[i + 1])
             break
           end
         end
@@ -191,6 +199,11 @@ local function fold_counters(now)
     end
   end
   return buckets
+end
+
+local function fold_counters(now)
+  fold_hash(T .. ':waits', now)
+  return fold_hash(T .. ':counters', now)
 end
 
 -- done rows past the retention window go, a few per call, so the store never keeps them forever

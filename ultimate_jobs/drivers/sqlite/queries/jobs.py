@@ -158,11 +158,19 @@ SET done = done + excluded.done, retried = retried + excluded.retried, failed = 
     dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
 """
 
+# SQL_COUNT_WAITS — add :count attempts to bin :bin of queue :queue's 1-minute x_job_waits bucket :bucket
+# (x_job_waits_bucket_uniq), in the settling statement's transaction, as SQL_COUNT.
+SQL_COUNT_WAITS = """
+INSERT INTO x_job_waits (queue, width_ms, bucket, bin, count)
+VALUES (:queue, 60000, :bucket, :bin, :count)
+ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = count + excluded.count
+"""
+
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id AND
 # claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are
 # cleared; worker_id keeps the worker of this last attempt until the next claim replaces it. :acks is a JSON array of
-# {id, worker, claim}; one statement settles a batch. Answers (id, name) of the rows that landed; the
-# caller moves their counters (SQL_COUNT) in the same transaction.
+# {id, worker, claim}; one statement settles a batch. Answers (id, name, queue) of the rows that landed; the
+# caller moves their counters (SQL_COUNT) and waits (SQL_COUNT_WAITS) in the same transaction.
 SQL_ACK = """
 UPDATE x_jobs AS j
 SET state = 'done', finished_at = :now, updated_at = :now, claim = NULL, lease_until = NULL
@@ -170,14 +178,14 @@ FROM (SELECT json_extract(a.value, '$.id') AS id, json_extract(a.value, '$.worke
              json_extract(a.value, '$.claim') AS claim
       FROM json_each(:acks) a) AS a
 WHERE j.id = a.id AND j.state = 'running' AND j.worker_id = a.worker AND j.claim = a.claim
-RETURNING id, name
+RETURNING id, name, queue
 """
 
 # SQL_NACK — settle one running row by nack_state() (:state: ready, suspended, failed or dead), fenced on
 # the claim; the claim and lease are cleared, worker_id kept (as SQL_ACK). :uncount hands the attempt
 # back (a suspension, a drain, a shed). :run_at is when it is due again (NULL: now for ready, unchanged
 # otherwise). Answers (name, queue, state, run_at) when it landed; the caller moves the counter
-# (SQL_COUNT) in the same transaction.
+# (SQL_COUNT) and, for a counted nack, the wait (SQL_COUNT_WAITS) in the same transaction.
 SQL_NACK = """
 UPDATE x_jobs AS j
 SET state = :state,

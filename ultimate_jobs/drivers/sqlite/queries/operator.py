@@ -242,6 +242,15 @@ GROUP BY c.bucket, c.width_ms
 ORDER BY c.bucket, c.width_ms
 """
 
+# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after the caller's instant, by bucket,
+# width and queue (x_job_waits_bucket_uniq's columns).
+SQL_WAIT_SERIES = f"""
+SELECT c.queue, c.bucket, c.width_ms, c.bin, c.count
+FROM x_job_waits c
+WHERE {_ENDS_AFTER}
+ORDER BY c.bucket, c.width_ms, c.queue, c.bin
+"""
+
 # -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name, at most :limit rows.

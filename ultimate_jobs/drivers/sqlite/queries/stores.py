@@ -56,6 +56,24 @@ SET done = done + excluded.done, retried = retried + excluded.retried, failed = 
     dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
 """
 
+# SQL_ROLLUP_WAITS_EXPIRED — the wait bins past their tier's retention (x_job_waits), folded as the counters
+# are: deleted (SQL_ROLLUP_WAITS_DELETE) and added into their wider bucket (SQL_WAIT_ADD) in one transaction.
+SQL_ROLLUP_WAITS_EXPIRED = f"""
+SELECT c.id, c.queue, c.width_ms, c.bucket, c.bin, c.count
+FROM x_job_waits c
+WHERE {_PAST_RETENTION}
+"""
+
+# SQL_ROLLUP_WAITS_DELETE — delete the wait rows :ids (a JSON array, primary key).
+SQL_ROLLUP_WAITS_DELETE = "DELETE FROM x_job_waits WHERE id IN (SELECT value FROM json_each(:ids))"
+
+# SQL_WAIT_ADD — add :count into bin :bin of the bucket (:queue, :width, :bucket) (x_job_waits_bucket_uniq).
+SQL_WAIT_ADD = """
+INSERT INTO x_job_waits (queue, width_ms, bucket, bin, count)
+VALUES (:queue, :width, :bucket, :bin, :count)
+ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = count + excluded.count
+"""
+
 # -- the watermarks (x_job_task_watermarks) --------------------------------------------------------
 
 # SQL_SCHEDULER_ARM — arm the tasks :tasks (a JSON array) that have no watermark at :now; a watermark
