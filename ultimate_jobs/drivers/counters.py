@@ -9,24 +9,24 @@ from collections.abc import Iterable
 from .records import WAIT_BINS, CounterBucket, WaitBucket
 
 
-def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int) -> list[CounterBucket]:
-    """``buckets`` (keyed ``(job, width_ms, bucket_ms)``) that end after ``since_ms``, summed over the jobs per
-    ``(bucket, width)``, oldest first (``job`` is ``""``) — what the memory and Redis operators answer."""
-    summed: dict[tuple[int, int], list[int]] = {}
+def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int, width_ms: int) -> list[CounterBucket]:
+    """``buckets`` (keyed ``(job, width_ms, bucket_ms)``) that end after ``since_ms``, summed over the jobs into
+    buckets of ``width_ms``, oldest first (``job`` is ``""``) — what the memory and Redis operators answer."""
+    summed: dict[int, list[int]] = {}
     for (_, width, start), values in buckets.items():
         if start + width > since_ms:
-            into = summed.setdefault((start, width), [0, 0, 0, 0, 0])
+            into = summed.setdefault(start - start % width_ms, [0, 0, 0, 0, 0])
             for i, value in enumerate(values):
                 into[i] += value
-    return [CounterBucket("", start, width, *values) for (start, width), values in sorted(summed.items())]
+    return [CounterBucket("", start, width_ms, *values) for start, values in sorted(summed.items())]
 
 
-def waits_of(bins: Iterable[tuple[str, int, int, int, int]]) -> list[WaitBucket]:
-    """``(queue, bucket_ms, width_ms, bin, count)`` rows as one :class:`WaitBucket` per queue, bucket and
-    width, oldest first."""
+def waits_of(bins: Iterable[tuple[str, int, int, int, int]], width_ms: int) -> list[WaitBucket]:
+    """``(queue, bucket_ms, width_ms, bin, count)`` rows summed into one :class:`WaitBucket` per queue and
+    bucket of ``width_ms``, oldest first."""
     gathered: dict[tuple[int, int, str], list[int]] = {}
-    for queue, bucket, width, index, count in bins:
-        gathered.setdefault((bucket, width, queue), [0] * WAIT_BINS)[index] += count
+    for queue, bucket, _, index, count in bins:
+        gathered.setdefault((bucket - bucket % width_ms, width_ms, queue), [0] * WAIT_BINS)[index] += count
     return [
         WaitBucket(queue, bucket, width, tuple(counts)) for (bucket, width, queue), counts in sorted(gathered.items())
     ]

@@ -194,13 +194,15 @@ class OperatorStore(Protocol):
     def workers(self) -> builtins.list[WorkerInfo]: ...
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]: ...
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]: ...
-    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
-        """Every job's buckets that end after ``since_ms``, summed per bucket and width (``job`` is ``""``),
-        oldest first — one row per bucket kept, however many jobs there are."""
+    def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
+        """Every job's buckets that end after ``since_ms``, summed into buckets of ``width_ms`` (a whole number
+        of every tier's width it reaches; ``job`` is ``""``), oldest first — one row per bucket of that width,
+        however many jobs there are."""
 
-    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
-        """Every queue's wait histograms (``x_job_waits``) in the buckets that end after ``since_ms``, oldest
-        first: how many attempts started, by how long each waited from its row's run time."""
+    def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
+        """Every queue's wait histograms (``x_job_waits``) in the buckets that end after ``since_ms``, summed
+        into buckets of ``width_ms``, oldest first: how many attempts started, by how long each waited from its
+        row's run time."""
 
     def task_fires(self) -> builtins.list[TaskFire]: ...
 

@@ -190,10 +190,12 @@ def inspect_dashboard(window: str = "1h", *, job: str | None = None, driver: Job
     surface = require_operator(chosen, "dashboard")
     now = job_clock().now_ms()
     since = now - now % width - length + width  # whole buckets, the last one holding now
-    buckets = surface.counters(job=job, since_ms=since) if job is not None else surface.counter_series(since)
+    buckets = surface.counters(job=job, since_ms=since) if job is not None else surface.counter_series(since, width)
     points = series(buckets, since_ms=since, until_ms=now, width_ms=width)
     waits = (
-        () if job is not None else wait_series(surface.wait_series(since), since_ms=since, until_ms=now, width_ms=width)
+        ()
+        if job is not None
+        else wait_series(surface.wait_series(since, width), since_ms=since, until_ms=now, width_ms=width)
     )
     queues = tuple(inspect_queues(driver=chosen))
     attention = _attention(chosen, queues, dead=sum(p.dead for p in points), since_ms=since, now_ms=now)

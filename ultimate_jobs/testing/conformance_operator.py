@@ -163,9 +163,9 @@ class OperatorContract:
     def test_the_counter_series_sums_every_jobs_buckets_per_bucket(
         self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
     ) -> None:
-        first = clock.now_ms() - clock.now_ms() % MINUTE
+        first = clock.set(clock.now_ms() + (-clock.now_ms() % (2 * MINUTE)))  # two minutes, one wider bucket
         since = clock.now_ms()
-        assert operator_store.counter_series(since) == []
+        assert operator_store.counter_series(since, MINUTE) == []
         driver.enqueue_many([request("conformance.series_a", key="a1"), request("conformance.series_b", key="b1")])
         a1, b1 = sorted(claim(driver), key=lambda job: job.name)
         assert driver.ack(a1.id, a1.ref, duration_ms=10)
@@ -174,12 +174,15 @@ class OperatorContract:
         driver.enqueue(request("conformance.series_a", key="a2"))
         a2 = claim_one(driver)
         assert driver.nack(a2.id, a2.ref, NackOptions(error="e", run_at_ms=clock.now_ms() + MINUTE, duration_ms=4))
-        series = operator_store.counter_series(since)
+        series = operator_store.counter_series(since, MINUTE)
         assert series == [
             CounterBucket("", first, MINUTE, done=1, dead=1, duration_ms=40),  # both jobs' settles, summed
             CounterBucket("", first + MINUTE, MINUTE, retried=1, duration_ms=4),
         ]
-        assert operator_store.counter_series(first + MINUTE) == series[1:]  # buckets ending after the instant
+        assert operator_store.counter_series(first + MINUTE, MINUTE) == series[1:]  # buckets ending after it
+        assert operator_store.counter_series(since, 2 * MINUTE) == [  # summed into a wider bucket
+            CounterBucket("", first, 2 * MINUTE, done=1, retried=1, dead=1, duration_ms=44)
+        ]
 
     def test_uncounted_nacks_move_no_counter(
         self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
@@ -231,7 +234,7 @@ class OperatorContract:
     ) -> None:
         minute = clock.now_ms() - clock.now_ms() % MINUTE
         since = clock.now_ms()
-        assert operator_store.wait_series(since) == []
+        assert operator_store.wait_series(since, MINUTE) == []
         driver.enqueue_many([request(key=k) for k in ("fast", "slow", "untimed", "handed")])
         driver.enqueue(request(key="other", queue="conformance-other"))
         jobs = {job.idempotency_key: job for job in claim(driver, queues=[QUEUE, "conformance-other"])}
@@ -250,7 +253,7 @@ class OperatorContract:
         bins[0] = bins[5] = 1
         other = [0] * WAIT_BINS
         other[11] = 1
-        assert sorted(operator_store.wait_series(since), key=lambda b: b.queue) == sorted(
+        assert sorted(operator_store.wait_series(since, MINUTE), key=lambda b: b.queue) == sorted(
             [
                 WaitBucket(QUEUE, minute, MINUTE, tuple(bins)),
                 WaitBucket("conformance-other", minute, MINUTE, tuple(other)),
@@ -270,7 +273,7 @@ class OperatorContract:
             clock.advance(MINUTE)
         clock.advance(COUNTER_TIERS[0][1] + FIVE_MINUTES)
         driver.rollup_counters()
-        [folded] = operator_store.wait_series(0)
+        [folded] = operator_store.wait_series(0, FIVE_MINUTES)
         assert (folded.queue, folded.bucket_ms, folded.width_ms) == (QUEUE, start, FIVE_MINUTES)
         assert folded.counts[wait_bin(20)] == 2 and sum(folded.counts) == 2
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..counters import summed_series
+from ..counters import summed_series, waits_of
 from ..records import COUNTER_TIERS, WAIT_BINS, CounterBucket, CounterTotals, WaitBucket, wait_bin
 
 CounterField = Literal["done", "retried", "failed", "dead"]
@@ -43,15 +43,18 @@ class CounterBuckets:
         width = COUNTER_TIERS[0][0]
         self._waits.setdefault((queue, width, now - now % width), [0] * WAIT_BINS)[wait_bin(wait_ms)] += 1
 
-    def waits(self, since_ms: int) -> list[WaitBucket]:
-        """Every queue's wait buckets that end after ``since_ms``, oldest first."""
-        return sorted(
+    def waits(self, since_ms: int, width_ms: int) -> list[WaitBucket]:
+        """Every queue's wait bins in the buckets that end after ``since_ms``, summed into buckets of
+        ``width_ms``, oldest first."""
+        return waits_of(
             (
-                WaitBucket(queue, start, width, tuple(counts))
+                (queue, start, width, index, count)
                 for (queue, width, start), counts in self._waits.items()
                 if start + width > since_ms
+                for index, count in enumerate(counts)
+                if count
             ),
-            key=lambda b: (b.bucket_ms, b.width_ms, b.queue),
+            width_ms,
         )
 
     def of(self, job: str, since_ms: int) -> list[CounterBucket]:
@@ -65,9 +68,9 @@ class CounterBuckets:
             key=lambda b: (b.bucket_ms, b.width_ms),
         )
 
-    def series(self, since_ms: int) -> list[CounterBucket]:
-        """Every job's buckets that end after ``since_ms``, summed per ``(bucket, width)``, oldest first."""
-        return summed_series(self._buckets, since_ms)
+    def series(self, since_ms: int, width_ms: int) -> list[CounterBucket]:
+        """Every job's buckets that end after ``since_ms``, summed into buckets of ``width_ms``, oldest first."""
+        return summed_series(self._buckets, since_ms, width_ms)
 
     def totals(self, since_ms: int) -> list[CounterTotals]:
         """Per job, the sums of every bucket that ends after ``since_ms``, by job name."""

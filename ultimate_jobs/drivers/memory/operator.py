@@ -266,13 +266,13 @@ class MemoryOperatorStore:
         with self._d.lock:
             return self._d.counters.totals(since_ms)
 
-    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
+    def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
         with self._d.lock:
-            return self._d.counters.series(since_ms)
+            return self._d.counters.series(since_ms, width_ms)
 
-    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+    def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         with self._d.lock:
-            return self._d.counters.waits(since_ms)
+            return self._d.counters.waits(since_ms, width_ms)
 
     # -- task fires ----------------------------------------------------------------------------
 

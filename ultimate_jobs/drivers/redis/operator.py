@@ -252,17 +252,17 @@ class RedisOperatorStore:
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
 
-    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
-        return summed_series(self._buckets(), since_ms)
+    def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
+        return summed_series(self._buckets(), since_ms, width_ms)
 
-    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
+    def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         flat = self._read(lambda c: c.hgetall(self._d.key("waits")))
         bins = []
         for field, value in flat.items():
             width, start, index, queue = field.split(":", 3)
             if int(start) + int(width) > since_ms:
                 bins.append((queue, int(start), int(width), int(index), int(value)))
-        return waits_of(bins)
+        return waits_of(bins, width_ms)
 
     # -- task fires ----------------------------------------------------------------------------
 

@@ -175,16 +175,13 @@ class SqlOperatorStore(ABC):
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
         return [CounterTotals(*row) for row in self._query(self.sql.SQL_COUNTER_TOTALS, self._ends_after(since_ms))]
 
-    def counter_series(self, since_ms: int) -> builtins.list[CounterBucket]:
-        rows = self._query(self.sql.SQL_COUNTER_SERIES, self._ends_after(since_ms))
-        return [
-            CounterBucket("", self._dialect.instant(bucket), width, done, retried, failed, dead, duration)
-            for bucket, width, done, retried, failed, dead, duration in rows
-        ]
+    def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
+        rows = self._query(self.sql.SQL_COUNTER_SERIES, {**self._ends_after(since_ms), "width": width_ms})
+        return [CounterBucket("", int(at), width_ms, *counts) for at, *counts in rows]
 
-    def wait_series(self, since_ms: int) -> builtins.list[WaitBucket]:
-        rows = self._query(self.sql.SQL_WAIT_SERIES, self._ends_after(since_ms))
-        return waits_of((queue, self._dialect.instant(bucket), width, b, n) for queue, bucket, width, b, n in rows)
+    def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
+        rows = self._query(self.sql.SQL_WAIT_SERIES, {**self._ends_after(since_ms), "width": width_ms})
+        return waits_of(((queue, int(at), width_ms, index, count) for queue, at, index, count in rows), width_ms)
 
     # -- task fires ----------------------------------------------------------------------------
 

@@ -355,24 +355,28 @@ GROUP BY c.job
 ORDER BY c.job COLLATE "C"
 """
 
-# SQL_COUNTER_SERIES — every job's buckets summed per bucket and tier width, of every tier, that end after
-# %(since)s, oldest first: at most one row per bucket of COUNTER_TIERS (4,176), whatever the number of jobs.
-SQL_COUNTER_SERIES = """
-SELECT (extract(epoch from c.bucket) * 1000)::bigint, c.width_ms, sum(c.done)::bigint, sum(c.retried)::bigint,
-       sum(c.failed)::bigint, sum(c.dead)::bigint, sum(c.duration_ms)::bigint
+# The epoch-ms start of the %(width)s-wide bucket holding counter bucket ``c``.
+WIDER_BUCKET = "(floor(extract(epoch from c.bucket) * 1000 / %(width)s) * %(width)s)::bigint"
+
+# SQL_COUNTER_SERIES — every job's buckets that end after %(since)s, summed into buckets of %(width)s ms,
+# oldest first: at most one row per bucket of that width, whatever the number of jobs.
+SQL_COUNTER_SERIES = f"""
+SELECT {WIDER_BUCKET} AS at, sum(c.done)::bigint, sum(c.retried)::bigint, sum(c.failed)::bigint,
+       sum(c.dead)::bigint, sum(c.duration_ms)::bigint
 FROM x_job_counters c
 WHERE c.bucket + c.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
-GROUP BY c.bucket, c.width_ms
-ORDER BY c.bucket, c.width_ms
+GROUP BY 1
+ORDER BY 1
 """
 
-# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after %(since)s, by bucket, width and
-# queue (the bins of one bucket side by side: x_job_waits_bucket_uniq's columns).
-SQL_WAIT_SERIES = """
-SELECT w.queue, (extract(epoch from w.bucket) * 1000)::bigint, w.width_ms, w.bin, w.count
-FROM x_job_waits w
-WHERE w.bucket + w.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
-ORDER BY w.bucket, w.width_ms, w.queue, w.bin
+# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after %(since)s, summed into buckets of
+# %(width)s ms: a row per queue, bucket and bin that counted something, oldest first.
+SQL_WAIT_SERIES = f"""
+SELECT c.queue, {WIDER_BUCKET} AS at, c.bin, sum(c.count)::bigint
+FROM x_job_waits c
+WHERE c.bucket + c.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
+GROUP BY 1, 2, 3
+ORDER BY 2, 1, 3
 """
 
 # -- task fires ------------------------------------------------------------------------------------

@@ -232,23 +232,27 @@ GROUP BY c.job
 ORDER BY c.job
 """
 
-# SQL_COUNTER_SERIES — every job's buckets summed per bucket and tier width, of every tier, that end after the
-# caller's instant, oldest first: at most one row per bucket of COUNTER_TIERS, whatever the number of jobs.
+# The epoch-ms start of the :width-wide bucket holding counter bucket ``c`` (its column is the instant's text).
+WIDER_BUCKET = "(CAST(round((julianday(c.bucket) - 2440587.5) * 86400000.0) AS INTEGER) / :width) * :width"
+
+# SQL_COUNTER_SERIES — every job's buckets that end after the caller's instant, summed into buckets of :width
+# ms, oldest first: at most one row per bucket of that width, whatever the number of jobs.
 SQL_COUNTER_SERIES = f"""
-SELECT c.bucket, c.width_ms, sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms)
+SELECT {WIDER_BUCKET} AS at, sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms)
 FROM x_job_counters c
 WHERE {_ENDS_AFTER}
-GROUP BY c.bucket, c.width_ms
-ORDER BY c.bucket, c.width_ms
+GROUP BY 1
+ORDER BY 1
 """
 
-# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after the caller's instant, by bucket,
-# width and queue (x_job_waits_bucket_uniq's columns).
+# SQL_WAIT_SERIES — every queue's wait bins in the buckets that end after the caller's instant, summed into
+# buckets of :width ms: a row per queue, bucket and bin that counted something, oldest first.
 SQL_WAIT_SERIES = f"""
-SELECT c.queue, c.bucket, c.width_ms, c.bin, c.count
+SELECT c.queue, {WIDER_BUCKET} AS at, c.bin, sum(c.count)
 FROM x_job_waits c
 WHERE {_ENDS_AFTER}
-ORDER BY c.bucket, c.width_ms, c.queue, c.bin
+GROUP BY 1, 2, 3
+ORDER BY 2, 1, 3
 """
 
 # -- task fires ------------------------------------------------------------------------------------
