@@ -23,7 +23,7 @@ CHARGES = 4  # all dead-lettered in one minute, ten minutes in
 SYNCS = 2  # 900 ms each, twenty minutes in
 SYNC_MS = 900
 RECEIPT_MS = 20
-REPORTS = 3  # the slow queue: enqueued 22 minutes in, started two minutes later
+REPORTS = 3  # the slow queue: enqueued 22 minutes in, started two minutes later, sampled waiting meanwhile
 REPORT_WAIT_MS = 2 * 60_000
 
 
@@ -96,7 +96,10 @@ def script_hour(env: AnyJobsEnv | Env[PostgresDriver]) -> ScriptedHour:
     env.clock.advance(first + 22 * MINUTE + 1_000 - env.clock.now_ms())
     for n in range(REPORTS):
         build_report.enqueue({"n": n})
-    env.clock.advance(REPORT_WAIT_MS)  # no worker free for the reports queue
+    for _ in range(REPORT_WAIT_MS // MINUTE):  # no worker free for the reports queue: the rollup samples it
+        env.clock.advance(MINUTE)
+        env.driver.rollup_counters()
     run_jobs(clock=env.clock, advance=False)
     env.clock.advance(first + 25 * MINUTE - env.clock.now_ms())
+    env.driver.rollup_counters()  # sampled again: nothing waiting
     return ScriptedHour(first, first + 10 * MINUTE, first + 20 * MINUTE, first + 24 * MINUTE, charge_card)

@@ -236,6 +236,21 @@ class JobWait(models.Model):
         ]
 
 
+class QueueDepthSample(models.Model):
+    """``x_job_queue_samples``: per minute and queue, the most rows waiting and the oldest due row's age the
+    counter rollup saw (``queue`` ``""``: the minute was sampled), kept a week (``drivers.records.SAMPLE_KEEP_MS``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    bucket = models.DateTimeField()
+    queue = models.TextField()
+    depth = models.IntegerField(default=0)
+    oldest_age_ms = models.BigIntegerField(null=True)
+
+    class Meta:
+        db_table = "x_job_queue_samples"
+        constraints = [models.UniqueConstraint(fields=["bucket", "queue"], name="x_job_queue_samples_uniq")]
+
+
 class Worker(models.Model):
     """``x_workers``: the live worker registry, a row per worker renewed by its heartbeat."""
 

@@ -1,8 +1,8 @@
 """The dashboard in a real browser (issue 30, acceptance): after a scripted hour — receipts sent steadily, a
-spike of card charges dead-lettered at once, a slow inventory sync — an operator opens the dashboard and its
-charts show it (the table behind each chart, read the way a screen reader would), in the light theme and in
-the dark one, and the page picks up new failures by itself, without a reload. Screenshots land in
-``tests/browser/artifacts/`` as ``dashboard-<theme>-django<version>.png``."""
+spike of card charges dead-lettered at once, a slow inventory sync, reports waiting two minutes for a worker —
+an operator opens the dashboard and its charts show it (the table behind each chart, read the way a screen
+reader would), in the light theme and in the dark one, and the page picks up new failures by itself, without
+a reload. Screenshots land in ``tests/browser/artifacts/`` as ``dashboard-<theme>-django<version>.png``."""
 
 from __future__ import annotations
 
@@ -69,6 +69,8 @@ def test_the_dashboard_shows_the_scripted_hour_and_refreshes_itself(
     assert ["reports", "00:24", str(REPORTS), "≤ 5 min", "≤ 5 min"] in waits  # the slow queue
     assert all(row[4] == "≤ 10 ms" for row in waits if row[0] == "emails")
     expect(page.locator("figure.uj-chart path.uj-line")).not_to_have_count(0)
+    depths = chart_rows(page, "Jobs waiting by queue (sampled)")  # the slow queue's backlog, as sampled
+    assert depths == [["reports", "00:23", str(REPORTS), "1.0 min"], ["reports", "00:24", str(REPORTS), "2.0 min"]]
     dead_item = page.locator('#uj-attention li[data-kind="dead_letters"]')
     expect(dead_item).to_have_text(f"{CHARGES} dead-lettered in the window")
     expect(dead_item).to_have_class("uj-attention-item uj-attention-on")

@@ -34,7 +34,7 @@ from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.records import WorkerInfo
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.models import WebhookEndpointState
-from ultimate_jobs.operator import SeriesPoint, WaitPoint
+from ultimate_jobs.operator import DepthPoint, SeriesPoint, WaitPoint
 from ultimate_jobs.operator.dashboard import percentile_ms
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -79,6 +79,21 @@ def test_each_queues_wait_from_run_time_to_start_is_bucketed_with_its_percentile
     assert percentile_ms([0] * 14 + [5], 0.5) == 3_600_000  # an hour or more: the last bin's lower edge
     one = operator.inspect_dashboard("1h", job="dash_build_report")
     assert one.waits == () and one.as_dict()["waits"] == []  # waits are kept per queue, not per job
+
+
+def test_each_queues_sampled_depth_and_oldest_age_are_in_their_buckets(any_jobs: AnyJobsEnv) -> None:
+    run = script_hour(any_jobs)
+    board = operator.inspect_dashboard("1h")
+    [reports] = [q for q in board.depths if q.queue == "reports"]  # the only queue sampled with jobs waiting
+    assert [q.queue for q in board.depths] == ["reports"]
+    sampled = [p for p in reports.points if p.depth is not None]
+    assert sampled == [
+        DepthPoint(run.late_at_ms - MINUTE, REPORTS, MINUTE),  # a minute after the enqueue: 3 waiting, 1 min
+        DepthPoint(run.late_at_ms, REPORTS, 2 * MINUTE),
+        DepthPoint(run.late_at_ms + MINUTE, 0, None),  # sampled after they ran: nothing waiting
+    ]
+    assert reports.most == REPORTS and len(reports.points) == 60
+    assert operator.inspect_dashboard("1h", job="dash_build_report").depths == ()
 
 
 def test_one_jobs_series_holds_only_its_own_settles(any_jobs: AnyJobsEnv) -> None:
@@ -161,6 +176,7 @@ def test_jobs_stats_window_prints_the_series_in_both_forms(pg: Env[PostgresDrive
     assert human.startswith("settles since ") and "(1h, buckets of 1m00s)" in human
     assert re.search(rf"\(window\)\s+{RECEIPTS + SYNCS + REPORTS}\s+0\s+0\s+{CHARGES}\b", human), human
     assert re.search(r"reports\s+\S+\s+3\s+≤ 5 min\s+≤ 5 min", human), human  # the slow queue's waits
+    assert re.search(r"reports\s+\S+\s+3\s+2m00s", human), human  # and its sampled depth
     assert "! 4 dead-lettered in the window" in human and "payments" in human
 
 
@@ -198,7 +214,7 @@ def table_rows(page: str, caption: str) -> list[list[str]]:
 def test_the_admin_page_draws_each_chart_with_its_table_behind_it(pg: Env[PostgresDriver]) -> None:
     script_hour(pg)
     page = staff("view_dashboard").get(reverse(PAGE)).content.decode()
-    assert page.count('<figure class="uj-chart">') == 3 and page.count('<details class="uj-chart-table">') == 3
+    assert page.count('<figure class="uj-chart">') == 4 and page.count('<details class="uj-chart-table">') == 4
     settled = table_rows(page, "Jobs settled, by outcome")
     assert ["00:10", "0", "0", "0", str(CHARGES)] in settled  # the spike, ten minutes in (the clock starts 00:00)
     assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 3
@@ -206,6 +222,8 @@ def test_the_admin_page_draws_each_chart_with_its_table_behind_it(pg: Env[Postgr
     waits = table_rows(page, "Wait from run time to start, p95 by queue")
     assert ["reports", "00:24", str(REPORTS), "≤ 5 min", "≤ 5 min"] in waits
     assert ["inventory", "00:20", str(SYNCS), "≤ 10 ms", "≤ 1 s"] in waits
+    depths = table_rows(page, "Jobs waiting by queue (sampled)")
+    assert depths == [["reports", "00:23", str(REPORTS), "1.0 min"], ["reports", "00:24", str(REPORTS), "2.0 min"]]
     assert f"{CHARGES} dead-lettered in the window" in page
     assert reverse("admin:ultimate_jobs_deadletter_changelist") in page  # the strip links into the list
     one = staff("view_dashboard").get(reverse(PAGE), {"window": "24h", "job": "dash_charge_card"}).content.decode()

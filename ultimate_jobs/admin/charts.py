@@ -12,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from ..drivers.records import WAIT_EDGES_MS
-from ..operator import QueueWaits, SeriesPoint
+from ..operator import QueueDepths, QueueWaits, SeriesPoint
 from ..operator.dashboard import wait_text
 
 WIDTH, HEIGHT = 460, 190  # the viewBox, drawn at its own shape as wide as the chart's column
@@ -104,8 +104,8 @@ def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> S
     return _figure(title, line + dots, top, levels, [p.at_ms for p in points], width_ms, table, SafeString(""))
 
 
-MAX_WAIT_LINES = len(SERIES_CLASSES)
-"""The queues the wait chart draws a line for, those with the highest p95 first (the table lists every one)."""
+MAX_QUEUE_LINES = len(SERIES_CLASSES)
+"""The queues a chart of queues draws a line for, the highest first (the table lists every one)."""
 
 WAIT_LEVELS = (
     0,
@@ -121,41 +121,18 @@ def wait_chart(waits: Sequence[QueueWaits], width_ms: int, *, title: str) -> Saf
     """Each queue's p95 wait per bucket, one line per queue on a scale of the histogram's bins (10 ms, 100 ms,
     1 s, 10 s, 5 min, 1 h labelled), with the table of every queue's started, p50 and p95 behind it."""
     top = len(WAIT_EDGES_MS) - 1
-    drawn = sorted(waits, key=lambda q: -q.worst_p95_ms)[:MAX_WAIT_LINES]
-    at = [p.at_ms for p in waits[0].points] if waits else []
-    slot = (WIDTH - LEFT) / max(len(at), 1)
-    marks, legend = [], []
-    for css, queue in zip(SERIES_CLASSES, drawn, strict=False):
-        xy = [
-            (LEFT + i * slot + slot / 2, _y(WAIT_EDGES_MS.index(p.p95_ms), top), p)
-            for i, p in enumerate(queue.points)
-            if p.p95_ms is not None
-        ]
-        if len(xy) > 1:
-            path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y, _) in enumerate(xy))
-            marks.append(format_html('<path class="uj-line {}" d="{}"/>', css, path))
-        marks.extend(
-            format_html(
-                '<circle class="uj-line-dot {}" cx="{}" cy="{}" r="2.5"><title>{} {}: p95 {} ({} started)</title>'
-                "</circle>",
-                css,
-                _n(x),
-                _n(y),
-                queue.queue,
-                bucket_label(p.at_ms, width_ms),
-                wait_text(p.p95_ms),
-                p.started,
-            )
-            for x, y, p in xy
+    lines = [
+        (
+            q.queue,
+            q.worst_p95_ms,
+            [
+                (i, WAIT_EDGES_MS.index(p.p95_ms), f"p95 {wait_text(p.p95_ms)} ({p.started} started)")
+                for i, p in enumerate(q.points)
+                if p.p95_ms is not None
+            ],
         )
-        legend.append(
-            format_html(
-                '<span class="uj-legend"><svg width="10" height="10"><rect class="{}" width="10" height="10"/></svg>'
-                "{}</span>",
-                css.replace("uj-series", "uj-swatch"),
-                queue.queue,
-            )
-        )
+        for q in waits
+    ]
     rows = [
         (q.queue, bucket_label(p.at_ms, width_ms), p.started, wait_text(p.p50_ms), wait_text(p.p95_ms))
         for q in waits
@@ -164,7 +141,90 @@ def wait_chart(waits: Sequence[QueueWaits], width_ms: int, *, title: str) -> Saf
     ]
     table = _table(("Queue", "Bucket (UTC)", "Started", "p50 wait", "p95 wait"), rows)
     levels = [(index, _wait_axis(WAIT_EDGES_MS[index])) for index in WAIT_LEVELS]
-    return _figure(title, mark_safe("".join(marks)), top, levels, at, width_ms, table, mark_safe("".join(legend)))
+    at = [p.at_ms for p in waits[0].points] if waits else []
+    return _queue_lines(title, lines, top, levels, at, width_ms, table)
+
+
+def depth_chart(depths: Sequence[QueueDepths], width_ms: int, *, title: str) -> SafeString:
+    """Each queue's most jobs waiting per bucket, one line per queue, with the table of every sampled
+    bucket's waiting count and oldest due job's age behind it (the rollup samples once a minute)."""
+    top = nice_ceiling(max((q.most for q in depths), default=0))
+    lines = [
+        (
+            q.queue,
+            q.most,
+            [(i, p.depth, f"{p.depth} waiting") for i, p in enumerate(q.points) if p.depth is not None],
+        )
+        for q in depths
+    ]
+    rows = [
+        (
+            q.queue,
+            bucket_label(p.at_ms, width_ms),
+            p.depth,
+            "—" if p.oldest_age_ms is None else age_text(p.oldest_age_ms),
+        )
+        for q in depths
+        for p in q.points
+        if p.depth
+    ]
+    table = _table(("Queue", "Bucket (UTC)", "Waiting (most)", "Oldest due job's age (most)"), rows)
+    levels = [(v, f"{v:g}") for v in (0, top / 2, top)]
+    at = [p.at_ms for p in depths[0].points] if depths else []
+    return _queue_lines(title, lines, top, levels, at, width_ms, table)
+
+
+def age_text(ms: int) -> str:
+    """An age: ``850 ms``, ``12 s``, ``3.5 min``, ``2.1 h``."""
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.0f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.1f} h"
+
+
+def _queue_lines(
+    title: str,
+    lines: Sequence[tuple[str, float, Sequence[tuple[int, float, str]]]],
+    top: float,
+    levels: Sequence[tuple[float, str]],
+    at_ms: Sequence[int],
+    width_ms: int,
+    table: SafeString,
+) -> SafeString:
+    """One line per queue — ``(queue, rank, [(bucket index, value, tooltip)])``, the highest ranks drawn
+    (:data:`MAX_QUEUE_LINES`) — each in its colour with a legend swatch."""
+    slot = (WIDTH - LEFT) / max(len(at_ms), 1)
+    marks, legend = [], []
+    drawn = sorted(lines, key=lambda line: -line[1])[:MAX_QUEUE_LINES]
+    for css, (queue, _, values) in zip(SERIES_CLASSES, drawn, strict=False):
+        xy = [(LEFT + i * slot + slot / 2, _y(value, top), i, tip) for i, value, tip in values]
+        if len(xy) > 1:
+            path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y, _, _) in enumerate(xy))
+            marks.append(format_html('<path class="uj-line {}" d="{}"/>', css, path))
+        marks.extend(
+            format_html(
+                '<circle class="uj-line-dot {}" cx="{}" cy="{}" r="2.5"><title>{} {}: {}</title></circle>',
+                css,
+                _n(x),
+                _n(y),
+                queue,
+                bucket_label(at_ms[i], width_ms),
+                tip,
+            )
+            for x, y, i, tip in xy
+        )
+        legend.append(
+            format_html(
+                '<span class="uj-legend"><svg width="10" height="10"><rect class="{}" width="10" height="10"/></svg>'
+                "{}</span>",
+                css.replace("uj-series", "uj-swatch"),
+                queue,
+            )
+        )
+    return _figure(title, mark_safe("".join(marks)), top, levels, at_ms, width_ms, table, mark_safe("".join(legend)))
 
 
 def _wait_axis(ms: int) -> str:

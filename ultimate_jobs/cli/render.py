@@ -400,8 +400,8 @@ def stats(view: StatsView, window: str) -> str:
 
 
 def dashboard(view: DashboardView) -> str:
-    """The dashboard as text: the buckets anything settled in, the window's total, the queues now and the
-    attention strip."""
+    """The dashboard as text: the buckets anything settled in, the window's total, the queues' waits and
+    sampled depth where they had any, the queues now and the attention strip."""
     of = f" of {view.job}" if view.job else ""
     head = f"settles{of} since {when(view.since_ms)} ({view.window}, buckets of {span(view.width_ms)})"
     busy = [p for p in view.points if p.settled]
@@ -421,7 +421,13 @@ def dashboard(view: DashboardView) -> str:
         if started
         else ""
     )
-    return f"{head}\n\n{settles}{waits}\n\n{queues(view.queues)}\n\nneeds attention:\n{attention}"
+    waiting = [
+        [q.queue, when(p.at_ms), p.depth, span(p.oldest_age_ms)] for q in view.depths for p in q.points if p.depth
+    ]
+    depths = (
+        "\n\njobs waiting, sampled:\n" + table(["QUEUE", "BUCKET", "WAITING", "OLDEST DUE"], waiting) if waiting else ""
+    )
+    return f"{head}\n\n{settles}{waits}{depths}\n\n{queues(view.queues)}\n\nneeds attention:\n{attention}"
 
 
 def _mean(ms: float | None) -> str:

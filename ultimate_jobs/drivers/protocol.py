@@ -32,6 +32,7 @@ from .records import (
     LeaderLease,
     NackOptions,
     Progress,
+    QueueSample,
     QueueStats,
     RateState,
     StepRecord,
@@ -198,6 +199,11 @@ class OperatorStore(Protocol):
         """Every job's buckets that end after ``since_ms``, summed into buckets of ``width_ms`` (a whole number
         of every tier's width it reaches; ``job`` is ``""``), oldest first — one row per bucket of that width,
         however many jobs there are."""
+
+    def queue_samples(self, since_ms: int, width_ms: int) -> builtins.list[QueueSample]:
+        """The queues' depth samples (``x_job_queue_samples``, taken by the counter rollup) from ``since_ms``
+        on, gathered into buckets of ``width_ms``: per bucket and queue the most rows waiting and the oldest
+        due row's age any sample saw, by bucket and queue (``""``: the bucket was sampled)."""
 
     def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         """Every queue's wait histograms (``x_job_waits``) in the buckets that end after ``since_ms``, summed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -487,6 +487,54 @@ WAIT_BINS = len(WAIT_EDGES_MS) + 1
 def wait_bin(wait_ms: int) -> int:
     """The histogram bin of a wait (a negative one — a clock step — counts as none)."""
     return bisect_right(WAIT_EDGES_MS, max(0, wait_ms))
+
+
+SAMPLE_KEEP_MS = 7 * 86_400_000
+"""How long the queues' depth samples (``x_job_queue_samples``) are kept: the dashboard's longest window."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One queue's depth as the counter rollup saw it in one bucket: the most rows waiting (ready and delayed)
+    and the oldest due row's age in ms (``None``: none was due). The rollup samples every queue with a row
+    waiting, once a minute; ``queue`` ``""`` (depth 0) marks a bucket it sampled in, so a queue missing
+    there had nothing waiting."""
+
+    queue: str
+    bucket_ms: int
+    depth: int
+    oldest_age_ms: int | None
+
+
+def queue_samples_of(stats: Sequence[QueueStats], now_ms: int) -> list[QueueSample]:
+    """The rollup's sample at ``now_ms`` of the queues ``stats`` describes, in the minute holding it: the
+    marker of the minute, then each queue with a row waiting."""
+    minute = now_ms - now_ms % COUNTER_TIERS[0][0]
+    return [QueueSample("", minute, 0, None)] + [
+        QueueSample(
+            s.queue,
+            minute,
+            s.ready + s.delayed,
+            None if s.oldest_ready_ms is None else max(0, now_ms - s.oldest_ready_ms),
+        )
+        for s in stats
+        if s.ready + s.delayed
+    ]
+
+
+def merged_samples(samples: Iterable[QueueSample], width_ms: int) -> list[QueueSample]:
+    """``samples`` gathered per queue into buckets of ``width_ms``: the most waiting and the oldest age any
+    sample of the bucket saw, by bucket and queue."""
+    merged: dict[tuple[int, str], QueueSample] = {}
+    for s in samples:
+        key = (s.bucket_ms - s.bucket_ms % width_ms, s.queue)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = QueueSample(s.queue, key[0], s.depth, s.oldest_age_ms)
+        else:
+            ages = [a for a in (seen.oldest_age_ms, s.oldest_age_ms) if a is not None]
+            merged[key] = QueueSample(s.queue, key[0], max(seen.depth, s.depth), max(ages) if ages else None)
+    return [merged[key] for key in sorted(merged)]
 
 
 @dataclass(frozen=True, slots=True)

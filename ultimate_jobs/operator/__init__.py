@@ -24,7 +24,16 @@ run, where none of this applies.
 """
 
 from .backfills import BackfillRow, inspect_backfills
-from .dashboard import AttentionItem, DashboardView, QueueWaits, SeriesPoint, WaitPoint, inspect_dashboard
+from .dashboard import (
+    AttentionItem,
+    DashboardView,
+    DepthPoint,
+    QueueDepths,
+    QueueWaits,
+    SeriesPoint,
+    WaitPoint,
+    inspect_dashboard,
+)
 from .jobs import (
     BulkProgress,
     cancel_job,
@@ -77,6 +86,7 @@ __all__ = [
     "BulkOutcome",
     "BulkProgress",
     "DashboardView",
+    "DepthPoint",
     "ErrorDetail",
     "JobActionResult",
     "JobDetail",
@@ -87,6 +97,7 @@ __all__ = [
     "OutboxActionResult",
     "OutboxView",
     "PauseState",
+    "QueueDepths",
     "QueueRow",
     "QueueWaits",
     "RateRow",

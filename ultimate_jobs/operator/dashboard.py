@@ -1,9 +1,11 @@
 """The operator's dashboard: the shape of the last hour, day or week — jobs settled per outcome and their
-mean run time, bucket by bucket, for every job or one — beside each queue's depth and oldest ready job now,
-and a strip of what needs attention. Read from the settle counters (``x_job_counters``, moved in the
-statement that settles a row, folded into wider buckets as they age), so its cost is the counter buckets
-of the window, never a scan of finished jobs. The admin's dashboard page, ``GET …/dashboard`` and
-``manage.py jobs stats --window 1h --json`` all print this one read."""
+mean run time, bucket by bucket, for every job or one, each queue's wait from run time to start (p50, p95)
+and its depth and oldest due job's age as the counter rollup sampled them — beside each queue's depth now,
+and a strip of what needs attention. Read from the settle counters (``x_job_counters`` and ``x_job_waits``,
+moved in the statement that settles a row, folded into wider buckets as they age) and the rollup's samples
+(``x_job_queue_samples``), so its cost is the buckets of the window, never a scan of finished jobs. The
+admin's dashboard page, ``GET …/dashboard`` and ``manage.py jobs stats --window 1h --json`` all print this one
+read."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
-from ..drivers.records import WAIT_BINS, WAIT_EDGES_MS, CounterBucket, WaitBucket
+from ..drivers.records import WAIT_BINS, WAIT_EDGES_MS, CounterBucket, QueueSample, WaitBucket
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ..models import WebhookEndpointState
@@ -106,6 +108,38 @@ class QueueWaits:
 
 
 @dataclass(frozen=True, slots=True)
+class DepthPoint:
+    """One bucket of one queue's depth as the rollup sampled it: the most jobs waiting (ready and delayed)
+    and the oldest due job's age in ms (``None``: none was due). ``depth`` is ``None`` when nothing sampled
+    the bucket (no scheduler ran then), ``0`` when it was sampled and the queue held nothing waiting."""
+
+    at_ms: int
+    depth: int | None = None
+    oldest_age_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of one bucket."""
+        return {"at_ms": self.at_ms, "depth": self.depth, "oldest_age_ms": self.oldest_age_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepths:
+    """One queue's sampled depth over the window, a :class:`DepthPoint` per bucket (every one, oldest first)."""
+
+    queue: str
+    points: tuple[DepthPoint, ...]
+
+    @property
+    def most(self) -> int:
+        """The most jobs waiting in any bucket."""
+        return max((p.depth or 0 for p in self.points), default=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of one queue's depth."""
+        return {"queue": self.queue, "points": [p.as_dict() for p in self.points]}
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionItem:
     """One thing an operator should look at, with how many there are (``0``: nothing to see)."""
 
@@ -130,6 +164,7 @@ class DashboardView:
     job: str | None
     points: tuple[SeriesPoint, ...]
     waits: tuple[QueueWaits, ...]
+    depths: tuple[QueueDepths, ...]
     queues: tuple[QueueRow, ...]
     attention: tuple[AttentionItem, ...]
 
@@ -146,8 +181,8 @@ class DashboardView:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"window", "since_ms", "until_ms", "width_ms", "job", "points", "total", "waits", "queues",
-        "attention"}``."""
+        """``{"window", "since_ms", "until_ms", "width_ms", "job", "points", "total", "waits", "depths",
+        "queues", "attention"}``."""
         return {
             "window": self.window,
             "since_ms": self.since_ms,
@@ -157,6 +192,7 @@ class DashboardView:
             "points": [p.as_dict() for p in self.points],
             "total": self.total.as_dict(),
             "waits": [w.as_dict() for w in self.waits],
+            "depths": [d.as_dict() for d in self.depths],
             "queues": [q.as_dict() for q in self.queues],
             "attention": [a.as_dict() for a in self.attention],
         }
@@ -197,9 +233,12 @@ def inspect_dashboard(window: str = "1h", *, job: str | None = None, driver: Job
         if job is not None
         else wait_series(surface.wait_series(since, width), since_ms=since, until_ms=now, width_ms=width)
     )
+    depths: tuple[QueueDepths, ...] = ()
+    if job is None:  # depth is a queue's
+        depths = depth_series(surface.queue_samples(since, width), since_ms=since, until_ms=now, width_ms=width)
     queues = tuple(inspect_queues(driver=chosen))
     attention = _attention(chosen, queues, dead=sum(p.dead for p in points), since_ms=since, now_ms=now)
-    return DashboardView(window, since, now, width, job, points, waits, queues, attention)
+    return DashboardView(window, since, now, width, job, points, waits, depths, queues, attention)
 
 
 def series(buckets: list[CounterBucket], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[SeriesPoint, ...]:
@@ -230,6 +269,29 @@ def wait_series(buckets: list[WaitBucket], *, since_ms: int, until_ms: int, widt
             tuple(_wait_point(at, per_bucket.get(at)) for at in range(since_ms, until_ms + 1, width_ms)),
         )
         for queue, per_bucket in sorted(summed.items())
+    )
+
+
+def depth_series(samples: list[QueueSample], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[QueueDepths, ...]:
+    """The queues' depth samples in the window's buckets: per queue that held anything waiting, a point per
+    bucket — its sample, ``0`` where the bucket was sampled without it, ``None`` where nothing sampled."""
+    sampled = {s.bucket_ms for s in samples if s.queue == ""}
+    per_queue: dict[str, dict[int, QueueSample]] = {}
+    for s in samples:
+        if s.queue:
+            per_queue.setdefault(s.queue, {})[s.bucket_ms - s.bucket_ms % width_ms] = s
+    buckets = range(since_ms, until_ms + 1, width_ms)
+    return tuple(
+        QueueDepths(
+            queue,
+            tuple(
+                DepthPoint(at, seen[at].depth, seen[at].oldest_age_ms)
+                if at in seen
+                else DepthPoint(at, 0 if at in sampled else None)
+                for at in buckets
+            ),
+        )
+        for queue, seen in sorted(per_queue.items())
     )
 
 

@@ -23,6 +23,7 @@ from ..drivers.records import (
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
     MAX_WORKER_IN_FLIGHT,
+    SAMPLE_KEEP_MS,
     WAIT_BINS,
     Ack,
     BulkFilter,
@@ -33,6 +34,7 @@ from ..drivers.records import (
     JobFilter,
     NackOptions,
     Progress,
+    QueueSample,
     StepRecord,
     WaitBucket,
     WorkerInfo,
@@ -276,6 +278,47 @@ class OperatorContract:
         [folded] = operator_store.wait_series(0, FIVE_MINUTES)
         assert (folded.queue, folded.bucket_ms, folded.width_ms) == (QUEUE, start, FIVE_MINUTES)
         assert folded.counts[wait_bin(20)] == 2 and sum(folded.counts) == 2
+
+    def test_the_rollup_samples_each_queues_depth_and_oldest_due_age(
+        self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
+    ) -> None:
+        minute = clock.set(clock.now_ms() + (-clock.now_ms() % (2 * MINUTE)))  # two minutes, one wider bucket
+        assert operator_store.queue_samples(minute, MINUTE) == []
+        driver.enqueue_many([request(key=f"due-{n}") for n in range(3)])
+        driver.enqueue(request(key="later", queue="conformance-other", run_at_ms=minute + 3_600_000))
+        clock.advance(30_000)
+        driver.rollup_counters()
+
+        def sampled(width_ms: int) -> list[QueueSample]:
+            return sorted(operator_store.queue_samples(minute, width_ms), key=lambda s: (s.bucket_ms, s.queue))
+
+        assert sampled(MINUTE) == [
+            QueueSample("", minute, 0, None),  # the minute was sampled
+            QueueSample(QUEUE, minute, 3, 30_000),  # three waiting, the oldest due 30 s ago
+            QueueSample("conformance-other", minute, 1, None),  # one waiting, none due yet
+        ]
+        clock.advance(10_000)
+        claim(driver, limit=2)
+        driver.rollup_counters()  # the same minute: the most of each is kept
+        assert [(s.queue, s.depth, s.oldest_age_ms) for s in sampled(MINUTE) if s.queue == QUEUE] == [
+            (QUEUE, 3, 40_000)
+        ]
+        clock.advance(MINUTE)
+        driver.rollup_counters()
+        assert [(s.bucket_ms, s.depth, s.oldest_age_ms) for s in sampled(MINUTE) if s.queue == QUEUE] == [
+            (minute, 3, 40_000),
+            (minute + MINUTE, 1, 100_000),  # one left waiting, due since the start
+        ]
+        assert [(s.queue, s.depth, s.oldest_age_ms) for s in sampled(2 * MINUTE)] == [
+            ("", 0, None),
+            (QUEUE, 3, 100_000),  # the wider bucket keeps the most waiting and the oldest age of its minutes
+            ("conformance-other", 1, None),
+        ]
+        clock.advance(SAMPLE_KEEP_MS + MINUTE)
+        driver.rollup_counters()  # samples older than a week go
+        assert {s.bucket_ms for s in operator_store.queue_samples(0, MINUTE)} == {
+            clock.now_ms() - clock.now_ms() % MINUTE
+        }
 
     def test_rollup_is_idempotent(self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock) -> None:
         name = "conformance.rolled-twice"

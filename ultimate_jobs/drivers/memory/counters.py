@@ -8,7 +8,17 @@ from __future__ import annotations
 from typing import Literal
 
 from ..counters import summed_series, waits_of
-from ..records import COUNTER_TIERS, WAIT_BINS, CounterBucket, CounterTotals, WaitBucket, wait_bin
+from ..records import (
+    COUNTER_TIERS,
+    SAMPLE_KEEP_MS,
+    WAIT_BINS,
+    CounterBucket,
+    CounterTotals,
+    QueueSample,
+    WaitBucket,
+    merged_samples,
+    wait_bin,
+)
 
 CounterField = Literal["done", "retried", "failed", "dead"]
 
@@ -21,6 +31,7 @@ class CounterBuckets:
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, int, int], list[int]] = {}
         self._waits: dict[tuple[str, int, int], list[int]] = {}  # x_job_waits: (queue, width, start) -> bins
+        self._samples: dict[tuple[int, str], QueueSample] = {}  # x_job_queue_samples: (minute, queue) -> sample
 
     def count(self, job: str, outcome: CounterField, duration_ms: int, *, now: int) -> None:
         """Move one counter of ``job``'s 1-minute bucket containing ``now``."""
@@ -36,6 +47,21 @@ class CounterBuckets:
         out."""
         fold_buckets(self._waits, now)
         return fold_buckets(self._buckets, now)
+
+    def sample(self, samples: list[QueueSample], now: int) -> None:
+        """Keep the queues' depth ``samples`` (:func:`~ultimate_jobs.drivers.records.queue_samples_of`), the
+        most of each per minute, and drop those older than a week."""
+        for s in samples:
+            seen = self._samples.get((s.bucket_ms, s.queue))
+            if seen is not None:
+                s = merged_samples([seen, s], COUNTER_TIERS[0][0])[0]
+            self._samples[s.bucket_ms, s.queue] = s
+        for key in [key for key in self._samples if key[0] < now - SAMPLE_KEEP_MS]:
+            del self._samples[key]
+
+    def samples(self, since_ms: int, width_ms: int) -> list[QueueSample]:
+        """The depth samples from ``since_ms`` on, gathered into buckets of ``width_ms``."""
+        return merged_samples((s for (at, _), s in self._samples.items() if at >= since_ms), width_ms)
 
     def count_wait(self, queue: str, wait_ms: int, *, now: int) -> None:
         """Count one attempt of ``queue`` that started ``wait_ms`` after its run time, in the 1-minute bucket

@@ -45,6 +45,7 @@ from ..records import (
     lane_of,
     nack_counter,
     nack_state,
+    queue_samples_of,
     same_tenant,
 )
 from .counters import CounterBuckets
@@ -436,7 +437,13 @@ class MemoryDriver:
 
     def rollup_counters(self) -> int:
         with self.lock:
-            return self.counters.fold(self.clock.now_ms())
+            return self.rollup_at(self.clock.now_ms())
+
+    def rollup_at(self, now_ms: int) -> int:
+        """The counter rollup at ``now_ms`` and the queues' depth sample it takes (the leader's renewal runs it)."""
+        with self.lock:
+            self.counters.sample(queue_samples_of(self.stats(), now_ms), now_ms)
+            return self.counters.fold(now_ms)
 
     # -- retention and stats -------------------------------------------------------------------
 

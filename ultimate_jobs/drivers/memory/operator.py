@@ -26,6 +26,7 @@ from ..records import (
     JobFilter,
     JobPage,
     JobRecord,
+    QueueSample,
     StepRecord,
     TaskFire,
     WaitBucket,
@@ -269,6 +270,10 @@ class MemoryOperatorStore:
     def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
         with self._d.lock:
             return self._d.counters.series(since_ms, width_ms)
+
+    def queue_samples(self, since_ms: int, width_ms: int) -> builtins.list[QueueSample]:
+        with self._d.lock:
+            return self._d.counters.samples(since_ms, width_ms)
 
     def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         with self._d.lock:

@@ -149,7 +149,7 @@ class MemoryLeaderStore:
             acquired = held.acquired_at_ms if renewal and held is not None else now_ms
             lease = self._leases[name] = LeaderLease(name, holder, acquired, now_ms + ttl_ms)
             if rollup:
-                self._d.counters.fold(now_ms)
+                self._d.rollup_at(now_ms)
             return lease
 
     def release(self, name: str, holder: str) -> bool:

@@ -38,6 +38,7 @@ from ..records import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     MAX_WORKER_IN_FLIGHT,
     PURGE_BATCH,
+    SAMPLE_KEEP_MS,
     Ack,
     Claim,
     ClaimRef,
@@ -54,6 +55,7 @@ from ..records import (
     id_taken,
     nack_counter,
     nack_state,
+    queue_samples_of,
     wait_bin,
 )
 from ..wake_hub import WakeHub
@@ -383,7 +385,16 @@ class RedisDriver:
         call(self, lambda: self.client.hdel(self.key("workers"), worker_id))
 
     def rollup_counters(self) -> int:
-        return int(self.run("rollup", str(self.clock.now_ms())))
+        now = self.clock.now_ms()
+        folded = int(self.run("rollup", str(now)))
+        self.sample_queues(now)
+        return folded
+
+    def sample_queues(self, now_ms: int) -> None:
+        """The queues' depth sample the rollup takes (``x_job_queue_samples``): one stats read and one script,
+        after the rollup — the SQL drivers take it inside the rollup's statement or transaction."""
+        samples = [[s.bucket_ms, s.queue, s.depth, s.oldest_age_ms] for s in queue_samples_of(self.stats(), now_ms)]
+        self.run("sample_queues", str(now_ms - SAMPLE_KEEP_MS), json.dumps(samples))
 
     # -- retention and stats -------------------------------------------------------------------
 

@@ -27,12 +27,14 @@ from ..records import (
     JobFilter,
     JobPage,
     JobRecord,
+    QueueSample,
     StepRecord,
     TaskFire,
     WaitBucket,
     WorkerInfo,
     check_page,
     decode_cursor,
+    merged_samples,
 )
 from .rows import job_record, pairs, steps_in_order, text
 
@@ -254,6 +256,15 @@ class RedisOperatorStore:
 
     def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
         return summed_series(self._buckets(), since_ms, width_ms)
+
+    def queue_samples(self, since_ms: int, width_ms: int) -> builtins.list[QueueSample]:
+        samples = []
+        for field, value in self._read(lambda c: c.hgetall(self._d.key("samples"))).items():
+            bucket, queue = field.split(":", 1)
+            depth, age = value.split(":", 1)
+            if int(bucket) >= since_ms:
+                samples.append(QueueSample(queue, int(bucket), int(depth), int(age) if age else None))
+        return merged_samples(samples, width_ms)
 
     def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         flat = self._read(lambda c: c.hgetall(self._d.key("waits")))

@@ -70,6 +70,8 @@ class RedisLeaderStore:
         got = self._d.run("leader_acquire", name, holder, str(ttl_ms), str(now_ms), "1" if rollup else "0")
         if not got:
             return None
+        if rollup:
+            self._d.sample_queues(now_ms)
         held, acquired, expires = got
         return LeaderLease(name, held, int(acquired), int(expires))
 

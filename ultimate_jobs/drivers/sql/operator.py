@@ -30,6 +30,7 @@ from ..records import (
     JobFilter,
     JobPage,
     JobRecord,
+    QueueSample,
     StepRecord,
     TaskFire,
     WaitBucket,
@@ -182,6 +183,10 @@ class SqlOperatorStore(ABC):
     def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         rows = self._query(self.sql.SQL_WAIT_SERIES, {**self._ends_after(since_ms), "width": width_ms})
         return waits_of(((queue, int(at), width_ms, index, count) for queue, at, index, count in rows), width_ms)
+
+    def queue_samples(self, since_ms: int, width_ms: int) -> builtins.list[QueueSample]:
+        rows = self._query(self.sql.SQL_QUEUE_SAMPLES, {"since": self._dialect.at(since_ms), "width": width_ms})
+        return [QueueSample(queue, int(at), int(depth), age) for queue, at, depth, age in rows]
 
     # -- task fires ----------------------------------------------------------------------------
 

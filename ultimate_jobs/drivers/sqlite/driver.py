@@ -29,6 +29,7 @@ from ..lanes import LanePick, lanes_to_serve, share_of
 from ..records import (
     COUNTER_TIERS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
+    SAMPLE_KEEP_MS,
     Ack,
     Enqueued,
     EnqueueRequest,
@@ -391,8 +392,11 @@ class SqliteDriver(SqlDriver):
             return self.rollup_at(self._now())
 
     def rollup_at(self, now_ms: int) -> int:
-        """The rollup at ``now_ms``, on the caller's transaction (the leader runs it in its renewal's)."""
+        """The rollup at ``now_ms``, on the caller's transaction (the leader runs it in its renewal's), with the
+        queues' depth sample it takes."""
         cutoffs = {f"expired_{i}": ts(now_ms - keep - width) for i, (width, keep) in enumerate(COUNTER_TIERS)}
+        self.executor.query(sql_stores.SQL_SAMPLE_QUEUES, {"bucket": bucket_of(now_ms), "now": ts(now_ms)})
+        self.executor.query(sql_stores.SQL_FORGET_SAMPLES, {"before": ts(now_ms - SAMPLE_KEEP_MS)})
         self._rollup_waits(now_ms, cutoffs)
         expired = self.executor.query(sql_stores.SQL_ROLLUP_EXPIRED, cutoffs)
         if not expired:

@@ -12,9 +12,9 @@ here.
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS
+from ...records import COUNTER_TIERS, SAMPLE_KEEP_MS
 from ...sql.clauses import LEASE_TAKEOVER
-from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
+from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, NOW_MINUTE, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
     "SQL_LEADER_ACQUIRE",
@@ -40,7 +40,10 @@ _TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
 # reaches, in one step — or dropped when none is. A destination bucket is never one the statement
 # deletes, so no row is touched twice. Idempotent: a folded bucket is gone (x_job_counters_bucket_uniq,
 # ON CONFLICT adds). ``expired`` holds the buckets folded or dropped. The queues' wait histograms
-# (x_job_waits, a row per bin) fold the same way in the same statement.
+# (x_job_waits, a row per bin) fold the same way in the same statement, and the queues' depth is sampled
+# (x_job_queue_samples: per queue the rows waiting and the oldest due row's age — ranges of
+# x_jobs_state_queue_idx, as SQL_STATS reads — and the minute's "" marker; the most of each kept per
+# minute), samples older than SAMPLE_KEEP_MS deleted.
 # The width of the narrowest wider tier still retaining the expired bucket ``e`` at %(now)s (NULL: none).
 FOLD_DESTINATION = """(
     SELECT t.width_ms FROM tiers t
@@ -88,6 +91,27 @@ folded_waits AS (
     WHERE p.dest IS NOT NULL
     GROUP BY p.queue, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest), p.bin
     ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
+),
+sampled AS (
+    INSERT INTO x_job_queue_samples AS s (bucket, queue, depth, oldest_age_ms)
+    SELECT {NOW_MINUTE}, d.queue, d.depth, d.oldest_age_ms
+    FROM (
+        SELECT j.queue, count(*) AS depth,
+               (%(now)s - extract(epoch from min(j.run_at) FILTER (
+                   WHERE j.run_at <= to_timestamp(%(now)s / 1000.0))) * 1000)::bigint AS oldest_age_ms
+        FROM x_jobs j
+        WHERE j.state IN ('ready', 'delayed')
+        GROUP BY j.queue
+        UNION ALL
+        SELECT '', 0, NULL
+    ) d
+    WHERE EXISTS (SELECT 1 FROM rollup_gate)
+    ON CONFLICT (bucket, queue) DO UPDATE
+    SET depth = greatest(s.depth, excluded.depth), oldest_age_ms = greatest(s.oldest_age_ms, excluded.oldest_age_ms)
+),
+expired_samples AS (
+    DELETE FROM x_job_queue_samples s
+    WHERE EXISTS (SELECT 1 FROM rollup_gate) AND s.bucket < to_timestamp((%(now)s - {SAMPLE_KEEP_MS}) / 1000.0)
 )"""
 
 # SQL_ROLLUP_COUNTERS — driver.rollup_counters(): the rollup (ROLLUP_COUNTERS_CTES, always gated

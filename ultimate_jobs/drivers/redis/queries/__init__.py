@@ -43,6 +43,7 @@ _BODIES: dict[str, str] = {
     "leader_acquire": scheduler.LEADER_ACQUIRE,
     "leader_release": scheduler.LEADER_RELEASE,
     "rollup": scheduler.ROLLUP,
+    "sample_queues": scheduler.SAMPLE_QUEUES,
     "scheduler_load": scheduler.SCHEDULER_LOAD,
     "scheduler_fire": scheduler.SCHEDULER_FIRE,
     "backfill_begin": backfills.BACKFILL_BEGIN,

@@ -22,6 +22,31 @@ ROLLUP = r"""
 return fold_counters(num(ARGV[1]))
 """
 
+# The queues' depth samples (x_job_queue_samples): fields 'bucket:queue', values 'depth:age' (age '' when no
+# row was due); ARGV[2] is a JSON list of [bucket, queue, depth, age or null]; the most of each is kept, and
+# fields before ARGV[1] (a week back) go.
+SAMPLE_QUEUES = r"""
+local k = T .. ':samples'
+for _, s in ipairs(cjson.decode(ARGV[2])) do
+  local f = fmt(s[1]) .. ':' .. s[2]
+  local depth, age = num(s[3]), nil
+  if s[4] ~= cjson.null then age = num(s[4]) end
+  local old = redis.call('HGET', k, f)
+  if old then
+    local od, oa = string.match(old, '^(%d+):(.*)$')
+    depth = math.max(depth, num(od))
+    if oa ~= '' then age = math.max(age or 0, num(oa)) end
+  end
+  local a = ''
+  if age then a = fmt(age) end
+  redis.call('HSET', k, f, fmt(depth) .. ':' .. a)
+end
+for _, f in ipairs(redis.call('HKEYS', k)) do
+  if num(string.match(f, '^(%-?%d+):')) < num(ARGV[1]) then redis.call('HDEL', k, f) end
+end
+return 1
+"""
+
 LEADER_RELEASE = r"""
 local k = T .. ':leader:' .. ARGV[1]
 if redis.call('HGET', k, 'holder') ~= ARGV[2] then return 0 end

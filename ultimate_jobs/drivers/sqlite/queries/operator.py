@@ -255,6 +255,16 @@ GROUP BY 1, 2, 3
 ORDER BY 2, 1, 3
 """
 
+# SQL_QUEUE_SAMPLES — the queues' depth samples from :since on, gathered into buckets of :width ms: per bucket
+# and queue the most waiting and the oldest age any sample saw ("" marks a sampled bucket).
+SQL_QUEUE_SAMPLES = f"""
+SELECT c.queue, {WIDER_BUCKET} AS at, max(c.depth), max(c.oldest_age_ms)
+FROM x_job_queue_samples c
+WHERE c.bucket >= :since
+GROUP BY 1, 2
+ORDER BY 2, 1
+"""
+
 # -- task fires ------------------------------------------------------------------------------------
 
 # SQL_TASK_FIRES — per task, the last occurrence that dispatched, by task name, at most :limit rows.

@@ -74,6 +74,27 @@ VALUES (:queue, :width, :bucket, :bin, :count)
 ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = count + excluded.count
 """
 
+# SQL_SAMPLE_QUEUES — the rollup's sample of the queues' depth at :now into the minute :bucket
+# (x_job_queue_samples_uniq): per queue the rows waiting (ready, delayed) and the oldest due row's age in ms,
+# and the minute's "" marker; the most of each is kept (SQLite's max() of a NULL is NULL: coalesce).
+SQL_SAMPLE_QUEUES = """
+INSERT INTO x_job_queue_samples (bucket, queue, depth, oldest_age_ms)
+SELECT * FROM (
+    SELECT :bucket, queue, count(*),
+           CAST(round((julianday(:now) - julianday(min(CASE WHEN run_at <= :now THEN run_at END))) * 86400000.0)
+                AS INTEGER)
+    FROM x_jobs WHERE state IN ('ready', 'delayed') GROUP BY queue
+    UNION ALL
+    SELECT :bucket, '', 0, NULL
+) WHERE true
+ON CONFLICT (bucket, queue) DO UPDATE
+SET depth = max(depth, excluded.depth),
+    oldest_age_ms = coalesce(max(oldest_age_ms, excluded.oldest_age_ms), oldest_age_ms, excluded.oldest_age_ms)
+"""
+
+# SQL_FORGET_SAMPLES — drop the depth samples before :before (a week before the rollup's now).
+SQL_FORGET_SAMPLES = "DELETE FROM x_job_queue_samples WHERE bucket < :before"
+
 # -- the watermarks (x_job_task_watermarks) --------------------------------------------------------
 
 # SQL_SCHEDULER_ARM — arm the tasks :tasks (a JSON array) that have no watermark at :now; a watermark
