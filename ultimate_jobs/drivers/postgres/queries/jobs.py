@@ -199,7 +199,7 @@ buried_counted AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
     SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), 0, 0,
            count(*) FILTER (WHERE state = 'failed'), count(*) FILTER (WHERE state = 'dead'), 0
-    FROM buried GROUP BY name
+    FROM buried GROUP BY name ORDER BY name  -- SQL_ACK's lock order on x_job_counters
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET failed = c.failed + excluded.failed, dead = c.dead + excluded.dead
 ),
@@ -295,14 +295,14 @@ acked AS (
 counted AS (
     INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
     SELECT name, 60000, {NOW_MINUTE}, count(*), 0, 0, 0, sum(duration_ms)
-    FROM acked GROUP BY name
+    FROM acked GROUP BY name ORDER BY name  -- rows locked in one order: two batches' upserts cannot deadlock
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET done = c.done + excluded.done, duration_ms = c.duration_ms + excluded.duration_ms
 ),
 waited AS (
     INSERT INTO x_job_waits AS w (queue, width_ms, bucket, bin, count)
     SELECT queue, 60000, {NOW_MINUTE}, width_bucket(wait_ms, {WAIT_EDGES}), count(*)
-    FROM acked WHERE wait_ms IS NOT NULL GROUP BY 1, 4
+    FROM acked WHERE wait_ms IS NOT NULL GROUP BY 1, 4 ORDER BY 1, 4  -- one lock order, as counted's
     ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
 )
 SELECT id FROM acked
