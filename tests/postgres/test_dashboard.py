@@ -267,3 +267,12 @@ def test_the_job_page_and_a_list_of_one_job_link_to_its_charts(pg: Env[PostgresD
     assert 'id="uj-job-charts"' not in every_job  # no one job to chart
     without = staff("view_job").get(reverse("admin:ultimate_jobs_job_change", args=[dead.id])).content.decode()
     assert 'id="uj-job-charts"' not in without  # a user who may not open the dashboard gets no link to it
+
+
+def test_a_job_name_that_is_markup_is_shown_as_text_never_run(pg: Env[PostgresDriver]) -> None:
+    script_hour(pg)
+    hostile = '<script>alert("x")</script>'
+    page = staff("view_dashboard").get(reverse(PAGE), {"job": hostile}).content.decode()
+    assert hostile not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    data = staff("view_dashboard").get(reverse(DATA), {"job": hostile}).json()
+    assert data["job"] == hostile and hostile not in data["html"]  # the JSON carries the name; its HTML escapes it
