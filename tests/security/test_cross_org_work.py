@@ -227,6 +227,7 @@ def test_a_run_of_org_a_cannot_read_org_bs_task_result(env: AnyJobsEnv) -> None:
         "remove_many of org B",
         "inspect_queues",
         "inspect_stats",
+        "inspect_dashboard",
         "inspect_backfills",
     ],
 )
@@ -243,6 +244,7 @@ def test_the_operator_called_from_a_run_answers_for_the_runs_org_only(env: AnyJo
         "remove_many of org B": lambda run: operator.remove_many(state="delayed", tenant_id=B),
         "inspect_queues": lambda run: operator.inspect_queues(),
         "inspect_stats": lambda run: operator.inspect_stats(),
+        "inspect_dashboard": lambda run: operator.inspect_dashboard("7d"),
         "inspect_backfills": lambda run: operator.inspect_backfills(),
     }
     refused(in_a_run_of(A, env, attacks[read]))
