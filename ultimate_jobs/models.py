@@ -200,7 +200,8 @@ class JobLease(models.Model):
 
 
 class JobCounter(models.Model):
-    """``x_job_counters``: settles per job per bucket, moved in the statement that settles the row."""
+    """``x_job_counters``: settles per job per bucket — by outcome, their summed run time and a count per run-time
+    bin — moved in the statement that settles the row."""
 
     id = models.BigAutoField(primary_key=True)
     job = models.TextField()
@@ -211,6 +212,23 @@ class JobCounter(models.Model):
     failed = models.IntegerField(default=0)
     dead = models.IntegerField(default=0)
     duration_ms = models.BigIntegerField(default=0)
+    # the settles of runs by run time: run_bin_<i> counts bin i of drivers.records.WAIT_EDGES_MS (under 10 ms,
+    # 10-50 ms, … an hour or more), for the run-time percentiles
+    run_bin_0 = models.IntegerField(default=0, db_default=0)
+    run_bin_1 = models.IntegerField(default=0, db_default=0)
+    run_bin_2 = models.IntegerField(default=0, db_default=0)
+    run_bin_3 = models.IntegerField(default=0, db_default=0)
+    run_bin_4 = models.IntegerField(default=0, db_default=0)
+    run_bin_5 = models.IntegerField(default=0, db_default=0)
+    run_bin_6 = models.IntegerField(default=0, db_default=0)
+    run_bin_7 = models.IntegerField(default=0, db_default=0)
+    run_bin_8 = models.IntegerField(default=0, db_default=0)
+    run_bin_9 = models.IntegerField(default=0, db_default=0)
+    run_bin_10 = models.IntegerField(default=0, db_default=0)
+    run_bin_11 = models.IntegerField(default=0, db_default=0)
+    run_bin_12 = models.IntegerField(default=0, db_default=0)
+    run_bin_13 = models.IntegerField(default=0, db_default=0)
+    run_bin_14 = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "x_job_counters"

@@ -36,6 +36,7 @@ from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.models import WebhookEndpointState
 from ultimate_jobs.operator import DepthPoint, SeriesPoint, WaitPoint
 from ultimate_jobs.operator.dashboard import percentile_ms
+from ultimate_jobs.testing.conformance_operator import run_bins
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -52,12 +53,15 @@ def test_an_hours_settles_are_bucketed_by_minute_and_outcome(any_jobs: AnyJobsEn
     board = operator.inspect_dashboard("1h")
     assert (board.width_ms, len(board.points)) == (MINUTE, 60)  # every minute, the empty ones as zeros
     assert board.points[-1].at_ms <= board.until_ms < board.points[-1].at_ms + MINUTE  # the last holds now
-    receipts = [SeriesPoint(run.first_minute_ms + n * MINUTE, done=1, duration_ms=RECEIPT_MS) for n in range(RECEIPTS)]
+    receipts = [
+        SeriesPoint(run.first_minute_ms + n * MINUTE, done=1, duration_ms=RECEIPT_MS, run_bins=run_bins({1: 1}))
+        for n in range(RECEIPTS)
+    ]
     assert busy(board.points) == [
         *receipts,
-        SeriesPoint(run.spike_at_ms, dead=CHARGES),  # the failure spike, in the minute it happened
-        SeriesPoint(run.slow_at_ms, done=SYNCS, duration_ms=SYNCS * SYNC_MS),
-        SeriesPoint(run.late_at_ms, done=REPORTS, duration_ms=REPORTS * RECEIPT_MS),
+        SeriesPoint(run.spike_at_ms, dead=CHARGES, run_bins=run_bins({0: CHARGES})),  # the spike, in its minute
+        SeriesPoint(run.slow_at_ms, done=SYNCS, duration_ms=SYNCS * SYNC_MS, run_bins=run_bins({5: SYNCS})),
+        SeriesPoint(run.late_at_ms, done=REPORTS, duration_ms=REPORTS * RECEIPT_MS, run_bins=run_bins({1: REPORTS})),
     ]
     assert board.points[[p.at_ms for p in board.points].index(run.slow_at_ms)].mean_ms == SYNC_MS
     assert (board.total.done, board.total.dead) == (RECEIPTS + SYNCS + REPORTS, CHARGES)
@@ -100,8 +104,12 @@ def test_one_jobs_series_holds_only_its_own_settles(any_jobs: AnyJobsEnv) -> Non
     run = script_hour(any_jobs)
     board = operator.inspect_dashboard("1h", job="dash_sync_inventory")
     assert board.job == "dash_sync_inventory"
-    assert busy(board.points) == [SeriesPoint(run.slow_at_ms, done=SYNCS, duration_ms=SYNCS * SYNC_MS)]
-    assert board.as_dict()["points"][-1].keys() == {"at_ms", "done", "retried", "failed", "dead", "mean_ms"}
+    assert busy(board.points) == [
+        SeriesPoint(run.slow_at_ms, done=SYNCS, duration_ms=SYNCS * SYNC_MS, run_bins=run_bins({5: SYNCS}))
+    ]
+    assert board.as_dict()["points"][-1].keys() == {"at_ms", "done", "retried", "failed", "dead", "mean_ms", "p95_ms"}
+    [slow] = busy(board.points)
+    assert (slow.mean_ms, slow.p95_ms) == (SYNC_MS, 1_000)  # 900 ms each: the 500 ms - 1 s bin
 
 
 def test_a_day_and_a_week_sum_the_minutes_into_wider_buckets(any_jobs: AnyJobsEnv) -> None:
@@ -166,7 +174,9 @@ def test_jobs_stats_window_prints_the_series_in_both_forms(pg: Env[PostgresDrive
     data = command("jobs", "stats", "--window", "1h", "--json").json
     assert (data["window"], data["width_ms"], len(data["points"])) == ("1h", MINUTE, 60)
     spike = [p for p in data["points"] if p["at_ms"] == run.spike_at_ms]
-    assert spike == [{"at_ms": run.spike_at_ms, "done": 0, "retried": 0, "failed": 0, "dead": CHARGES, "mean_ms": 0.0}]
+    assert spike == [
+        {"at_ms": run.spike_at_ms, "done": 0, "retried": 0, "failed": 0, "dead": CHARGES, "mean_ms": 0.0, "p95_ms": 10}
+    ]
     assert {"kind": "dead_letters", "count": CHARGES, "label": f"{CHARGES} dead-lettered in the window"} in data[
         "attention"
     ]
@@ -218,7 +228,7 @@ def test_the_admin_page_draws_each_chart_with_its_table_behind_it(pg: Env[Postgr
     settled = table_rows(page, "Jobs settled, by outcome")
     assert ["00:10", "0", "0", "0", str(CHARGES)] in settled  # the spike, ten minutes in (the clock starts 00:00)
     assert settled[0] == ["00:00", "1", "0", "0", "0"] and len(settled) == RECEIPTS + 3
-    assert ["00:20", str(SYNC_MS)] in table_rows(page, "Mean run time")
+    assert ["00:20", str(SYNC_MS), "≤ 1 s"] in table_rows(page, "Run time, mean and p95")
     waits = table_rows(page, "Wait from run time to start, p95 by queue")
     assert ["reports", "00:24", str(REPORTS), "≤ 5 min", "≤ 5 min"] in waits
     assert ["inventory", "00:20", str(SYNCS), "≤ 10 ms", "≤ 1 s"] in waits
@@ -236,7 +246,7 @@ def test_the_data_view_serves_the_same_read_and_the_pages_body(pg: Env[PostgresD
     assert answer.status_code == 200 and answer["Content-Type"] == "application/json"
     data = answer.json()
     assert [p for p in data["points"] if p["dead"]] == [
-        {"at_ms": run.spike_at_ms, "done": 0, "retried": 0, "failed": 0, "dead": CHARGES, "mean_ms": 0.0}
+        {"at_ms": run.spike_at_ms, "done": 0, "retried": 0, "failed": 0, "dead": CHARGES, "mean_ms": 0.0, "p95_ms": 10}
     ]
     assert "<figcaption>Jobs settled, by outcome</figcaption>" in data["html"]
 

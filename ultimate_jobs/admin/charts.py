@@ -82,26 +82,25 @@ def settles_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -
     return _figure(title, mark_safe("".join(bars)), top, levels, [p.at_ms for p in points], width_ms, table, legend)
 
 
-def mean_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> SafeString:
-    """The mean run time per bucket (a line through the buckets anything settled in), with its table."""
-    means = [(i, p.mean_ms) for i, p in enumerate(points) if p.mean_ms is not None]
-    top = nice_ceiling(max((m for _, m in means), default=0))
-    slot = (WIDTH - LEFT) / max(len(points), 1)
-    xy = [(LEFT + i * slot + slot / 2, _y(m, top)) for i, m in means]
-    path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y) in enumerate(xy))
-    dots = format_html_join(
-        "",
-        '<circle class="uj-line-dot" cx="{}" cy="{}" r="2.5"><title>{}: {} ms</title></circle>',
-        (
-            (_n(x), _n(y), bucket_label(points[i].at_ms, width_ms), round(m))
-            for (x, y), (i, m) in zip(xy, means, strict=True)
-        ),
-    )
-    line = format_html('<path class="uj-line" d="{}"/>', path) if len(xy) > 1 else SafeString("")
-    rows = [(bucket_label(points[i].at_ms, width_ms), round(m)) for i, m in means]
-    table = _table(("Bucket (UTC)", "Mean run time (ms)"), rows)
+def run_time_chart(points: Sequence[SeriesPoint], width_ms: int, *, title: str) -> SafeString:
+    """The run time per bucket, its mean and its 95th percentile (the upper edge of its bin), a line each
+    through the buckets anything settled in, with the table of both behind them."""
+    means: list[tuple[int, float, str]] = [
+        (i, p.mean_ms, f"mean {round(p.mean_ms)} ms") for i, p in enumerate(points) if p.mean_ms is not None
+    ]
+    p95s: list[tuple[int, float, str]] = [
+        (i, p.p95_ms, f"p95 {wait_text(p.p95_ms)}") for i, p in enumerate(points) if p.p95_ms is not None
+    ]
+    top = nice_ceiling(max((value for _, value, _ in (*means, *p95s)), default=0))
+    rows = [
+        (bucket_label(p.at_ms, width_ms), round(p.mean_ms), wait_text(p.p95_ms))
+        for p in points
+        if p.mean_ms is not None
+    ]
+    table = _table(("Bucket (UTC)", "Mean run time (ms)", "p95 run time"), rows)
     levels = [(v, run_time(v)) for v in (0, top / 2, top)]
-    return _figure(title, line + dots, top, levels, [p.at_ms for p in points], width_ms, table, SafeString(""))
+    lines: list[tuple[str, float, Sequence[tuple[int, float, str]]]] = [("mean", 2, means), ("p95", 1, p95s)]
+    return _queue_lines(title, lines, top, levels, [p.at_ms for p in points], width_ms, table)
 
 
 MAX_QUEUE_LINES = len(SERIES_CLASSES)
@@ -194,8 +193,8 @@ def _queue_lines(
     width_ms: int,
     table: SafeString,
 ) -> SafeString:
-    """One line per queue — ``(queue, rank, [(bucket index, value, tooltip)])``, the highest ranks drawn
-    (:data:`MAX_QUEUE_LINES`) — each in its colour with a legend swatch."""
+    """One line per series — ``(name, rank, [(bucket index, value, tooltip)])``: a queue, or the mean and the
+    p95 — the highest ranks drawn (:data:`MAX_QUEUE_LINES`), each in its colour with a legend swatch."""
     slot = (WIDTH - LEFT) / max(len(at_ms), 1)
     marks, legend = [], []
     drawn = sorted(lines, key=lambda line: -line[1])[:MAX_QUEUE_LINES]

@@ -20,7 +20,7 @@ from ..errors import UltimateError
 from ..models import Dashboard
 from ..operator.dashboard import WINDOWS
 from ._support import ReadOnlyAdmin, bad_query, refusal
-from .charts import depth_chart, mean_chart, settles_chart, wait_chart
+from .charts import depth_chart, run_time_chart, settles_chart, wait_chart
 
 REFRESH_MS = 5_000
 """How often the open page asks for its data again."""
@@ -89,7 +89,7 @@ class DashboardAdmin(ReadOnlyAdmin):
         of = f" of {board.job}" if board.job else ""
         charts = [
             settles_chart(board.points, board.width_ms, title=f"Jobs settled{of}, by outcome"),
-            mean_chart(board.points, board.width_ms, title=f"Mean run time{of}"),
+            run_time_chart(board.points, board.width_ms, title=f"Run time{of}, mean and p95"),
         ]
         if board.job is None:  # waits and depth are kept per queue, not per job
             charts.append(wait_chart(board.waits, board.width_ms, title="Wait from run time to start, p95 by queue"))

@@ -405,10 +405,11 @@ def dashboard(view: DashboardView) -> str:
     of = f" of {view.job}" if view.job else ""
     head = f"settles{of} since {when(view.since_ms)} ({view.window}, buckets of {span(view.width_ms)})"
     busy = [p for p in view.points if p.settled]
-    rows = [[when(p.at_ms), p.done, p.retried, p.failed, p.dead, _mean(p.mean_ms)] for p in busy]
-    total = view.total
-    rows.append(["(window)", total.done, total.retried, total.failed, total.dead, _mean(total.mean_ms)])
-    settles = table(["BUCKET", "DONE", "RETRIED", "FAILED", "DEAD", "MEAN"], rows) if busy else "none settled."
+    rows = [[when(p.at_ms), p.done, p.retried, p.failed, p.dead, _mean(p.mean_ms), wait_text(p.p95_ms)] for p in busy]
+    t = view.total
+    rows.append(["(window)", t.done, t.retried, t.failed, t.dead, _mean(t.mean_ms), wait_text(t.p95_ms)])
+    headers = ["BUCKET", "DONE", "RETRIED", "FAILED", "DEAD", "MEAN", "P95"]
+    settles = table(headers, rows) if busy else "none settled."
     attention = "\n".join(f"{'!' if a.count else ' '} {a.label}" for a in view.attention)
     started = [
         [q.queue, when(p.at_ms), p.started, wait_text(p.p50_ms), wait_text(p.p95_ms)]

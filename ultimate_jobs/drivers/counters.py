@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .records import WAIT_BINS, CounterBucket, WaitBucket
+from .records import COUNTER_VALUES, WAIT_BINS, CounterBucket, WaitBucket, counter_bucket
 
 
 def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int, width_ms: int) -> list[CounterBucket]:
@@ -15,10 +15,10 @@ def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int,
     summed: dict[int, list[int]] = {}
     for (_, width, start), values in buckets.items():
         if start + width > since_ms:
-            into = summed.setdefault(start - start % width_ms, [0, 0, 0, 0, 0])
+            into = summed.setdefault(start - start % width_ms, [0] * COUNTER_VALUES)
             for i, value in enumerate(values):
                 into[i] += value
-    return [CounterBucket("", start, width_ms, *values) for start, values in sorted(summed.items())]
+    return [counter_bucket("", start, width_ms, values) for start, values in sorted(summed.items())]
 
 
 def waits_of(bins: Iterable[tuple[str, int, int, int, int]], width_ms: int) -> list[WaitBucket]:

@@ -450,7 +450,8 @@ class WorkerInfo:
 
 @dataclass(frozen=True, slots=True)
 class CounterBucket:
-    """One counter bucket of one job: settles by outcome and the summed duration."""
+    """One counter bucket of one job: settles by outcome, the summed duration, and the settles by run time
+    (``run_bins[i]``: bin ``i`` of :data:`WAIT_EDGES_MS`; empty when none was counted)."""
 
     job: str
     bucket_ms: int
@@ -460,6 +461,7 @@ class CounterBucket:
     failed: int = 0
     dead: int = 0
     duration_ms: int = 0
+    run_bins: tuple[int, ...] = ()
 
 
 WAIT_EDGES_MS: tuple[int, ...] = (
@@ -482,6 +484,18 @@ WAIT_EDGES_MS: tuple[int, ...] = (
 first) and under ``WAIT_EDGES_MS[i]``; the last bin, every wait of an hour or more."""
 
 WAIT_BINS = len(WAIT_EDGES_MS) + 1
+
+COUNTER_VALUES = 5 + WAIT_BINS
+"""A counter bucket's values as the memory and Redis stores keep them: done, retried, failed, dead, the
+summed duration, then the settles by run time, a count per bin of :data:`WAIT_EDGES_MS`."""
+
+
+def counter_bucket(job: str, bucket_ms: int, width_ms: int, values: Sequence[int]) -> CounterBucket:
+    """The :class:`CounterBucket` of ``values`` (:data:`COUNTER_VALUES` of them; ``run_bins`` empty when
+    none of the run-time bins counted anything)."""
+    done, retried, failed, dead, duration_ms = values[:5]
+    bins = tuple(values[5:COUNTER_VALUES])
+    return CounterBucket(job, bucket_ms, width_ms, done, retried, failed, dead, duration_ms, bins if any(bins) else ())
 
 
 def wait_bin(wait_ms: int) -> int:

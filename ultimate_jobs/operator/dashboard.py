@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.installed import job_clock
 from ..drivers.protocol import JobDriver
-from ..drivers.records import WAIT_BINS, WAIT_EDGES_MS, CounterBucket, QueueSample, WaitBucket
+from ..drivers.records import COUNTER_VALUES, WAIT_BINS, WAIT_EDGES_MS, CounterBucket, QueueSample, WaitBucket
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ..models import WebhookEndpointState
@@ -50,6 +50,13 @@ class SeriesPoint:
     failed: int = 0
     dead: int = 0
     duration_ms: int = 0
+    run_bins: tuple[int, ...] = ()  # the settles of runs per run-time bin of WAIT_EDGES_MS
+
+    @property
+    def p95_ms(self) -> int | None:
+        """The 95th percentile of the bucket's run times: the upper edge of the bin holding it (``None`` when
+        no run was timed)."""
+        return percentile_ms(list(self.run_bins), 0.95) if any(self.run_bins) else None
 
     @property
     def settled(self) -> int:
@@ -71,6 +78,7 @@ class SeriesPoint:
             "failed": self.failed,
             "dead": self.dead,
             "mean_ms": None if mean is None else round(mean, 1),
+            "p95_ms": self.p95_ms,
         }
 
 
@@ -178,6 +186,9 @@ class DashboardView:
             failed=sum(p.failed for p in self.points),
             dead=sum(p.dead for p in self.points),
             duration_ms=sum(p.duration_ms for p in self.points),
+            run_bins=tuple(map(sum, zip(*(p.run_bins for p in self.points if p.run_bins), strict=True)))
+            if any(p.run_bins for p in self.points)
+            else (),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -244,13 +255,17 @@ def inspect_dashboard(window: str = "1h", *, job: str | None = None, driver: Job
 def series(buckets: list[CounterBucket], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[SeriesPoint, ...]:
     """``buckets`` summed into the window's buckets of ``width_ms`` from ``since_ms`` (a multiple of it) to
     the one holding ``until_ms``: every bucket, oldest first, those nothing settled in as zeros."""
-    summed = {at: [0, 0, 0, 0, 0] for at in range(since_ms, until_ms + 1, width_ms)}
+    summed = {at: [0] * COUNTER_VALUES for at in range(since_ms, until_ms + 1, width_ms)}
     for b in buckets:
         into = summed.get(b.bucket_ms - b.bucket_ms % width_ms)
         if into is not None:
-            for i, value in enumerate((b.done, b.retried, b.failed, b.dead, b.duration_ms)):
+            for i, value in enumerate((b.done, b.retried, b.failed, b.dead, b.duration_ms, *b.run_bins)):
                 into[i] += value
-    return tuple(SeriesPoint(at, *values) for at, values in summed.items())
+    points = []
+    for at, (done, retried, failed, dead, duration_ms, *bins) in summed.items():
+        run_bins = tuple(bins) if any(bins) else ()
+        points.append(SeriesPoint(at, done, retried, failed, dead, duration_ms, run_bins))
+    return tuple(points)
 
 
 def wait_series(buckets: list[WaitBucket], *, since_ms: int, until_ms: int, width_ms: int) -> tuple[QueueWaits, ...]:

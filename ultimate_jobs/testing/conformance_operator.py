@@ -177,14 +177,18 @@ class OperatorContract:
         a2 = claim_one(driver)
         assert driver.nack(a2.id, a2.ref, NackOptions(error="e", run_at_ms=clock.now_ms() + MINUTE, duration_ms=4))
         series = operator_store.counter_series(since, MINUTE)
-        assert series == [
-            CounterBucket("", first, MINUTE, done=1, dead=1, duration_ms=40),  # both jobs' settles, summed
-            CounterBucket("", first + MINUTE, MINUTE, retried=1, duration_ms=4),
+        assert series == [  # both jobs' settles, summed, and their run times' bins (10 and 30 ms: 10-50 ms)
+            CounterBucket("", first, MINUTE, done=1, dead=1, duration_ms=40, run_bins=run_bins({1: 2})),
+            CounterBucket("", first + MINUTE, MINUTE, retried=1, duration_ms=4, run_bins=run_bins({0: 1})),
         ]
         assert operator_store.counter_series(first + MINUTE, MINUTE) == series[1:]  # buckets ending after it
         assert operator_store.counter_series(since, 2 * MINUTE) == [  # summed into a wider bucket
-            CounterBucket("", first, 2 * MINUTE, done=1, retried=1, dead=1, duration_ms=44)
+            CounterBucket(
+                "", first, 2 * MINUTE, done=1, retried=1, dead=1, duration_ms=44, run_bins=run_bins({0: 1, 1: 2})
+            )
         ]
+        [bucket] = operator_store.counters(job="conformance.series_b", since_ms=since)  # one job's, with its bins
+        assert (bucket.dead, bucket.run_bins) == (1, run_bins({1: 1}))
 
     def test_uncounted_nacks_move_no_counter(
         self, driver: JobDriver, operator_store: OperatorStore, clock: FrozenClock
@@ -229,6 +233,8 @@ class OperatorContract:
             (b.bucket_ms, b.width_ms, b.done, b.duration_ms) for b in operator_store.counters(job=name, since_ms=0)
         ]
         assert folded == [(start, FIVE_MINUTES, 2, 30), (recent, MINUTE, 1, 40)]
+        bins = [b.run_bins for b in operator_store.counters(job=name, since_ms=0)]
+        assert bins == [run_bins({1: 2}), run_bins({1: 1})]  # the run-time bins fold with the counts (10-50 ms)
         assert {t.job: t.done for t in operator_store.counter_totals(0)}[name] == 3
 
     def test_waits_move_in_the_settle_by_queue_and_bin(
@@ -926,3 +932,8 @@ class OperatorContract:
         assert driver.ack(new.id, new.ref)
         assert driver.record_progress(new.id, new.ref, half) is False
         assert record(operator_store, new.id).progress == late
+
+
+def run_bins(counts: dict[int, int]) -> tuple[int, ...]:
+    """A counter bucket's ``run_bins`` with ``counts[i]`` settles in run-time bin ``i`` (the others none)."""
+    return tuple(counts.get(i, 0) for i in range(WAIT_BINS))

@@ -10,12 +10,14 @@ from typing import Literal
 from ..counters import summed_series, waits_of
 from ..records import (
     COUNTER_TIERS,
+    COUNTER_VALUES,
     SAMPLE_KEEP_MS,
     WAIT_BINS,
     CounterBucket,
     CounterTotals,
     QueueSample,
     WaitBucket,
+    counter_bucket,
     merged_samples,
     wait_bin,
 )
@@ -33,12 +35,15 @@ class CounterBuckets:
         self._waits: dict[tuple[str, int, int], list[int]] = {}  # x_job_waits: (queue, width, start) -> bins
         self._samples: dict[tuple[int, str], QueueSample] = {}  # x_job_queue_samples: (minute, queue) -> sample
 
-    def count(self, job: str, outcome: CounterField, duration_ms: int, *, now: int) -> None:
-        """Move one counter of ``job``'s 1-minute bucket containing ``now``."""
+    def count(self, job: str, outcome: CounterField, duration_ms: int, *, now: int, timed: bool = True) -> None:
+        """Move one counter of ``job``'s 1-minute bucket containing ``now``, and with ``timed`` (a run that
+        ran, not a burial) its run-time bin."""
         width = COUNTER_TIERS[0][0]
-        bucket = self._buckets.setdefault((job, width, now - now % width), [0, 0, 0, 0, 0])
+        bucket = self._buckets.setdefault((job, width, now - now % width), [0] * COUNTER_VALUES)
         bucket[("done", "retried", "failed", "dead").index(outcome)] += 1
         bucket[4] += duration_ms
+        if timed:
+            bucket[5 + wait_bin(duration_ms)] += 1
 
     def fold(self, now: int) -> int:
         """The rollup at ``now`` — SQL_ROLLUP_COUNTERS's algorithm, on the counters and the waits alike: every
@@ -87,7 +92,7 @@ class CounterBuckets:
         """``job``'s buckets that end after ``since_ms``, oldest first."""
         return sorted(
             (
-                CounterBucket(name, start, width, *values)
+                counter_bucket(name, start, width, values)
                 for (name, width, start), values in self._buckets.items()
                 if name == job and start + width > since_ms
             ),
@@ -104,7 +109,7 @@ class CounterBuckets:
         for (name, width, start), values in self._buckets.items():
             if start + width > since_ms:
                 into = totals.setdefault(name, [0, 0, 0, 0, 0])
-                for i, value in enumerate(values):
+                for i, value in enumerate(values[:5]):
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
 

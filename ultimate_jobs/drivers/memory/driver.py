@@ -303,7 +303,7 @@ class MemoryDriver:
         state: Literal["failed", "dead"] = "failed" if row.name in drop_exhausted else "dead"
         self.set_state(row, state)
         row.last_error, row.last_code = LEASE_LAPSED_FINAL_ATTEMPT, None
-        self.counters.count(row.name, state, 0, now=self.clock.now_ms())
+        self.counters.count(row.name, state, 0, now=self.clock.now_ms(), timed=False)
         return ExhaustedJob(
             id=row.id,
             run_id=row.run_id,

@@ -15,6 +15,7 @@ from ...errors import (
 )
 from ..counters import summed_series, waits_of
 from ..records import (
+    COUNTER_VALUES,
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
     MAX_WORKER_IN_FLIGHT,
@@ -33,6 +34,7 @@ from ..records import (
     WaitBucket,
     WorkerInfo,
     check_page,
+    counter_bucket,
     decode_cursor,
     merged_samples,
 )
@@ -231,14 +233,14 @@ class RedisOperatorStore:
         buckets: dict[tuple[str, int, int], builtins.list[int]] = {}
         for field, value in flat.items():
             width, start, index, job = field.split(":", 3)
-            values = buckets.setdefault((job, int(width), int(start)), [0, 0, 0, 0, 0])
+            values = buckets.setdefault((job, int(width), int(start)), [0] * COUNTER_VALUES)
             values[int(index)] += int(value)
         return buckets
 
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
         return sorted(
             (
-                CounterBucket(name, start, width, *values)
+                counter_bucket(name, start, width, values)
                 for (name, width, start), values in self._buckets().items()
                 if name == job and start + width > since_ms
             ),
@@ -250,7 +252,7 @@ class RedisOperatorStore:
         for (name, width, start), values in self._buckets().items():
             if start + width > since_ms:
                 into = totals.setdefault(name, [0, 0, 0, 0, 0])
-                for i, value in enumerate(values):
+                for i, value in enumerate(values[:5]):
                     into[i] += value
         return [CounterTotals(name, *values) for name, values in sorted(totals.items())]
 

@@ -36,6 +36,7 @@ from ..records import (
     WaitBucket,
     WorkerInfo,
     check_page,
+    counter_bucket,
     decode_cursor,
 )
 from .dialect import Dialect
@@ -169,8 +170,7 @@ class SqlOperatorStore(ABC):
     def counters(self, *, job: str, since_ms: int) -> builtins.list[CounterBucket]:
         rows = self._query(self.sql.SQL_COUNTERS, {"job": job, **self._ends_after(since_ms)})
         return [
-            CounterBucket(name, self._dialect.instant(bucket), width, done, retried, failed, dead, duration)
-            for name, bucket, width, done, retried, failed, dead, duration in rows
+            counter_bucket(name, self._dialect.instant(bucket), width, values) for name, bucket, width, *values in rows
         ]
 
     def counter_totals(self, since_ms: int) -> builtins.list[CounterTotals]:
@@ -178,7 +178,7 @@ class SqlOperatorStore(ABC):
 
     def counter_series(self, since_ms: int, width_ms: int) -> builtins.list[CounterBucket]:
         rows = self._query(self.sql.SQL_COUNTER_SERIES, {**self._ends_after(since_ms), "width": width_ms})
-        return [CounterBucket("", int(at), width_ms, *counts) for at, *counts in rows]
+        return [counter_bucket("", int(at), width_ms, [int(v) for v in values]) for at, *values in rows]
 
     def wait_series(self, since_ms: int, width_ms: int) -> builtins.list[WaitBucket]:
         rows = self._query(self.sql.SQL_WAIT_SERIES, {**self._ends_after(since_ms), "width": width_ms})

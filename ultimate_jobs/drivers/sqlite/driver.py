@@ -28,8 +28,10 @@ from ...errors import DriverUnavailableError, InvariantError
 from ..lanes import LanePick, lanes_to_serve, share_of
 from ..records import (
     COUNTER_TIERS,
+    COUNTER_VALUES,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     SAMPLE_KEEP_MS,
+    WAIT_BINS,
     Ack,
     Enqueued,
     EnqueueRequest,
@@ -298,20 +300,21 @@ class SqliteDriver(SqlDriver):
             )
 
     def _count(
-        self, job: str, now: int, *, done: int = 0, retried: int = 0, failed: int = 0, dead: int = 0, duration: int = 0
+        self,
+        job: str,
+        now: int,
+        *,
+        done: int = 0,
+        retried: int = 0,
+        failed: int = 0,
+        dead: int = 0,
+        duration: int = 0,
+        run_bins: Sequence[int] = (),
     ) -> None:
-        self.executor.query(
-            sql.SQL_COUNT,
-            {
-                "job": job,
-                "bucket": bucket_of(now),
-                "done": done,
-                "retried": retried,
-                "failed": failed,
-                "dead": dead,
-                "duration": duration,
-            },
-        )
+        """Move ``job``'s 1-minute counter bucket holding ``now`` (``run_bins``: settles per run-time bin)."""
+        bins = {f"run_bin_{i}": run_bins[i] if i < len(run_bins) else 0 for i in range(WAIT_BINS)}
+        params = {"job": job, "bucket": bucket_of(now), "done": done, "retried": retried, "failed": failed}
+        self.executor.query(sql.SQL_COUNT, {**params, "dead": dead, "duration": duration, **bins})
 
     # -- settles -------------------------------------------------------------------------------
 
@@ -329,17 +332,18 @@ class SqliteDriver(SqlDriver):
             given = {job: a for a, job, _ in valid}
             with self.executor.write():
                 rows = self.executor.query(sql.SQL_ACK, {"acks": payload, "now": ts(now)})
-                per: dict[str, list[int]] = {}
+                per: dict[str, list[int]] = {}  # done, duration, then a count per run-time bin
                 waits: Counter[tuple[str, int]] = Counter()
                 for job, name, queue in rows:
-                    counts = per.setdefault(name, [0, 0])
+                    counts = per.setdefault(name, [0, 0] + [0] * WAIT_BINS)
                     counts[0] += 1
                     counts[1] += given[job].duration_ms
+                    counts[2 + wait_bin(given[job].duration_ms)] += 1
                     wait = given[job].wait_ms
                     if wait is not None:
                         waits[queue, wait_bin(wait)] += 1
-                for name, (done, duration) in per.items():
-                    self._count(name, now, done=done, duration=duration)
+                for name, (done, duration, *run_bins) in per.items():
+                    self._count(name, now, done=done, duration=duration, run_bins=run_bins)
                 self._count_waits(waits, now)
             landed = {dashed(job) for job, _, _ in rows}
         answered = frozenset(a.job_id for a in acks if canonical_id(a.job_id) in landed)
@@ -362,6 +366,7 @@ class SqliteDriver(SqlDriver):
                     failed=int(counter == "failed"),
                     dead=int(counter == "dead"),
                     duration=options.duration_ms or 0,
+                    run_bins=[int(i == wait_bin(options.duration_ms or 0)) for i in range(WAIT_BINS)],
                 )
                 if options.wait_ms is not None:
                     self._count_waits(Counter({(rows[0][1], wait_bin(options.wait_ms)): 1}), now)
@@ -401,30 +406,21 @@ class SqliteDriver(SqlDriver):
         expired = self.executor.query(sql_stores.SQL_ROLLUP_EXPIRED, cutoffs)
         if not expired:
             return 0
-        folded: dict[tuple[str, int, int], list[int]] = {}
-        for _, job, width, bucket, done, retried, failed, dead, duration in expired:
+        folded: dict[tuple[str, int, int], list[int]] = {}  # done … duration, then the run-time bins
+        for _, job, width, bucket, *values in expired:
             bucket_ms = ms(bucket)
             dest = fold_destination(width, bucket_ms, now_ms)
             if dest is None:
                 continue  # past every tier's retention: dropped
-            sums = folded.setdefault((job, dest, bucket_ms - bucket_ms % dest), [0, 0, 0, 0, 0])
-            for i, value in enumerate((done, retried, failed, dead, duration)):
+            sums = folded.setdefault((job, dest, bucket_ms - bucket_ms % dest), [0] * COUNTER_VALUES)
+            for i, value in enumerate(values):
                 sums[i] += value
         self.executor.query(sql_stores.SQL_ROLLUP_DELETE, {"ids": dumps([row[0] for row in expired])})
-        for (job, width, bucket_ms), (done, retried, failed, dead, duration) in folded.items():
-            self.executor.query(
-                sql_stores.SQL_COUNTER_ADD,
-                {
-                    "job": job,
-                    "width": width,
-                    "bucket": ts(bucket_ms),
-                    "done": done,
-                    "retried": retried,
-                    "failed": failed,
-                    "dead": dead,
-                    "duration": duration,
-                },
-            )
+        for (job, width, bucket_ms), (done, retried, failed, dead, duration, *run_bins) in folded.items():
+            counts = {"done": done, "retried": retried, "failed": failed, "dead": dead, "duration": duration}
+            bins = {f"run_bin_{i}": count for i, count in enumerate(run_bins)}
+            params = {"job": job, "width": width, "bucket": ts(bucket_ms), **counts, **bins}
+            self.executor.query(sql_stores.SQL_COUNTER_ADD, params)
         return len(expired)
 
     def _rollup_waits(self, now_ms: int, cutoffs: dict[str, str]) -> None:

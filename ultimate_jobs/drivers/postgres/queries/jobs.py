@@ -8,7 +8,8 @@ back as epoch ms. The operator statements live in :mod:`.operator`.
 
 from __future__ import annotations
 
-from ...records import WAIT_EDGES_MS
+from ...records import WAIT_BINS, WAIT_EDGES_MS
+from ...sql.clauses import RUN_BINS, run_bins_added
 
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 WAKE_CHANNEL = "x_jobs_wake"
@@ -266,12 +267,18 @@ WAIT_EDGES = "'{" + ",".join(str(edge) for edge in WAIT_EDGES_MS) + "}'::bigint[
 # The 1-minute bucket containing %(now)s.
 NOW_MINUTE = "to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0)"
 
+
+def run_bin_counts(duration: str) -> str:
+    """Per run-time bin, how many of the grouped rows' ``duration`` (ms) fall in it."""
+    return ", ".join(f"count(*) FILTER (WHERE width_bucket({duration}, {WAIT_EDGES}) = {i})" for i in range(WAIT_BINS))
+
+
 # SQL_ACK — settle running rows done, each fenced on ITS OWN claim (state = 'running' AND worker_id
 # AND claim): a body whose lease lapsed cannot settle the run that replaced it. The claim and lease are
 # cleared; worker_id keeps the worker of this last attempt (what `jobs show` and django.tasks'
-# worker_ids report) until the next claim replaces it. Moves the 1-minute
-# x_job_counters bucket (done, duration) in the same statement, and the queue's x_job_waits bins of the
-# attempts whose wait (run time to start, ms) is given (NULL: none). Takes arrays, so one statement
+# worker_ids report) until the next claim replaces it. Moves the 1-minute x_job_counters bucket (done,
+# duration, the run-time bins) in the same statement, and the queue's x_job_waits bins of the attempts
+# whose wait (run time to start, ms) is given (NULL: none). Takes arrays, so one statement
 # settles a batch. Answers the ids that landed. Its rows are found by the primary key (an array of ids,
 # never a scan or a join over x_jobs) and locked in id order first,
 # as SQL_HEARTBEAT locks them: a batch settling while the same worker's heartbeat renews an overlapping
@@ -293,11 +300,11 @@ acked AS (
     RETURNING j.id, j.name, j.queue, a.duration_ms, a.wait_ms
 ),
 counted AS (
-    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-    SELECT name, 60000, {NOW_MINUTE}, count(*), 0, 0, 0, sum(duration_ms)
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms, {RUN_BINS})
+    SELECT name, 60000, {NOW_MINUTE}, count(*), 0, 0, 0, sum(duration_ms), {run_bin_counts("duration_ms")}
     FROM acked GROUP BY name ORDER BY name  -- rows locked in one order: two batches' upserts cannot deadlock
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
-    SET done = c.done + excluded.done, duration_ms = c.duration_ms + excluded.duration_ms
+    SET done = c.done + excluded.done, duration_ms = c.duration_ms + excluded.duration_ms, {run_bins_added("c.")}
 ),
 waited AS (
     INSERT INTO x_job_waits AS w (queue, width_ms, bucket, bin, count)
@@ -337,14 +344,15 @@ waited AS (
     ON CONFLICT (queue, width_ms, bucket, bin) DO UPDATE SET count = w.count + excluded.count
 ),
 counted AS (
-    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms, {RUN_BINS})
     SELECT name, 60000, to_timestamp((%(now)s - %(now)s %% 60000) / 1000.0), 0,
            (%(counter)s = 'retried')::int, (%(counter)s = 'failed')::int, (%(counter)s = 'dead')::int,
-           coalesce(%(duration)s, 0)
+           coalesce(%(duration)s, 0), {run_bin_counts("coalesce(%(duration)s, 0)::bigint")}
     FROM nacked WHERE %(counter)s IS NOT NULL
+    GROUP BY name
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
-        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms, {run_bins_added("c.")}
 ),
 wake AS (
     SELECT pg_notify('{WAKE_CHANNEL}', queue) FROM nacked

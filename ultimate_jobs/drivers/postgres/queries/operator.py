@@ -9,6 +9,7 @@ that makes rows due announces each queue with ``pg_notify('x_jobs_wake', queue)`
 
 from __future__ import annotations
 
+from ...sql.clauses import RUN_BIN_SUMS, RUN_BINS
 from .jobs import JOB_COLUMNS, LIVE_STATES_SQL, STEP_COLUMNS, WAKE_CHANNEL
 
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
@@ -335,9 +336,9 @@ ORDER BY w.started_at, w.id COLLATE "C"
 
 # SQL_COUNTERS — one job's buckets of every tier that end after %(since)s, oldest first
 # (x_job_counters_bucket_uniq leads with job).
-SQL_COUNTERS = """
+SQL_COUNTERS = f"""
 SELECT c.job, (extract(epoch from c.bucket) * 1000)::bigint, c.width_ms, c.done, c.retried, c.failed, c.dead,
-       c.duration_ms
+       c.duration_ms, {RUN_BINS}
 FROM x_job_counters c
 WHERE c.job = %(job)s
   AND c.bucket + c.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
@@ -362,7 +363,7 @@ WIDER_BUCKET = "(floor(extract(epoch from c.bucket) * 1000 / %(width)s) * %(widt
 # oldest first: at most one row per bucket of that width, whatever the number of jobs.
 SQL_COUNTER_SERIES = f"""
 SELECT {WIDER_BUCKET} AS at, sum(c.done)::bigint, sum(c.retried)::bigint, sum(c.failed)::bigint,
-       sum(c.dead)::bigint, sum(c.duration_ms)::bigint
+       sum(c.dead)::bigint, sum(c.duration_ms)::bigint, {RUN_BIN_SUMS}
 FROM x_job_counters c
 WHERE c.bucket + c.width_ms * interval '1 millisecond' > to_timestamp(%(since)s / 1000.0)
 GROUP BY 1

@@ -12,8 +12,8 @@ here.
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS, SAMPLE_KEEP_MS
-from ...sql.clauses import LEASE_TAKEOVER
+from ...records import COUNTER_TIERS, SAMPLE_KEEP_MS, WAIT_BINS
+from ...sql.clauses import LEASE_TAKEOVER, RUN_BINS, run_bins_added
 from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, NOW_MINUTE, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 
 __all__ = [
@@ -44,6 +44,10 @@ _TIERS = ", ".join(f"({width}, {keep})" for width, keep in COUNTER_TIERS)
 # (x_job_queue_samples: per queue the rows waiting and the oldest due row's age — ranges of
 # x_jobs_state_queue_idx, as SQL_STATS reads — and the minute's "" marker; the most of each kept per
 # minute), samples older than SAMPLE_KEEP_MS deleted.
+# The run-time bins an expired counter row returns (c.run_bin_<i>), and their sums over the placed rows p.
+RETURNED_RUN_BINS = ", ".join(f"c.run_bin_{i}" for i in range(WAIT_BINS))
+FOLDED_RUN_BINS = ", ".join(f"sum(p.run_bin_{i})" for i in range(WAIT_BINS))
+
 # The width of the narrowest wider tier still retaining the expired bucket ``e`` at %(now)s (NULL: none).
 FOLD_DESTINATION = """(
     SELECT t.width_ms FROM tiers t
@@ -61,21 +65,21 @@ expired AS (
     WHERE EXISTS (SELECT 1 FROM rollup_gate) AND c.width_ms = t.width_ms
       AND c.bucket + c.width_ms * interval '1 millisecond' <= to_timestamp((%(now)s - t.keep_ms) / 1000.0)
     RETURNING c.job, c.width_ms, (extract(epoch from c.bucket) * 1000)::bigint AS bucket_ms,
-              c.done, c.retried, c.failed, c.dead, c.duration_ms
+              c.done, c.retried, c.failed, c.dead, c.duration_ms, {RETURNED_RUN_BINS}
 ),
 placed AS (
     SELECT e.*, {FOLD_DESTINATION} AS dest FROM expired e
 ),
 folded AS (
-    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
+    INSERT INTO x_job_counters AS c (job, width_ms, bucket, done, retried, failed, dead, duration_ms, {RUN_BINS})
     SELECT p.job, p.dest, to_timestamp((p.bucket_ms - mod(p.bucket_ms, p.dest)) / 1000.0),
-           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms)
+           sum(p.done), sum(p.retried), sum(p.failed), sum(p.dead), sum(p.duration_ms), {FOLDED_RUN_BINS}
     FROM placed p
     WHERE p.dest IS NOT NULL
     GROUP BY p.job, p.dest, p.bucket_ms - mod(p.bucket_ms, p.dest)
     ON CONFLICT (job, width_ms, bucket) DO UPDATE
     SET done = c.done + excluded.done, retried = c.retried + excluded.retried, failed = c.failed + excluded.failed,
-        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms
+        dead = c.dead + excluded.dead, duration_ms = c.duration_ms + excluded.duration_ms, {run_bins_added("c.")}
 ),
 expired_waits AS (
     DELETE FROM x_job_waits w

@@ -153,7 +153,7 @@ for i = 4, #ARGV, 5 do
   local id, worker, claim, duration, bin = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   if owned(id, worker, claim) then
     set_state(id, 'done', now)
-    count(redis.call('HGET', jk(id), 'name'), 'done', duration, bucket)
+    count(redis.call('HGET', jk(id), 'name'), 'done', duration, bucket, true)
     count_wait(id, bin, bucket)
   else
     table.insert(missed, (i - 4) / 5)
@@ -183,7 +183,7 @@ if opt(o.error) then
 end
 set_state(id, o.target, now)
 if opt(o.counter) then
-  count(redis.call('HGET', jk(id), 'name'), o.counter, o.duration, o.bucket)
+  count(redis.call('HGET', jk(id), 'name'), o.counter, o.duration, o.bucket, true)
   count_wait(id, o.wait_bin, o.bucket)
 end
 if o.target == 'ready' and num(redis.call('HGET', jk(id), 'run_at')) <= num(now) then

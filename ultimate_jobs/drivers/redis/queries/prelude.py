@@ -12,9 +12,10 @@ Numbers are stored as the decimal text the caller sent, and scripts compare them
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS
+from ...records import COUNTER_TIERS, WAIT_EDGES_MS
 
 _TIERS = ", ".join(f"{{{width}, {keep}}}" for width, keep in COUNTER_TIERS)
+_EDGES = ", ".join(str(edge) for edge in WAIT_EDGES_MS)
 
 PRELUDE = (
     r"""
@@ -152,15 +153,27 @@ local function owned(id, worker, claim)
   return h[1] == 'running' and h[2] == worker and h[3] == claim
 end
 
--- the settle counters: fields 'width:start:index:job', index 0 done 1 retried 2 failed 3 dead 4 duration
+-- the settle counters: fields 'width:start:index:job', index 0 done 1 retried 2 failed 3 dead 4 duration,
+-- 5 + b the settles whose run time fell in bin b
 local TIERS = {"""
     + _TIERS
     + r"""}
 local CIDX = {done = 0, retried = 1, failed = 2, dead = 3}
-local function count(job, outcome, duration, bucket)
+-- the latency histogram's bin edges (WAIT_EDGES_MS): bin_of(ms) is wait_bin(ms)
+local EDGES = {"""
+    + _EDGES
+    + r"""}
+local function bin_of(ms)
+  local b = 0
+  for i, edge in ipairs(EDGES) do if num(ms) >= edge then b = i end end
+  return b
+end
+-- a settle of a run that ran (timed) also counts its run time's bin, at index 5 + bin
+local function count(job, outcome, duration, bucket, timed)
   local base = TIERS[1][1] .. ':' .. bucket .. ':'
   redis.call('HINCRBY', T .. ':counters', base .. CIDX[outcome] .. ':' .. job, 1)
   redis.call('HINCRBY', T .. ':counters', base .. '4:' .. job, duration)
+  if timed then redis.call('HINCRBY', T .. ':counters', base .. (5 + bin_of(duration)) .. ':' .. job, 1) end
 end
 
 -- the queues' wait histograms (x_job_waits): fields 'width:start:bin:queue', bin as wait_bin() computes it

@@ -10,6 +10,9 @@ atomic as Postgres's single statement. The operator statements live in :mod:`.op
 
 from __future__ import annotations
 
+from ...records import WAIT_BINS
+from ...sql.clauses import RUN_BINS, run_bins_added
+
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
 FINISHED_STATES_SQL = "('done', 'failed', 'dead', 'cancelled')"
 
@@ -147,15 +150,18 @@ WHERE s.job_id IN (SELECT value FROM json_each(:ids))
 ORDER BY s.job_id, s.seq, s.id
 """
 
+# The run-time bins' parameters (:run_bin_0 …), in x_job_counters' column order (RUN_BINS).
+RUN_BIN_PARAMS = ", ".join(f":run_bin_{i}" for i in range(WAIT_BINS))
+
 # SQL_COUNT — move the 1-minute x_job_counters bucket :bucket of job :job (x_job_counters_bucket_uniq)
 # by the given settles and duration. Runs in the settling statement's transaction, so a counter moves
 # exactly when its row settles.
-SQL_COUNT = """
-INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-VALUES (:job, 60000, :bucket, :done, :retried, :failed, :dead, :duration)
+SQL_COUNT = f"""
+INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms, {RUN_BINS})
+VALUES (:job, 60000, :bucket, :done, :retried, :failed, :dead, :duration, {RUN_BIN_PARAMS})
 ON CONFLICT (job, width_ms, bucket) DO UPDATE
 SET done = done + excluded.done, retried = retried + excluded.retried, failed = failed + excluded.failed,
-    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
+    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms, {run_bins_added("")}
 """
 
 # SQL_COUNT_WAITS — add :count attempts to bin :bin of queue :queue's 1-minute x_job_waits bucket :bucket

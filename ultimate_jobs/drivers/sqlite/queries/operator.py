@@ -6,6 +6,7 @@ An operation of several statements (a requeue: read, check, move, cut its steps)
 from __future__ import annotations
 
 from ...records import COUNTER_TIERS
+from ...sql.clauses import RUN_BIN_SUMS, RUN_BINS
 from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 
 # -- reads -----------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ _ENDS_AFTER = " OR ".join(
 # SQL_COUNTERS — one job's buckets of every tier that end after the caller's instant, oldest first
 # (x_job_counters_bucket_uniq leads with job).
 SQL_COUNTERS = f"""
-SELECT c.job, c.bucket, c.width_ms, c.done, c.retried, c.failed, c.dead, c.duration_ms
+SELECT c.job, c.bucket, c.width_ms, c.done, c.retried, c.failed, c.dead, c.duration_ms, {RUN_BINS}
 FROM x_job_counters c
 WHERE c.job = :job AND ({_ENDS_AFTER})
 ORDER BY c.bucket, c.width_ms
@@ -238,7 +239,8 @@ WIDER_BUCKET = "(CAST(round((julianday(c.bucket) - 2440587.5) * 86400000.0) AS I
 # SQL_COUNTER_SERIES — every job's buckets that end after the caller's instant, summed into buckets of :width
 # ms, oldest first: at most one row per bucket of that width, whatever the number of jobs.
 SQL_COUNTER_SERIES = f"""
-SELECT {WIDER_BUCKET} AS at, sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms)
+SELECT {WIDER_BUCKET} AS at, sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms),
+       {RUN_BIN_SUMS}
 FROM x_job_counters c
 WHERE {_ENDS_AFTER}
 GROUP BY 1

@@ -5,7 +5,8 @@ constant each. The conventions of :mod:`.jobs` hold here too."""
 from __future__ import annotations
 
 from ...records import COUNTER_TIERS
-from ...sql.clauses import LEASE_TAKEOVER
+from ...sql.clauses import LEASE_TAKEOVER, RUN_BINS, run_bins_added
+from .jobs import RUN_BIN_PARAMS
 
 # -- the leader lease (x_job_scheduler_leases) ------------------------------------------------------
 
@@ -39,7 +40,7 @@ _PAST_RETENTION = " OR ".join(
 # in the narrowest wider tier still retaining it (or drops it), deletes them (SQL_ROLLUP_DELETE) and adds
 # the folded sums (SQL_COUNTER_ADD), all in one transaction.
 SQL_ROLLUP_EXPIRED = f"""
-SELECT c.id, c.job, c.width_ms, c.bucket, c.done, c.retried, c.failed, c.dead, c.duration_ms
+SELECT c.id, c.job, c.width_ms, c.bucket, c.done, c.retried, c.failed, c.dead, c.duration_ms, {RUN_BINS}
 FROM x_job_counters c
 WHERE {_PAST_RETENTION}
 """
@@ -48,12 +49,12 @@ WHERE {_PAST_RETENTION}
 SQL_ROLLUP_DELETE = "DELETE FROM x_job_counters WHERE id IN (SELECT value FROM json_each(:ids))"
 
 # SQL_COUNTER_ADD — add counts into the bucket (:job, :width, :bucket) (x_job_counters_bucket_uniq).
-SQL_COUNTER_ADD = """
-INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms)
-VALUES (:job, :width, :bucket, :done, :retried, :failed, :dead, :duration)
+SQL_COUNTER_ADD = f"""
+INSERT INTO x_job_counters (job, width_ms, bucket, done, retried, failed, dead, duration_ms, {RUN_BINS})
+VALUES (:job, :width, :bucket, :done, :retried, :failed, :dead, :duration, {RUN_BIN_PARAMS})
 ON CONFLICT (job, width_ms, bucket) DO UPDATE
 SET done = done + excluded.done, retried = retried + excluded.retried, failed = failed + excluded.failed,
-    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms
+    dead = dead + excluded.dead, duration_ms = duration_ms + excluded.duration_ms, {run_bins_added("")}
 """
 
 # SQL_ROLLUP_WAITS_EXPIRED — the wait bins past their tier's retention (x_job_waits), folded as the counters
