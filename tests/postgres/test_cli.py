@@ -128,6 +128,7 @@ def test_list_in_both_forms_with_filters_and_cursors(
         "RUN",
         "AT",
         "CREATED",
+        "FINISHED",
         "LAST",
         "ERROR",
     ]
@@ -151,6 +152,31 @@ def test_list_in_both_forms_with_filters_and_cursors(
     assert jobs_cli("list", "--queue", "nowhere", "--tenant", "org-x", "--json").json["rows"] == []
     iso = jobs_cli("list", "--created-from", "2000-01-01", "--created-to", "2000-01-02T00:00:00Z", "--json")
     assert iso.json["rows"] == []
+
+
+def test_list_sorted_and_counted_in_both_forms(
+    pg: Env[PostgresDriver], jobs_declared: dict[str, JobHandle[Any, Any]]
+) -> None:
+    failed = dead_job(pg, jobs_declared["steps"], n=9)  # one attempt, finished
+    live = [jobs_declared["steps"].enqueue({"n": 0}).id]
+    live.append(jobs_declared["hook"].enqueue({"url": "https://partner.test", "token": TOKEN}).id)
+    by_name = jobs_cli("list", "--order", "name", "--count", "--json").json
+    assert [r["name"] for r in by_name["rows"]] == ["cli.hook", "cli.steps", "cli.steps"]
+    assert by_name["order"] == "name" and by_name["window"] is None
+    assert by_name["count"] == {"rows": 3, "basis": "count", "exact": True, "text": "3"}
+    finished = jobs_cli("list", "--order=-finished", "--count", "--json").json
+    assert [r["id"] for r in finished["rows"]] == [failed] and finished["count"]["rows"] == 1
+    most = jobs_cli("list", "--order=-attempts", "--limit", "1", "--json").json
+    assert [r["id"] for r in most["rows"]] == [failed]
+    rest = jobs_cli("list", "--order=-attempts", "--limit", "1", "--after", most["next"], "--json").json
+    assert rest["rows"][0]["id"] in live and rest["order"] == "-attempts"
+    human = jobs_cli("list", "--order", "queue", "--limit", "1", "--count")
+    assert "1 row (3 match), sorted by queue." in human.out
+    assert "next:  python manage.py jobs list --limit 1 --order=queue --after jc1." in human.out
+    # a cursor of one order is refused by a list of another
+    _, mixed = refused("X_JOB_PAGE_INVALID", "list", "--order", "name", "--after", most["next"])
+    assert mixed.json["error"]["meta"]["cursor"] == "after"
+    assert "invalid choice" in usage("list", "--order", "priority").err
 
 
 def test_list_refusals(pg: Env[PostgresDriver]) -> None:

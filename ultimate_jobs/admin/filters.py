@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from ..core import registry
 from ..core.definition import JobHandle
+from ..drivers.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order
 from ..drivers.records import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
 from ..errors import JobPageInvalidError
 from ..operator.arguments import check_instant, check_state
@@ -35,6 +36,7 @@ TEXT_FILTERS = ("queue", "name", "tenant_id", "idempotency_key")
 CREATED = ("created_from", "created_to")
 DRILL_DOWN = ("created_at__year", "created_at__month", "created_at__day")
 CURSORS = ("after", "before")
+ORDER = "order"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -63,11 +65,12 @@ class ListQuery:
     created_to_ms: int | None = None
     after: str | None = None
     before: str | None = None
+    order: JobOrder = DEFAULT_JOB_ORDER
     empty: bool = False  # two filters no row can meet at once (a searched key and another typed one)
     params: dict[str, str] = field(default_factory=dict)  # the query string, as the page keeps it
 
-    def arguments(self) -> dict[str, Any]:
-        """The keyword arguments of ``operator.list_jobs`` (every one but ``limit``)."""
+    def filters(self) -> dict[str, Any]:
+        """The filters ``operator.list_jobs`` and ``operator.count_jobs`` both take."""
         return {
             "state": self.state,
             "queue": self.queue,
@@ -77,14 +80,21 @@ class ListQuery:
             "id_prefix": self.id_prefix,
             "created_from_ms": self.created_from_ms,
             "created_to_ms": self.created_to_ms,
-            "after": self.after,
-            "before": self.before,
         }
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``operator.list_jobs`` (every one but ``limit``)."""
+        return {**self.filters(), "after": self.after, "before": self.before, "order": self.order}
+
+    def count_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``operator.count_jobs``: the list's filters, counted as its order lists
+        them (sorted by finished, finished rows only)."""
+        return {**self.filters(), "finished_only": self.order.endswith("finished")}
 
     @property
     def filtered(self) -> bool:
-        """Whether any filter or search narrows the list (the page's fixed state aside)."""
-        return any(k not in CURSORS for k in self.params)
+        """Whether any filter or search narrows the list (the page's fixed state and its order aside)."""
+        return any(k not in CURSORS and k != ORDER for k in self.params)
 
     def bulk_filter(self, state: JobState | None) -> dict[str, Any] | None:
         """The filter of an ``operator.*_many`` call over every row this list matches, or ``None`` when a
@@ -112,9 +122,10 @@ class ListQuery:
 def parse_query(get: QueryDict, *, state: JobState | None) -> ListQuery:
     """The filters of a list's query string; ``state`` is the page's own (the dead letters'), which
     no parameter overrides. Text no filter can use is ``X_JOB_PAGE_INVALID`` (the caller answers 400):
-    a state that is none of the eight, an instant that is none, a day that does not exist, both cursors.
+    a state that is none of the eight, an instant that is none, a day that does not exist, both cursors, an
+    order that is none of the list's.
     Unknown parameters are ignored."""
-    known = (SEARCH, STATE, *TEXT_FILTERS, *CREATED, *DRILL_DOWN, *CURSORS)
+    known = (SEARCH, STATE, *TEXT_FILTERS, *CREATED, *DRILL_DOWN, *CURSORS, ORDER)
     params: dict[str, str] = {}
     for name in known:
         values = get.getlist(name)
@@ -144,6 +155,7 @@ def parse_query(get: QueryDict, *, state: JobState | None) -> ListQuery:
         created_to_ms=end,
         after=params.get("after"),
         before=params.get("before"),
+        order=check_order(params.get(ORDER, DEFAULT_JOB_ORDER)),
         empty=empty,
         params=params,
     )

@@ -34,6 +34,7 @@ from ._support import Outcome, ReadOnlyAdmin, bad_dates, bad_query, per_row, ref
 from .dashboard import charts_url
 from .filters import CURSORS, ListQuery, parse_query, sidebar
 from .job_page import job_page, step_choices
+from .sorting import ORDER_TEXT, Column, sort_headers
 
 SEARCHED = ("id", "=idempotency_key")  # what the search box matches: an id's start, or a whole key
 MAX_STEP_PICK = 50  # rows the retry-from-step form inspects at once
@@ -65,6 +66,7 @@ class JobPagesAdmin(ReadOnlyAdmin):
     page_state: JobState | None = None  # the state every row of the list has (the dead letters': "dead")
     job_actions: dict[str, str] = {}  # name -> the menu's label
     list_per_page = 50
+    columns: tuple[Column, ...] = ()  # the table's columns, in order
     search_help_text = "A job id or its first characters (hex digits, dashes optional), or an exact idempotency key."
     empty_text = "No jobs yet."
 
@@ -112,10 +114,12 @@ class JobPagesAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, query: ListQuery, offered: dict[str, str], extra: dict[str, Any] | None
     ) -> HttpResponse:
         page: operator.JobPageView | None = None
+        counted: operator.JobCount | None = None
         problem: UltimateError | None = None
         if not query.empty:
             try:
                 page = operator.list_jobs(**query.arguments(), limit=self.list_per_page)
+                counted = operator.count_jobs(**query.count_arguments())
             except UltimateError as exc:
                 if exc.code == "X_JOB_PAGE_INVALID":  # a cursor no page produced
                     return refusal(exc)
@@ -142,6 +146,10 @@ class JobPagesAdmin(ReadOnlyAdmin):
             "can_across": across and page is not None and page.next is not None,
             "newer_url": query.url(before=page.previous) if page is not None and page.previous else None,
             "older_url": query.url(after=page.next) if page is not None and page.next else None,
+            "columns": sort_headers(query, self.columns),
+            "count": counted,
+            "window_text": f"{page.window:,}" if page is not None and page.window else None,
+            "order_text": ORDER_TEXT[query.order],
             "empty_text": self.empty_text,
             "bulk_max": f"{MAX_BULK_ROWS:,}",
             "charts_url": charts_url(self.admin_site, request, query.name),
@@ -390,6 +398,15 @@ class JobAdmin(JobPagesAdmin):
     prefix or an idempotency key; retry, cancel, promote or remove the selection — or every matching
     row."""
 
+    columns = (
+        Column("job", "job", "name"),
+        Column("queue · tenant", "queue", "queue"),
+        Column("state", "state"),
+        Column("attempts", "attempts", "attempts"),
+        Column("created", "created", "created"),
+        Column("run at", "run-at", "run_at"),
+        Column("finished", "finished", "finished"),
+    )
     job_actions = {
         "retry": "Retry selected jobs",
         "cancel": "Cancel selected jobs",
@@ -403,6 +420,14 @@ class DeadLetterAdmin(JobPagesAdmin):
     """The dead-letter queue: why each job died, and retry — whole, or from a step — or remove."""
 
     page_state = "dead"
+    columns = (
+        Column("job", "job", "name"),
+        Column("queue · tenant", "queue", "queue"),
+        Column("why it died", "error"),
+        Column("attempts", "attempts", "attempts"),
+        Column("created", "created", "created"),
+        Column("died", "died", "finished"),
+    )
     job_actions = {
         "retry": "Retry selected jobs",
         "retry_from_step": "Retry selected jobs from a step…",

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from .. import operator
 from ..conf import driver_resolution
+from ..drivers.ordering import DEFAULT_JOB_ORDER
 from ..errors import JobArgumentInvalidError, UltimateError
 from . import render
 from .parsing import EXIT_ERROR, EXIT_OK
@@ -95,13 +96,26 @@ def _list(ctx: Invocation) -> None:
         created_to_ms=o["created_to"],
         after=o["after"],
         before=o["before"],
+        order=o["order"],
         **({"limit": o["limit"]} if o["limit"] is not None else {}),
     )
+    counted = None
+    if o["count"]:
+        counted = operator.count_jobs(
+            **_filters(o),
+            id_prefix=o["id_prefix"],
+            created_from_ms=o["created_from"],
+            created_to_ms=o["created_to"],
+            finished_only=o["order"].endswith("finished"),
+        )
     flags = [("--queue", o["queue"]), ("--name", o["name"]), ("--state", o["state"]), ("--tenant", o["tenant"])]
     flags += [("--id-prefix", o["id_prefix"]), ("--created-from", o["created_from"])]
     flags += [("--created-to", o["created_to"]), ("--limit", o["limit"])]
     again = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
-    ctx.emit(page.as_dict(), render.job_page(page, again))
+    if o["order"] != DEFAULT_JOB_ORDER:
+        again += f" --order={o['order']}"
+    data = page.as_dict() | ({"count": counted.as_dict()} if counted is not None else {})
+    ctx.emit(data, render.job_page(page, again, counted))
 
 
 def _show(ctx: Invocation) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import django
 from django.core.management.base import CommandError, CommandParser
 
+from ..drivers.ordering import COUNT_CAP, DEFAULT_JOB_ORDER, JOB_ORDERS, ORDER_COLUMNS
 from ..drivers.records import JOB_STATES, MAX_JOB_PAGE
 from ..errors import UltimateError
 from ..operator import MANIFEST_FILE
@@ -74,15 +75,27 @@ def add_subcommands(parser: CommandParser) -> None:
         added: CommandParser = sub.add_parser(name, help=help, description=help, parents=[common])
         return added
 
-    listing = command("list", f"one page of jobs, newest first (--limit <= {MAX_JOB_PAGE})")
+    listing = command("list", f"one page of jobs, newest first unless --order (--limit <= {MAX_JOB_PAGE})")
     _filters(listing, state_required=False)
     listing.add_argument("--id-prefix", help="ids starting with this text")
     listing.add_argument("--created-from", type=instant_ms, help="created at or after (ISO date/datetime or epoch ms)")
     listing.add_argument("--created-to", type=instant_ms, help="created before (ISO date/datetime or epoch ms)")
     listing.add_argument("--limit", type=int, default=None, help=f"rows per page (default 100, at most {MAX_JOB_PAGE})")
+    listing.add_argument(
+        "--order",
+        choices=JOB_ORDERS,
+        default=DEFAULT_JOB_ORDER,
+        metavar="ORDER",
+        help=f"sort by {', '.join(ORDER_COLUMNS)}; a leading '-' sorts descending, written --order=-attempts "
+        f"(default {DEFAULT_JOB_ORDER}). "
+        f"Sorted by any but created, the newest {COUNT_CAP:,} matching rows are sorted",
+    )
+    listing.add_argument(
+        "--count", action="store_true", help="also count the matching rows (an estimate, labelled, over 10,000)"
+    )
     pages = listing.add_mutually_exclusive_group()
-    pages.add_argument("--after", help="the page older than this cursor (a page's next)")
-    pages.add_argument("--before", help="the page newer than this cursor (a page's previous)")
+    pages.add_argument("--after", help="the next page: rows after this cursor (a page's next)")
+    pages.add_argument("--before", help="the previous page: rows before this cursor (a page's previous)")
 
     command("show", "one job: steps, redacted input, error and stack, progress").add_argument(
         "id", help="a job id, or a unique start of one (as the worker prints it)"

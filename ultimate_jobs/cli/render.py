@@ -13,6 +13,7 @@ from ..operator import (
     BulkOutcome,
     DashboardView,
     JobActionResult,
+    JobCount,
     JobDetail,
     JobPageView,
     Manifest,
@@ -120,11 +121,12 @@ def _progress(progress: Any) -> str | None:
     return f"{data['done']:g}{total}{note}  (at {when(data['at_ms'])})"
 
 
-def job_page(page: JobPageView, filters: str) -> str:
+def job_page(page: JobPageView, filters: str, counted: JobCount | None = None) -> str:
+    matched = f" ({counted.text()} match)" if counted is not None else ""
     if not page.rows:
-        return "no jobs match."
+        return f"no jobs match{' this page' if page.previous else ''}.{matched}"
     out = table(
-        ["ID", "NAME", "QUEUE", "STATE", "ATTEMPT", "TENANT", "RUN AT", "CREATED", "LAST ERROR"],
+        ["ID", "NAME", "QUEUE", "STATE", "ATTEMPT", "TENANT", "RUN AT", "CREATED", "FINISHED", "LAST ERROR"],
         [
             [
                 r.id,
@@ -135,16 +137,20 @@ def job_page(page: JobPageView, filters: str) -> str:
                 r.tenant_id,
                 when(r.run_at_ms),
                 when(r.created_at_ms),
+                when(r.finished_at_ms) if r.finished_at_ms is not None else "-",
                 _cut(r.last_error or r.last_code, 48),  # a coded error's first line starts with its code
             ]
             for r in page.rows
         ],
     )
-    out += f"\n\n{count(len(page.rows), 'row')}."
+    out += f"\n\n{count(len(page.rows), 'row')}{matched}, sorted by {page.order}."
+    if page.window is not None:
+        out += f"\nsorted among the newest {page.window:,} matching rows: narrow the filter to sort them all."
+    ahead, back = ("older", "newer") if page.order == "-created" else ("next", "previous")
     if page.next:
-        out += f"\nolder:  python manage.py jobs list{filters} --after {page.next}"
+        out += f"\n{ahead}:  python manage.py jobs list{filters} --after {page.next}"
     if page.previous:
-        out += f"\nnewer:  python manage.py jobs list{filters} --before {page.previous}"
+        out += f"\n{back}:  python manage.py jobs list{filters} --before {page.previous}"
     return out
 
 

@@ -8,6 +8,7 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .ordering import JobCount
 from .records import (
     PURGE_BATCH,
     Ack,
@@ -178,7 +179,17 @@ class OperatorStore(Protocol):
 
     def get(self, job_id: str) -> JobRecord | None: ...
     def steps(self, job_id: str) -> list[StepRecord]: ...
-    def list(self, flt: JobFilter) -> JobPage: ...
+    def list(self, flt: JobFilter) -> JobPage:
+        """One page of the rows ``flt`` matches, in ``flt.order`` (an index walk: the page reads the rows it
+        shows, not the finished rows beside them)."""
+        ...
+
+    def count(self, flt: JobFilter) -> JobCount:
+        """How many rows ``flt`` matches (its cursors and limit aside; sorted by ``finished``, finished rows
+        only): exact when counting reads at most :data:`~.ordering.COUNT_CAP` rows of an index, else an
+        estimate or a bound, labelled by its ``basis``."""
+        ...
+
     def remove(self, job_id: str) -> None: ...
     def requeue(self, job_id: str, *, from_step: str | None = None) -> JobRecord: ...
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None: ...

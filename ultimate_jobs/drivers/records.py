@@ -9,8 +9,6 @@ these records is :mod:`ultimate_jobs.drivers.protocol`.
 
 from __future__ import annotations
 
-import base64
-import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +18,11 @@ from typing import Any, Literal
 from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS as DEFAULT_VISIBILITY_TIMEOUT_MS
 from ..defaults import PURGE_BATCH as PURGE_BATCH
 from ..errors import InvariantError, JobDuplicateError, JobRowStatusUnknownError
+from .ordering import DEFAULT_JOB_ORDER, JobOrder, check_order
+
+# re-exported: the lists' cursors live with their orders
+from .ordering import decode_cursor as decode_cursor
+from .ordering import job_cursor as job_cursor
 
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"]
 JobOutcome = Literal["completed", "suspended", "retried", "dead-lettered", "dropped", "interrupted", "refused"]
@@ -321,7 +324,8 @@ class JobRecord:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """``list()``'s filter and page: newest first; ``after``/``before`` are cursors from :func:`job_cursor`.
+    """``list()``'s filter and page, sorted by ``order`` (newest first by default; see
+    :mod:`.ordering`); ``after``/``before`` are cursors from :func:`job_cursor` of a row in that order.
     ``id_prefix`` and ``id_suffix`` are the start and the end of an id's canonical text (lowercase, dashed
     8-4-4-4-12); text no id starts or ends with matches no row. A prefix rides the primary key; no index
     serves a suffix, so a driver reads every row (a short id's lookup, ``jobs show 3b4c5d6e7f80``)."""
@@ -338,20 +342,25 @@ class JobFilter:
     limit: int = DEFAULT_JOB_PAGE
     after: str | None = None
     before: str | None = None
+    order: JobOrder = DEFAULT_JOB_ORDER
 
     def __post_init__(self) -> None:
         check_filter_text(
             self, ("queue", "name", "tenant_id", "id_prefix", "id_suffix", "idempotency_key", "after", "before")
         )
         check_instants(self, ("created_from_ms", "created_to_ms"))
+        check_order(self.order)
 
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """One page of rows, newest first. A page shorter than its limit is the last."""
+    """One page of rows in the filter's order. A page shorter than its limit is the last. ``window`` is set
+    when the rows were sorted within a window — the ``window`` newest rows the filter matches — and more
+    rows match than it holds (see :mod:`.ordering`); ``None`` when the order covers every matching row."""
 
     rows: tuple[JobRecord, ...]
     limit: int
+    window: int | None = None
 
     @property
     def is_last(self) -> bool:
@@ -665,35 +674,6 @@ class BackfillBegin:
     job_id: str
     run_id: str
     now_ms: int
-
-
-def job_cursor(row: JobRecord) -> str:
-    """The cursor of a row: ``filter.after = job_cursor(last_row)`` pages older, ``before`` newer."""
-    raw = json.dumps({"c": row.created_at_ms, "i": row.id}, separators=(",", ":")).encode()
-    return "jc1." + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, *, which: str) -> tuple[int, str]:
-    """``(created_at_ms, id)`` of a cursor :func:`job_cursor` produced; anything else is ``X_JOB_PAGE_INVALID``."""
-    from ..errors import JobPageInvalidError
-
-    try:
-        if not cursor.startswith("jc1."):
-            raise ValueError("prefix")
-        body = cursor[4:]
-        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        created, job_id = data["c"], data["i"]
-        if isinstance(created, bool) or not isinstance(created, int) or not isinstance(job_id, str):
-            raise ValueError("shape")
-        if not MIN_INSTANT_MS <= created <= MAX_INSTANT_MS:
-            raise ValueError("instant")
-        return created, job_id
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise JobPageInvalidError(
-            f"filter.{which} is not a cursor a page produced; pass job_cursor(row) of a row from the previous page. "
-            "Fix: python manage.py jobs list --limit 200 --json",
-            {"cursor": which},
-        ) from exc
 
 
 def check_page(flt: JobFilter) -> None:

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_safe
 
 from .. import operator
 from ..core.installed import job_clock
+from ..drivers.ordering import DEFAULT_JOB_ORDER, check_order
 from ..drivers.records import DEFAULT_JOB_PAGE
 from ..errors import CodedError, JobArgumentInvalidError, JobPageInvalidError, UltimateError
 from ..operator.arguments import check_instant, check_state, shown
@@ -93,25 +94,38 @@ def instant(params: QueryDict, name: str) -> int | None:
 @operator_view("ultimate_jobs.view_job")
 def list_view(request: HttpRequest) -> HttpResponse:
     """``GET list?queue=&name=&state=&tenant_id=&id_prefix=&idempotency_key=&created_from=&created_to=
-    &limit=&after=|before=``: one page of jobs, newest first (``operator.list_jobs``, ``jobs list
-    --json``); ``next`` is the ``after`` of the older page, ``previous`` the ``before`` of the newer one.
-    ``created_from``/``created_to`` take what ``--created-from``/``--created-to`` take."""
+    &order=&count=1&limit=&after=|before=``: one page of jobs in ``order`` (newest first by default;
+    ``operator.list_jobs``, ``jobs list --json``); ``next`` is the ``after`` of the next page, ``previous``
+    the ``before`` of the one before. ``created_from``/``created_to`` take what ``--created-from``/
+    ``--created-to`` take. ``count=1`` adds ``count`` (``operator.count_jobs``: exact up to 10,000 rows,
+    an estimate labelled by its ``basis`` over that)."""
     params = request.GET
     state = text(params, "state")
+    order = check_order(text(params, "order") or DEFAULT_JOB_ORDER)
+    filters: dict[str, Any] = {
+        "queue": text(params, "queue"),
+        "name": text(params, "name"),
+        "state": check_state(state) if state is not None else None,
+        "tenant_id": text(params, "tenant_id"),
+        "id_prefix": text(params, "id_prefix"),
+        "idempotency_key": text(params, "idempotency_key"),
+        "created_from_ms": instant(params, "created_from"),
+        "created_to_ms": instant(params, "created_to"),
+    }
+    counting = text(params, "count")
+    if counting is not None and counting not in ("0", "1"):
+        raise JobPageInvalidError(f"count={counting[:20]!r}: pass count=1 to count the rows, or leave it out", {})
     page = operator.list_jobs(
-        queue=text(params, "queue"),
-        name=text(params, "name"),
-        state=check_state(state) if state is not None else None,
-        tenant_id=text(params, "tenant_id"),
-        id_prefix=text(params, "id_prefix"),
-        idempotency_key=text(params, "idempotency_key"),
-        created_from_ms=instant(params, "created_from"),
-        created_to_ms=instant(params, "created_to"),
+        **filters,
         limit=number(params, "limit", DEFAULT_JOB_PAGE, JobPageInvalidError),
         after=text(params, "after"),
         before=text(params, "before"),
+        order=order,
     )
-    return JsonResponse(page.as_dict())
+    body = page.as_dict()
+    if counting == "1":
+        body["count"] = operator.count_jobs(**filters, finished_only=order.endswith("finished")).as_dict()
+    return JsonResponse(body)
 
 
 @operator_view("ultimate_jobs.view_job")

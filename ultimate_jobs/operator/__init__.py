@@ -23,6 +23,7 @@ outbox, the backfill ledger, pauses) are refused. The CLI, the admin and the JSO
 run, where none of this applies.
 """
 
+from ..drivers.ordering import JobCount
 from .backfills import BackfillRow, inspect_backfills
 from .dashboard import (
     AttentionItem,
@@ -37,6 +38,7 @@ from .dashboard import (
 from .jobs import (
     BulkProgress,
     cancel_job,
+    count_jobs,
     inspect_dead_letters,
     inspect_job,
     list_jobs,
@@ -89,6 +91,7 @@ __all__ = [
     "DepthPoint",
     "ErrorDetail",
     "JobActionResult",
+    "JobCount",
     "JobDetail",
     "JobPageView",
     "JobRow",
@@ -108,6 +111,7 @@ __all__ = [
     "WaitPoint",
     "WorkerRow",
     "cancel_job",
+    "count_jobs",
     "inspect_backfills",
     "inspect_dashboard",
     "inspect_dead_letters",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
+from ..drivers.ordering import DEFAULT_JOB_ORDER, JobCount, JobOrder
 from ..drivers.protocol import BackfillStore, JobDriver
 from ..drivers.records import (
     DEFAULT_JOB_PAGE,
@@ -42,19 +43,26 @@ def list_jobs(
     limit: int = DEFAULT_JOB_PAGE,
     after: str | None = None,
     before: str | None = None,
+    order: JobOrder = DEFAULT_JOB_ORDER,
     driver: JobDriver | None = None,
 ) -> JobPageView:
-    """One page of jobs, newest first, inputs redacted. ``after=page.next`` pages older,
-    ``before=page.previous`` newer; ``created_to_ms`` is exclusive; ``id_prefix`` is the start of an
+    """One page of jobs in ``order`` (newest first by default), inputs redacted. ``after=page.next`` pages
+    on, ``before=page.previous`` back; ``created_to_ms`` is exclusive; ``id_prefix`` is the start of an
     id's canonical text (lowercase, dashed), ``id_suffix`` its end (a short id: every row is read),
     ``idempotency_key`` an exact key.
 
     >>> page = list_jobs(state="dead", name="charge_order", limit=50)
     >>> older = list_jobs(state="dead", name="charge_order", limit=50, after=page.next)
+    >>> most_tried = list_jobs(state="dead", order="-attempts", limit=50)
 
-    A limit over ``MAX_JOB_PAGE`` (200), both cursors, or a cursor no page produced is
-    ``X_JOB_PAGE_INVALID``. Inside a run the page holds the run's org's jobs only (a ``tenant_id`` of
-    another org is ``X_TENANCY_ACTOR_MISMATCH``; see :mod:`ultimate_jobs.guards.org_boundary`).
+    ``order`` is ``created``, ``run_at``, ``finished``, ``attempts``, ``name`` or ``queue``, descending with a
+    leading ``-``. Sorted by creation, every matching row is in order; sorted by another column, the newest
+    ``COUNT_CAP`` (10,000) matching rows are, and ``page.window`` says so when more match (narrow the
+    filter to sort them all). Sorted by ``finished``, the page holds finished jobs only.
+
+    A limit over ``MAX_JOB_PAGE`` (200), both cursors, a cursor no page produced (or one of another order)
+    or an unknown order is ``X_JOB_PAGE_INVALID``. Inside a run the page holds the run's org's jobs only (a
+    ``tenant_id`` of another org is ``X_TENANCY_ACTOR_MISMATCH``; see :mod:`ultimate_jobs.guards.org_boundary`).
     """
     tenant_id = confine_tenant_filter(tenant_id, what="list_jobs")
     surface = require_operator(resolve(driver), "list")
@@ -71,6 +79,7 @@ def list_jobs(
         limit=limit,
         after=after,
         before=before,
+        order=order,
     )
     page = surface.list(flt)
     redactor = Redactor()
@@ -82,9 +91,52 @@ def list_jobs(
     return JobPageView(
         rows=rows,
         limit=page.limit,
-        next=job_cursor(page.rows[-1]) if rows and not older_exhausted else None,
-        previous=job_cursor(page.rows[0]) if rows and not newer_exhausted else None,
+        next=job_cursor(page.rows[-1], order) if rows and not older_exhausted else None,
+        previous=job_cursor(page.rows[0], order) if rows and not newer_exhausted else None,
+        order=order,
+        window=page.window,
     )
+
+
+def count_jobs(
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    state: JobState | None = None,
+    tenant_id: str | None = None,
+    id_prefix: str | None = None,
+    idempotency_key: str | None = None,
+    created_from_ms: int | None = None,
+    created_to_ms: int | None = None,
+    finished_only: bool = False,
+    driver: JobDriver | None = None,
+) -> JobCount:
+    """How many jobs ``list_jobs`` with the same filters matches (``finished_only``: as sorted by finished).
+    Exact when at most ``COUNT_CAP`` (10,000) rows match — counting reads no more; over that an estimate
+    labelled by its ``basis`` (``"planner"`` on Postgres, ``"sample"`` on Redis) or ``"bound"`` (more than
+    10,000), so the cost does not grow with the table. ``count.text()`` says it as a page shows it.
+
+    >>> count_jobs(state="dead").text()
+    '12'
+    >>> count_jobs().text()
+    'about 1,204,000 (estimated from the planner's statistics)'
+
+    Bad filters are refused as ``list_jobs`` refuses them; inside a run only the run's org's jobs count.
+    """
+    tenant_id = confine_tenant_filter(tenant_id, what="count_jobs")
+    surface = require_operator(resolve(driver), "count")
+    flt = JobFilter(
+        queue=queue,
+        name=name,
+        state=state,
+        tenant_id=tenant_id,
+        id_prefix=id_prefix,
+        idempotency_key=idempotency_key,
+        created_from_ms=created_from_ms,
+        created_to_ms=created_to_ms,
+        order="-finished" if finished_only else DEFAULT_JOB_ORDER,
+    )
+    return surface.count(flt)
 
 
 def inspect_dead_letters(

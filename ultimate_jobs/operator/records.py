@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.definition import JobDescriptor
+from ..drivers.ordering import DEFAULT_JOB_ORDER, JobOrder
 from ..drivers.records import JobState, Progress
 from ..scheduler.task import TaskDescriptor
 
@@ -88,16 +89,19 @@ class JobRow:
 
 @dataclass(frozen=True, slots=True)
 class JobPageView:
-    """One page of ``list``, newest first, with the cursors of the pages beside it.
+    """One page of ``list``, in ``order`` (newest first by default), with the cursors of the pages beside it.
 
-    ``next`` pages older (pass it as ``after``), ``previous`` pages newer (``before``); either is
-    ``None`` when this page is known to be the last in that direction.
+    ``next`` pages on (pass it as ``after``), ``previous`` back (``before``); either is ``None`` when this
+    page is known to be the last in that direction. ``window`` is set when the page was sorted among the
+    ``window`` newest matching rows and more rows match (a sort by another column than creation).
     """
 
     rows: tuple[JobRow, ...]
     limit: int
     next: str | None
     previous: str | None
+    order: JobOrder = DEFAULT_JOB_ORDER
+    window: int | None = None
 
     @property
     def is_last(self) -> bool:
@@ -105,12 +109,14 @@ class JobPageView:
         return self.next is None
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"rows", "limit", "next", "previous"}``."""
+        """``{"rows", "limit", "next", "previous", "order", "window"}``."""
         return {
             "rows": [r.as_dict() for r in self.rows],
             "limit": self.limit,
             "next": self.next,
             "previous": self.previous,
+            "order": self.order,
+            "window": self.window,
         }
 
 

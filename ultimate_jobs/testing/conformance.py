@@ -26,6 +26,7 @@ from .conformance_async import AsyncJobContract
 from .conformance_backfills import BackfillContract
 from .conformance_fairness import FairnessContract
 from .conformance_operator import OperatorContract
+from .conformance_ordering import OrderingContract
 from .conformance_queue import QueueContract
 from .conformance_rates import FleetLimitContract, RateContract
 from .conformance_retention import RetentionContract
@@ -149,6 +150,7 @@ class DriverConformance(
     QueueContract,
     FairnessContract,
     OperatorContract,
+    OrderingContract,
     LeaseContract,
     RateContract,
     FleetLimitContract,

@@ -13,6 +13,7 @@ from ...errors import (
     JobNotRemovableError,
     JobNotRequeueableError,
 )
+from ..ordering import JobCount, after_cursor, order_parts, sort_key
 from ..records import (
     LIVE_STATES,
     MAX_BULK_ROWS,
@@ -72,19 +73,34 @@ class MemoryOperatorStore:
 
     def list(self, flt: JobFilter) -> JobPage:
         check_page(flt)
-        after = decode_cursor(flt.after, which="after") if flt.after is not None else None
-        before = decode_cursor(flt.before, which="before") if flt.before is not None else None
+        column, descending = order_parts(flt.order)
+        after = decode_cursor(flt.after, which="after", order=flt.order) if flt.after is not None else None
+        before = decode_cursor(flt.before, which="before", order=flt.order) if flt.before is not None else None
         with self._d.lock:
             rows = [r for r in self._d.rows.values() if _matches(r, flt)]
-            keyed = sorted(rows, key=lambda r: (r.created_at_ms, r.id), reverse=True)
+            if column == "finished":  # a live row has no finish to sort by
+                rows = [r for r in rows if r.finished_at_ms is not None]
+            keyed = sorted(rows, key=lambda r: sort_key(r, column), reverse=descending)
             if after is not None:
-                page = [r for r in keyed if (r.created_at_ms, r.id) < after][: flt.limit]
+                mark = after.key(column)
+                page = [r for r in keyed if after_cursor(sort_key(r, column), mark, descending=descending)]
+                page = page[: flt.limit]
             elif before is not None:
-                newer = [r for r in reversed(keyed) if (r.created_at_ms, r.id) > before][: flt.limit]
-                page = list(reversed(newer))
+                mark = before.key(column)
+                back = [
+                    r for r in reversed(keyed) if after_cursor(sort_key(r, column), mark, descending=not descending)
+                ]
+                page = list(reversed(back[: flt.limit]))
             else:
                 page = keyed[: flt.limit]
             return JobPage(rows=tuple(r.record() for r in page), limit=flt.limit)
+
+    def count(self, flt: JobFilter) -> JobCount:
+        with self._d.lock:  # the rows are in this process: counting them is always cheap
+            matched = [r for r in self._d.rows.values() if _matches(r, flt)]
+            if flt.order in ("finished", "-finished"):
+                matched = [r for r in matched if r.finished_at_ms is not None]
+            return JobCount(rows=len(matched), basis="count")
 
     # -- single-row operations -----------------------------------------------------------------
 

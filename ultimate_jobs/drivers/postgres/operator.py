@@ -10,6 +10,7 @@ abort the caller's transaction.
 from __future__ import annotations
 
 import builtins
+import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -33,6 +34,12 @@ class PostgresOperatorStore(shared.SqlOperatorStore):
     """
 
     sql = sql
+
+    def _estimate(self, params: dict[str, Any]) -> int | None:
+        plan = self._query(sql.SQL_ESTIMATE_JOBS, params)[0][0]
+        if isinstance(plan, str | bytes):  # a driver that hands EXPLAIN's JSON back as text
+            plan = json.loads(plan)
+        return int(plan[0]["Plan"]["Plan Rows"])
 
     # -- single-row operations -----------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +20,7 @@ from ...errors import (
     JobPageInvalidError,
 )
 from ..counters import waits_of
+from ..ordering import COUNT_CAP, Cursor, JobCount, JobOrder, opposite, order_parts
 from ..records import (
     LIVE_STATES,
     MAX_TASK_FIRES,
@@ -81,15 +83,59 @@ class SqlOperatorStore(ABC):
 
     def list(self, flt: JobFilter) -> JobPage:
         check_page(flt)
-        d = self._dialect
-        after = self._cursor(flt.after, "after")
-        before = self._cursor(flt.before, "before")
-        id_range = id_range_of(flt.id_prefix)
-        tail = id_tail_of(flt.id_suffix)
-        if id_range is None or tail is None:  # a prefix no uuid's text starts with, a suffix none ends with
+        column, _ = order_parts(flt.order)
+        after = self._cursor(flt.after, "after", flt.order)
+        before = self._cursor(flt.before, "before", flt.order)
+        params = self._filter_params(flt)
+        if params is None:  # a prefix no uuid's text starts with, a suffix none ends with
             return JobPage(rows=(), limit=flt.limit)
         cursor = after or before
-        params = {
+        d = self._dialect
+        params |= {
+            "cursor_at": d.at(cursor.created_at_ms) if cursor else None,
+            "cursor_id": cursor.id if cursor else None,
+            "cursor_value": self._cursor_value(column, cursor),
+            "limit": flt.limit,
+            "window": COUNT_CAP,
+        }
+        # A page before the cursor walks the opposite order from it and is turned back into this one.
+        walk = opposite(flt.order) if before is not None else flt.order
+        if column == "created":
+            statement = self.sql.SQL_LIST_JOBS if walk == "-created" else self.sql.SQL_LIST_JOBS_OLDEST
+            rows, cut = [self._record(r) for r in self._query(statement, params)], False
+        else:
+            found = self._query(self.sql.SQL_LIST_JOBS_SORTED[walk], params)
+            rows, cut = [self._record(r[:-1]) for r in found], any(bool(r[-1]) for r in found)
+        if before is not None:
+            rows.reverse()
+        return JobPage(rows=tuple(rows), limit=flt.limit, window=COUNT_CAP if cut else None)
+
+    def count(self, flt: JobFilter) -> JobCount:
+        params = self._filter_params(flt)
+        if params is None:
+            return JobCount(rows=0, basis="count")
+        params |= {"finished_only": order_parts(flt.order)[0] == "finished", "cap": COUNT_CAP}
+        counted = int(self._query(self.sql.SQL_COUNT_JOBS, params)[0][0])
+        if counted <= COUNT_CAP:
+            return JobCount(rows=counted, basis="count")
+        estimate = self._estimate(params)
+        if estimate is not None and estimate > COUNT_CAP:
+            return JobCount(rows=estimate, basis="planner")
+        return JobCount(rows=COUNT_CAP, basis="bound")  # statistics older than the rows: say only "more"
+
+    def _estimate(self, params: dict[str, Any]) -> int | None:
+        """The database's estimate of the rows a count's filters match, or ``None`` where it keeps none."""
+        return None
+
+    def _filter_params(self, flt: JobFilter) -> dict[str, Any] | None:
+        """The parameters of ``flt``'s filters, or ``None`` when no row can match (an id prefix no uuid's
+        text starts with, a suffix none ends with)."""
+        d = self._dialect
+        id_range = id_range_of(flt.id_prefix)
+        tail = id_tail_of(flt.id_suffix)
+        if id_range is None or tail is None:
+            return None
+        return {
             "queue": flt.queue,
             "name": flt.name,
             "state": flt.state,
@@ -100,30 +146,29 @@ class SqlOperatorStore(ABC):
             "idempotency_key": flt.idempotency_key,
             "created_from": d.at_or_none(flt.created_from_ms),
             "created_to": d.at_or_none(flt.created_to_ms),
-            "cursor_at": d.at(cursor[0]) if cursor else None,
-            "cursor_id": cursor[1] if cursor else None,
-            "limit": flt.limit,
         }
-        if before is not None:
-            rows = self._query(self.sql.SQL_LIST_JOBS_NEWER, params)[::-1]
-        else:
-            rows = self._query(self.sql.SQL_LIST_JOBS, params)
-        return JobPage(rows=tuple(self._record(r) for r in rows), limit=flt.limit)
 
-    def _cursor(self, cursor: str | None, which: str) -> tuple[int, str] | None:
+    def _cursor_value(self, column: str, cursor: Cursor | None) -> Any:
+        """The cursor's sort value as the sorted statements compare it (an instant in the dialect's form)."""
+        if cursor is None or column in ("created", "attempts", "name", "queue"):
+            return None if cursor is None else cursor.value
+        assert isinstance(cursor.value, int)  # decode_cursor checked an instant column's value
+        return self._dialect.at(cursor.value)
+
+    def _cursor(self, cursor: str | None, which: str, order: JobOrder) -> Cursor | None:
         """A decoded cursor whose id can name a row (the id as its parameter); anything else is
         ``X_JOB_PAGE_INVALID``."""
         if cursor is None:
             return None
-        created, job_id = decode_cursor(cursor, which=which)
-        found = self._dialect.uid_param(job_id)
+        decoded = decode_cursor(cursor, which=which, order=order)
+        found = self._dialect.uid_param(decoded.id)
         if found is None:
             raise JobPageInvalidError(
                 f"filter.{which} is not a cursor a page produced; pass job_cursor(row) of a row from the previous "
                 "page. Fix: python manage.py jobs list --limit 200 --json",
                 {"cursor": which},
             )
-        return created, found
+        return replace(decoded, id=found)
 
     # -- single-row operations -----------------------------------------------------------------
 

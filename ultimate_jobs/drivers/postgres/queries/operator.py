@@ -31,18 +31,13 @@ WHERE s.job_id = %(id)s
 ORDER BY s.seq, s.id
 """
 
-# SQL_LIST_JOBS — one page, newest first by (created_at, id); with a cursor, only rows strictly older
-# than it (the "after" page). Walks x_jobs_created_idx (created_at DESC, id DESC) in its own order,
-# or x_jobs_state_queue_idx when a state is given. The id prefix is a uuid range [%(id_low)s,
-# %(id_high)s] the caller computed, so it rides the primary key. The id suffix (%(id_tail)s, the hex
-# digits a short id ends with) has no index: with it, the walk reads every row the other filters leave
-# (an operator's lookup of one short id, not a hot path). The created range is half-open. The
-# idempotency key is an exact match with no index of its own (x_jobs_name_tenant_idempotency_live_idx
-# covers live rows only): the created or state index bounds the walk.
-SQL_LIST_JOBS = f"""
-SELECT {JOB_COLUMNS}
-FROM x_jobs j
-WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+# The filters every list statement shares. The id prefix is a uuid range [%(id_low)s, %(id_high)s] the
+# caller computed, so it rides the primary key. The id suffix (%(id_tail)s, the hex digits a short id ends
+# with) has no index: with it, the walk reads every row the other filters leave (an operator's lookup of one
+# short id, not a hot path). The created range is half-open. The idempotency key is an exact match with no
+# index of its own (x_jobs_name_tenant_idempotency_live_idx covers live rows only): the created or state
+# index bounds the walk.
+_LIST_FILTERS = """(%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(name)s::text IS NULL OR j.name = %(name)s)
   AND (%(state)s::text IS NULL OR j.state = %(state)s)
   AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
@@ -50,31 +45,102 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(id_tail)s::text IS NULL OR right(replace(j.id::text, '-', ''), length(%(id_tail)s)) = %(id_tail)s)
   AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
   AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
-  AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
+  AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))"""
+
+# SQL_LIST_JOBS — one page, newest first by (created_at, id); with a cursor, only rows strictly older
+# than it. Walks x_jobs_created_idx (created_at DESC, id DESC) in its own order, or x_jobs_state_queue_idx
+# when a state is given.
+SQL_LIST_JOBS = f"""
+SELECT {JOB_COLUMNS}
+FROM x_jobs j
+WHERE {_LIST_FILTERS}
   AND (%(cursor_at)s::bigint IS NULL
        OR (j.created_at, j.id) < (to_timestamp(%(cursor_at)s / 1000.0), %(cursor_id)s::uuid))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s
 """
 
-# SQL_LIST_JOBS_NEWER — the "before" page: the %(limit)s rows strictly newer than the cursor and
-# nearest to it, answered OLDEST first (the caller reverses them into newest first). Same filters and
-# indexes as SQL_LIST_JOBS, walked the other way.
-SQL_LIST_JOBS_NEWER = f"""
+# SQL_LIST_JOBS_OLDEST — one page, oldest first by (created_at, id); with a cursor, only rows strictly
+# newer than it. The same filters and indexes as SQL_LIST_JOBS, walked the other way.
+SQL_LIST_JOBS_OLDEST = f"""
 SELECT {JOB_COLUMNS}
 FROM x_jobs j
-WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(name)s::text IS NULL OR j.name = %(name)s)
-  AND (%(state)s::text IS NULL OR j.state = %(state)s)
-  AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
-  AND (%(id_low)s::uuid IS NULL OR j.id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
-  AND (%(id_tail)s::text IS NULL OR right(replace(j.id::text, '-', ''), length(%(id_tail)s)) = %(id_tail)s)
-  AND (%(idempotency_key)s::text IS NULL OR j.idempotency_key = %(idempotency_key)s)
-  AND (%(created_from)s::bigint IS NULL OR j.created_at >= to_timestamp(%(created_from)s / 1000.0))
-  AND (%(created_to)s::bigint IS NULL OR j.created_at < to_timestamp(%(created_to)s / 1000.0))
-  AND (j.created_at, j.id) > (to_timestamp(%(cursor_at)s / 1000.0), %(cursor_id)s::uuid)
+WHERE {_LIST_FILTERS}
+  AND (%(cursor_at)s::bigint IS NULL
+       OR (j.created_at, j.id) > (to_timestamp(%(cursor_at)s / 1000.0), %(cursor_id)s::uuid))
 ORDER BY j.created_at, j.id
 LIMIT %(limit)s
+"""
+
+# Each sort column of the window (ultimate_jobs.drivers.ordering): its value as the window selects it
+# (text by code point, as every driver orders it), and the cursor's value as it compares with that.
+_SORTED = {
+    "run_at": ("j.run_at", "to_timestamp(%(cursor_value)s / 1000.0)"),
+    "finished": ("j.finished_at", "to_timestamp(%(cursor_value)s / 1000.0)"),
+    "attempts": ("j.attempts", "%(cursor_value)s::int"),
+    "name": ('j.name COLLATE "C"', '%(cursor_value)s::text COLLATE "C"'),
+    "queue": ('j.queue COLLATE "C"', '%(cursor_value)s::text COLLATE "C"'),
+}
+
+
+def _sorted_page(column: str, descending: bool) -> str:
+    """One page sorted by ``column`` within the window: the %(window)s newest rows the filters match (one
+    walk of x_jobs_created_idx or x_jobs_state_queue_idx, as SQL_LIST_JOBS walks it, so the rows read do
+    not grow with the table), sorted in memory, ties by creation then id in the same direction; with a
+    cursor, only rows strictly after it. Answers each row with ``cut``: whether more rows match than the
+    window holds. Sorted by finished, live rows (no finish) are left out."""
+    value, cursor = _SORTED[column]
+    op, way = ("<", " DESC") if descending else (">", "")
+    finished = "\n      AND j.finished_at IS NOT NULL" if column == "finished" else ""
+    return f"""
+WITH w AS MATERIALIZED (
+    SELECT j.id, j.created_at, {value} AS v
+    FROM x_jobs j
+    WHERE {_LIST_FILTERS}{finished}
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT %(window)s + 1
+),
+kept AS (
+    SELECT w.* FROM w ORDER BY w.created_at DESC, w.id DESC LIMIT %(window)s
+)
+SELECT {JOB_COLUMNS}, (SELECT count(*) FROM w) > %(window)s AS cut
+FROM kept k JOIN x_jobs j ON j.id = k.id
+WHERE %(cursor_at)s::bigint IS NULL
+   OR (k.v, k.created_at, k.id) {op} ({cursor}, to_timestamp(%(cursor_at)s / 1000.0), %(cursor_id)s::uuid)
+ORDER BY k.v{way}, k.created_at{way}, k.id{way}
+LIMIT %(limit)s
+"""
+
+
+# SQL_LIST_JOBS_SORTED — a page of each sorted order but creation's (keyed "run_at", "-run_at", …), from
+# _sorted_page: a window of the newest matching rows, sorted. A page before a cursor walks the opposite
+# order's statement and is reversed by the caller.
+SQL_LIST_JOBS_SORTED = {
+    f"{'-' if descending else ''}{column}": _sorted_page(column, descending)
+    for column in _SORTED
+    for descending in (False, True)
+}
+
+# SQL_COUNT_JOBS — how many rows the filters match, counting at most %(cap)s + 1 of them (the walk stops
+# there: an answer over %(cap)s means "more"). %(finished_only)s leaves live rows out (a list sorted by
+# finished holds finished rows only).
+SQL_COUNT_JOBS = f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM x_jobs j
+    WHERE {_LIST_FILTERS}
+      AND (NOT %(finished_only)s OR j.finished_at IS NOT NULL)
+    LIMIT %(cap)s + 1
+) counted
+"""
+
+# SQL_ESTIMATE_JOBS — the planner's estimate of the rows the filters match, from the table's statistics
+# (EXPLAIN plans the statement and runs nothing: it reads no row). Answers the plan as JSON; the top node's
+# "Plan Rows" is the estimate.
+SQL_ESTIMATE_JOBS = f"""
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM x_jobs j
+WHERE {_LIST_FILTERS}
+  AND (NOT %(finished_only)s OR j.finished_at IS NOT NULL)
 """
 
 # -- single-row operations ---------------------------------------------------------------------------

@@ -32,7 +32,7 @@ _LIST_FILTERS = """(:queue IS NULL OR j.queue = :queue)
   AND (:created_to IS NULL OR j.created_at < :created_to)"""
 
 # SQL_LIST_JOBS — one page, newest first by (created_at, id); with a cursor, only rows strictly older than
-# it (the "after" page). Walks x_jobs_created_idx, or x_jobs_state_queue_idx when a state is given.
+# it. Walks x_jobs_created_idx, or x_jobs_state_queue_idx when a state is given.
 SQL_LIST_JOBS = f"""
 SELECT {JOB_COLUMNS}
 FROM x_jobs j
@@ -42,15 +42,74 @@ ORDER BY j.created_at DESC, j.id DESC
 LIMIT :limit
 """
 
-# SQL_LIST_JOBS_NEWER — the "before" page: the :limit rows strictly newer than the cursor and nearest to
-# it, answered OLDEST first (the caller reverses them into newest first).
-SQL_LIST_JOBS_NEWER = f"""
+# SQL_LIST_JOBS_OLDEST — one page, oldest first by (created_at, id); with a cursor, only rows strictly newer
+# than it. The same filters and indexes as SQL_LIST_JOBS, walked the other way.
+SQL_LIST_JOBS_OLDEST = f"""
 SELECT {JOB_COLUMNS}
 FROM x_jobs j
 WHERE {_LIST_FILTERS}
-  AND (j.created_at, j.id) > (:cursor_at, :cursor_id)
+  AND (:cursor_at IS NULL OR (j.created_at, j.id) > (:cursor_at, :cursor_id))
 ORDER BY j.created_at, j.id
 LIMIT :limit
+"""
+
+# Each sort column of the window (ultimate_jobs.drivers.ordering), as the window selects it. SQLite compares
+# text by its bytes (BINARY): by code point, as every driver orders it.
+_SORTED = {
+    "run_at": "j.run_at",
+    "finished": "j.finished_at",
+    "attempts": "j.attempts",
+    "name": "j.name",
+    "queue": "j.queue",
+}
+
+
+def _sorted_page(column: str, descending: bool) -> str:
+    """One page sorted by ``column`` within the window: the :window newest rows the filters match (one walk
+    of x_jobs_created_idx or x_jobs_state_queue_idx, so the rows read do not grow with the table), sorted,
+    ties by creation then id in the same direction; with a cursor, only rows strictly after it. Answers each
+    row with ``cut``: whether more rows match than the window holds. Sorted by finished, live rows (no
+    finish) are left out."""
+    op, way = ("<", " DESC") if descending else (">", "")
+    finished = "\n      AND j.finished_at IS NOT NULL" if column == "finished" else ""
+    return f"""
+WITH w AS MATERIALIZED (
+    SELECT j.id, j.created_at, {_SORTED[column]} AS v
+    FROM x_jobs j
+    WHERE {_LIST_FILTERS}{finished}
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT :window + 1
+),
+kept AS (
+    SELECT w.* FROM w ORDER BY w.created_at DESC, w.id DESC LIMIT :window
+)
+SELECT {JOB_COLUMNS}, (SELECT count(*) FROM w) > :window AS cut
+FROM kept k JOIN x_jobs j ON j.id = k.id
+WHERE :cursor_at IS NULL OR (k.v, k.created_at, k.id) {op} (:cursor_value, :cursor_at, :cursor_id)
+ORDER BY k.v{way}, k.created_at{way}, k.id{way}
+LIMIT :limit
+"""
+
+
+# SQL_LIST_JOBS_SORTED — a page of each sorted order but creation's (keyed "run_at", "-run_at", …), from
+# _sorted_page: a window of the newest matching rows, sorted. A page before a cursor walks the opposite
+# order's statement and is reversed by the caller.
+SQL_LIST_JOBS_SORTED = {
+    f"{'-' if descending else ''}{column}": _sorted_page(column, descending)
+    for column in _SORTED
+    for descending in (False, True)
+}
+
+# SQL_COUNT_JOBS — how many rows the filters match, counting at most :cap + 1 of them (the walk stops there:
+# an answer over :cap means "more"). :finished_only leaves live rows out (a list sorted by finished holds
+# finished rows only).
+SQL_COUNT_JOBS = f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM x_jobs j
+    WHERE {_LIST_FILTERS}
+      AND (NOT :finished_only OR j.finished_at IS NOT NULL)
+    LIMIT :cap + 1
+)
 """
 
 # -- single-row operations ---------------------------------------------------------------------------
