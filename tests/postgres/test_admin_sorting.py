@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 JOBS = "admin:ultimate_jobs_job_changelist"
 DEAD = "admin:ultimate_jobs_deadletter_changelist"
 ROW = re.compile(
-    r'<th class="field-job"><a href="[^"]+"><span class="uj-job-name">[^<]+</span><br><code class="uj-id">([0-9a-f-]{36})</code>'
+    r'<th class="field-job"><a href="[^"]+"><span class="uj-job-name">[^<]+</span><br>'
+    r'<code class="uj-id">([0-9a-f-]{36})</code>'
 )
 HEADER = re.compile(r'<th scope="col" class="(sortable [^"]+)"[^>]*>.*?<div class="text"><a href="([^"]+)"', re.S)
 

@@ -4,7 +4,8 @@ module per entity — as the SQL backends keep their statements in ``queries/``.
 - :mod:`.prelude` — the key builders, state moves and helpers prepended to every script;
 - :mod:`.jobs` — enqueue, claim, settles, heartbeat, progress, stats, purge, fleet slots (the hot path: the
   driver's own scripts);
-- :mod:`.operator` — the operator's reads and actions (``driver.operator``);
+- :mod:`.operator` — the operator's actions (``driver.operator``);
+- :mod:`.listing` — the job list and count in each order, and the build of the order indexes;
 - :mod:`.rates` — the rate schedules (``driver.rates``): the take, the state and forgetting;
 - :mod:`.scheduler` — the leader lease, the counter rollup, watermarks and the fire;
 - :mod:`.backfills` — the backfill ledger.
@@ -14,7 +15,7 @@ module per entity — as the SQL backends keep their statements in ``queries/``.
 
 from __future__ import annotations
 
-from . import backfills, jobs, operator, rates, scheduler
+from . import backfills, jobs, listing, operator, rates, scheduler
 from .prelude import HELPERS, PRELUDE
 
 _BODIES: dict[str, str] = {
@@ -31,7 +32,9 @@ _BODIES: dict[str, str] = {
     "rate_take": rates.RATE_TAKE,
     "rate_state": rates.RATE_STATE,
     "rate_forget": rates.RATE_FORGET,
-    "list": operator.LIST,
+    "list": listing.LIST,
+    "count": listing.COUNT,
+    "index_build": listing.INDEX_BUILD,
     "remove": operator.REMOVE,
     "requeue": operator.REQUEUE,
     "cancel": operator.CANCEL,

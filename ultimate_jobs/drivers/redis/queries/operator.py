@@ -1,64 +1,7 @@
-"""The Lua behind the Redis driver's operator store (``driver.operator``): list, remove, requeue, cancel,
-promote, the bulk forms and a queue's resume."""
+"""The Lua behind the Redis driver's operator actions (``driver.operator``): remove, requeue, cancel, promote,
+the bulk forms and a queue's resume (its list and count are :mod:`.listing`'s)."""
 
 from __future__ import annotations
-
-LIST = r"""
-local f = cjson.decode(ARGV[1])
-local limit = tonumber(f.limit)
-local idx = T .. ':all'
-if opt(f.state) then idx = stk(f.state) end
-local function match(id)
-  local h = redis.call('HMGET', jk(id), 'queue', 'name', 'state', 'tenant', 'key')
-  if not h[1] then return false end
-  if opt(f.queue) and h[1] ~= f.queue then return false end
-  if opt(f.name) and h[2] ~= f.name then return false end
-  if opt(f.state) and h[3] ~= f.state then return false end
-  if opt(f.tenant) and h[4] ~= f.tenant then return false end
-  if opt(f.key) and h[5] ~= f.key then return false end
-  if opt(f.prefix) and string.sub(id, 1, #f.prefix) ~= f.prefix then return false end
-  if opt(f.suffix) and string.sub(id, -#f.suffix) ~= f.suffix then return false end
-  return true
-end
-local lo, hi = '-inf', '+inf'
-if opt(f.from) then lo = f.from end
-if opt(f.to) then hi = '(' .. f.to end
-local out, offset = {}, 0
-if opt(f.before) then
-  local c, ci = f.before[1], f.before[2]
-  if not opt(f.from) or num(c) > num(f.from) then lo = c end
-  while #out < limit do
-    local batch = redis.call('ZRANGEBYSCORE', idx, lo, hi, 'WITHSCORES', 'LIMIT', offset, 200)
-    if #batch == 0 then break end
-    offset = offset + #batch / 2
-    for i = 1, #batch, 2 do
-      local id, score = batch[i], num(batch[i + 1])
-      if (score > num(c) or blt(ci, id)) and #out < limit and match(id) then table.insert(out, id) end
-    end
-  end
-  local rev = {}
-  for i = #out, 1, -1 do table.insert(rev, out[i]) end
-  out = rev
-else
-  local c, ci = nil, nil
-  if opt(f.after) then
-    c, ci = f.after[1], f.after[2]
-    if not opt(f.to) or num(c) < num(f.to) then hi = c end
-  end
-  while #out < limit do
-    local batch = redis.call('ZREVRANGEBYSCORE', idx, hi, lo, 'WITHSCORES', 'LIMIT', offset, 200)
-    if #batch == 0 then break end
-    offset = offset + #batch / 2
-    for i = 1, #batch, 2 do
-      local id, score = batch[i], num(batch[i + 1])
-      if (not c or score < num(c) or blt(id, ci)) and #out < limit and match(id) then table.insert(out, id) end
-    end
-  end
-end
-local rows = {}
-for _, id in ipairs(out) do table.insert(rows, redis.call('HGETALL', jk(id))) end
-return rows
-"""
 
 REMOVE = r"""
 local st = redis.call('HGET', jk(ARGV[1]), 'state')
@@ -103,7 +46,7 @@ local id, now = ARGV[1], ARGV[2]
 local h = redis.call('HMGET', jk(id), 'state', 'run_at', 'queue')
 if not h[1] then return {'nf'} end
 if not (h[1] == 'delayed' or h[1] == 'ready') or num(h[2]) <= num(now) then return {'np', h[1]} end
-redis.call('HSET', jk(id), 'run_at', now)
+set_run_at(id, now)
 set_state(id, 'ready', now)
 wake(h[3])
 return {'ok', redis.call('HGETALL', jk(id))}
@@ -147,7 +90,7 @@ for _, r in ipairs(bulk_rows(f)) do
 end
 local affected, moved = math.min(#waiting, max), {}
 for i = 1, affected do
-  redis.call('HSET', jk(waiting[i][1]), 'run_at', now)
+  set_run_at(waiting[i][1], now)
   set_state(waiting[i][1], 'ready', now)
   moved[waiting[i][2]] = true
 end
