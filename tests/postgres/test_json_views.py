@@ -175,6 +175,23 @@ def test_the_list_view_pages_by_the_cursors_it_answers(shop: Scenario) -> None:
     assert CARD_TOKEN not in json.dumps([first, older, back])
 
 
+def test_the_list_view_sorts_and_counts_as_the_cli_does(shop: Scenario) -> None:
+    client = client_for("view_job")
+    for order in ("name", "-attempts", "-finished", "queue"):
+        sorted_page = client.get("/jobs/list", {"order": order, "limit": "3", "count": "1"}).json()
+        assert sorted_page == cli_json("list", f"--order={order}", "--limit", "3", "--count"), order
+        assert sorted_page["order"] == order and sorted_page["count"]["basis"] == "count"
+    following = client.get("/jobs/list", {"order": "name", "limit": "3"}).json()
+    assert "count" not in following and following["next"] is not None
+    rest = client.get("/jobs/list", {"order": "name", "limit": "3", "after": following["next"]}).json()
+    names = [r["name"] for r in following["rows"] + rest["rows"]]
+    assert names == sorted(names)
+    counted = client.get("/jobs/list", {"state": "dead", "count": "1"}).json()["count"]
+    assert counted == {"rows": 1, "basis": "count", "exact": True, "text": "1"}
+    mixed = client.get("/jobs/list", {"order": "-name", "after": following["next"]})
+    assert mixed.status_code == 400 and mixed.json()["error"]["code"] == "X_JOB_PAGE_INVALID"
+
+
 def test_each_new_view_needs_staff_and_its_permission(shop: Scenario) -> None:
     for url, codename in VIEWS.items():
         for client in (Client(), client_for(codename, staff=False)):
@@ -198,6 +215,9 @@ def test_each_new_view_needs_staff_and_its_permission(shop: Scenario) -> None:
         ("/jobs/list", {"created_to": "9" * 30}, "X_JOB_PAGE_INVALID"),
         ("/jobs/list", {"limit": "lots"}, "X_JOB_PAGE_INVALID"),
         ("/jobs/list", {"limit": "201"}, "X_JOB_PAGE_INVALID"),
+        ("/jobs/list", {"order": "priority"}, "X_JOB_PAGE_INVALID"),
+        ("/jobs/list", {"order": "-"}, "X_JOB_PAGE_INVALID"),
+        ("/jobs/list", {"count": "yes"}, "X_JOB_PAGE_INVALID"),
         ("/jobs/list", {"limit": "0"}, "X_JOB_PAGE_INVALID"),
         ("/jobs/list", {"after": "jc1.garbage"}, "X_JOB_PAGE_INVALID"),
         ("/jobs/list", {"name": "charge\x00"}, "X_JOB_PAGE_INVALID"),

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import builtins
 import json
-import logging
 import random
 from typing import TYPE_CHECKING, Any, cast
 
-from ...core.logs import log_event
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
@@ -48,13 +46,6 @@ if TYPE_CHECKING:
     from .driver import RedisDriver
 
 COUNTER_FIELDS = ("done", "retried", "failed", "dead", "duration_ms")
-
-ORDER_INDEX_VERSION = "1"
-"""The order indexes' member format (:mod:`.queries.prelude`), kept in ``T:ix:version`` once every row of a
-store has its entries: a list sorted by another column than creation finds it there before it walks them."""
-
-INDEX_BATCH = 1_000
-"""Rows one call of the index build indexes: one short script at a time, so other clients run between them."""
 
 COUNT_SAMPLE = 1_000
 """Entries a count over more than :data:`COUNT_CAP` candidates draws to estimate how many match."""
@@ -120,40 +111,17 @@ class RedisOperatorStore:
         after = decode_cursor(flt.after, which="after", order=flt.order) if flt.after is not None else None
         before = decode_cursor(flt.before, which="before", order=flt.order) if flt.before is not None else None
         doc = _filter_doc(flt) | {"limit": str(flt.limit), "after": _mark(after), "before": _mark(before)}
-        body = json.dumps(doc)
-        answer = self._d.run("list", body, ORDER_INDEX_VERSION)
-        if answer[0] == "unindexed":  # a store written before the order indexes: build them once, then walk
-            self.build_order_indexes()
-            answer = self._d.run("list", body, ORDER_INDEX_VERSION)
-        return JobPage(rows=tuple(job_record(pairs(r)) for r in answer[1]), limit=flt.limit)
+        _, rows, cut = self._d.run("list", json.dumps(doc), str(COUNT_CAP))
+        window = COUNT_CAP if int(cut) else None
+        return JobPage(rows=tuple(job_record(pairs(r)) for r in rows), limit=flt.limit, window=window)
 
     def count(self, flt: JobFilter) -> JobCount:
         seed = random.randrange(1, 2**31 - 1)  # the sample's draws; the script draws nothing itself
         doc = json.dumps(_filter_doc(flt))
-        rows, basis = self._d.run("count", doc, str(COUNT_CAP), str(COUNT_SAMPLE), str(seed), ORDER_INDEX_VERSION)
+        rows, basis = self._d.run("count", doc, str(COUNT_CAP), str(COUNT_SAMPLE), str(seed))
         if rows == "":
             return JobCount(rows=None, basis=None)
         return JobCount(rows=int(rows), basis=cast(CountBasis, basis))
-
-    def build_order_indexes(self) -> int:
-        """Give every row of this store its entries in the order indexes, and mark the store built — what a
-        list sorted by run time, finish, attempts, name or queue does first on a store written before those
-        indexes existed (the rows written since keep their own entries). A walk of ``T:all`` by creation,
-        :data:`INDEX_BATCH` rows a script; safe beside live traffic and to repeat. Answers the rows indexed
-        (``0`` on a store already built).
-
-        >>> driver.operator.build_order_indexes()  # at a deploy, before the first sorted list asks
-        """
-        indexed, cursor = 0, ["", ""]
-        while True:
-            answer = self._d.run("index_build", ORDER_INDEX_VERSION, str(INDEX_BATCH), *cursor)
-            indexed += int(answer[1])
-            if answer[0] == "done":
-                break
-            cursor = [answer[2], answer[3]]
-        if indexed:
-            log_event(logging.INFO, "jobs.list.indexed", prefix=self._d.prefix, rows=indexed)
-        return indexed
 
     # -- single-row operations -----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ module per entity — as the SQL backends keep their statements in ``queries/``.
 - :mod:`.jobs` — enqueue, claim, settles, heartbeat, progress, stats, purge, fleet slots (the hot path: the
   driver's own scripts);
 - :mod:`.operator` — the operator's actions (``driver.operator``);
-- :mod:`.listing` — the job list and count in each order, and the build of the order indexes;
+- :mod:`.listing` — the job list and count in each order;
 - :mod:`.rates` — the rate schedules (``driver.rates``): the take, the state and forgetting;
 - :mod:`.scheduler` — the leader lease, the counter rollup, watermarks and the fire;
 - :mod:`.backfills` — the backfill ledger.
@@ -34,7 +34,6 @@ _BODIES: dict[str, str] = {
     "rate_forget": rates.RATE_FORGET,
     "list": listing.LIST,
     "count": listing.COUNT,
-    "index_build": listing.INDEX_BUILD,
     "remove": operator.REMOVE,
     "requeue": operator.REQUEUE,
     "cancel": operator.CANCEL,

@@ -128,7 +128,7 @@ for i = 1, math.min(limit, #offered) do
   local o = offered[i]
   local id = string.sub(o[2], 49)
   if o[4] then served[o[3]][o[4]] = true end
-  add_attempts(id, 1)
+  redis.call('HINCRBY', jk(id), 'attempts', 1)
   redis.call('HSET', jk(id), 'worker', worker, 'claim', spec.token .. string.format('%08x', i), 'lease', lease_until)
   set_state(id, 'running', now)  -- takes the row out of the due set (and its lane)
   table.insert(claimed, {hmap(redis.call('HGETALL', jk(id))), hmap(redis.call('HGETALL', sk(id)))})
@@ -169,13 +169,13 @@ local o = cjson.decode(ARGV[5])
 if not owned(id, worker, claim) then return 0 end
 if not o.count_attempt then
   local a = num(redis.call('HGET', jk(id), 'attempts'))
-  if a > 0 then add_attempts(id, -1) end
+  if a > 0 then redis.call('HINCRBY', jk(id), 'attempts', -1) end
 end
 local run_at = opt(o.run_at)
 if run_at then
-  set_run_at(id, run_at)
+  redis.call('HSET', jk(id), 'run_at', run_at)
 elseif o.target == 'ready' then
-  set_run_at(id, now)
+  redis.call('HSET', jk(id), 'run_at', now)
 end
 if opt(o.error) then
   redis.call('HSET', jk(id), 'err', o.error)

@@ -1,20 +1,17 @@
-r"""The Lua behind the Redis driver's job list and count (``driver.operator.list``, ``.count``) and the build
-of the order indexes they walk.
+r"""The Lua behind the Redis driver's job list and count (``driver.operator.list``, ``.count``).
 
 A list sorted by creation walks ``T:all`` (or the state's set, ``stk(state)``), scored by creation: equal
 scores keep byte order of their ids, the tie-break :mod:`~ultimate_jobs.drivers.ordering` asks for. Every
-other order walks its column's lexicographic index, ``ixk(col)`` (the prelude's member format: value,
-creation, id), with ZRANGEBYLEX from the cursor's member — a page reads the entries it shows and those the
-filters skip, never the rest. ``ARGV[1]`` is the filter as one JSON document (``f``): its fields, ``col``
-and ``desc`` (the order), ``fin`` (finished rows only), and a cursor ``after`` or ``before`` as
+other order sorts the window the SQL drivers sort — the newest ``COUNT_CAP`` matching rows, read by one walk
+of the same set — so no write keeps an index for it. ``ARGV[1]`` is the filter as one JSON document (``f``):
+its fields, ``col`` and ``desc`` (the order), ``fin`` (finished rows only), and a cursor ``after`` or ``before`` as
 ``[value, created, id]`` (value ``''`` sorted by creation).
 """
 
 from __future__ import annotations
 
 # The filter a list and a count share: match(id, field) answers the row's HMGET — queue, name, state, tenant,
-# key, created, finished, then `field` — when the row exists and every term of f holds, else false; member_id
-# reads a row's id off an entry of ixk(col), or of a set of ids (col 'id': T:all, a state's set, T:finished).
+# key, created, finished, then `field` — when the row exists and every term of f holds, else false.
 _FILTER = r"""
 local f = cjson.decode(ARGV[1])
 local function match(id, field)
@@ -32,38 +29,32 @@ local function match(id, field)
   if f.fin and not h[7] then return false end
   return h
 end
-local function member_id(col, m)
-  if col == 'id' then return m end
-  if TEXT[col] then return string.sub(m, string.find(m, '\0', 1, true) + 17) end
-  return string.sub(m, 33)
-end
 """
 
-# LIST — one page of the rows f matches in f's order: {'ok', rows (each its HGETALL)}, or {'unindexed'} when
-# the order needs the column indexes and the store is not marked as built with version ARGV[2] (the driver
-# builds them, INDEX_BUILD, and asks again). A page after its cursor walks the list's direction from the
-# cursor's key, exclusive; a page before it walks the other way and is turned back. An index entry whose
-# row no longer makes it (a row gone, a value written by a script that did not move its entry) is skipped.
-# Filtered by a state of at most FEW_IN_STATE rows, a sorted list reads that state's rows, not the index.
+# LIST — one page of the rows f matches in f's order: {'ok', rows (each its HGETALL), cut}. Sorted by
+# creation, it walks T:all (or the state's set) by score from the cursor, every matching row in order. Sorted
+# by another column, it sorts a window: the ARGV[2] newest rows f matches (one walk of the same set, newest
+# first, so a page reads at most ARGV[2] rows however many the store holds), keyed as value, creation, id in
+# byte order (numbers fixed width, OFF making negatives sort; text ended by a NUL, so a name sorts before every
+# longer name it starts), past the cursor's key. cut is 1 when more rows match than the window holds. A page
+# before its cursor walks the other way and is turned back.
 LIST = (
     _FILTER
     + r"""
-local limit, col = tonumber(f.limit), f.col
-if col ~= 'created' and redis.call('GET', T .. ':ix:version') ~= ARGV[2] then return {'unindexed'} end
+local limit, col, window = tonumber(f.limit), f.col, tonumber(ARGV[2])
 local back = opt(f.before) ~= nil
 local c = opt(f.after) or opt(f.before)
 local down = f.desc ~= back  -- the walk's direction: the list's, or its opposite for a page before the cursor
 local step = math.max(limit, 100)  -- entries read per call: a page's worth at least, so a filter costs few calls
-local FEW_IN_STATE = 1000  -- a state with at most this many rows is sorted whole, not found in a column's index
-local out = {}
+local out, cut = {}, 0
+local idx = T .. ':all'
+if opt(f.state) then idx = stk(f.state) end
+local lo, hi = '-inf', '+inf'
+if opt(f.from) then lo = f.from end
+if opt(f.to) then hi = '(' .. f.to end
 
--- creation order: the score range of T:all (or the state's set), the cursor's instant its bound
+-- creation order: the score range of the set, the cursor's instant its bound
 local function walk_created()
-  local idx = T .. ':all'
-  if opt(f.state) then idx = stk(f.state) end
-  local lo, hi = '-inf', '+inf'
-  if opt(f.from) then lo = f.from end
-  if opt(f.to) then hi = '(' .. f.to end
   local cc, ci = nil, nil
   if c then
     cc, ci = num(c[2]), c[3]
@@ -89,55 +80,46 @@ local function walk_created()
   end
 end
 
--- a state's rows are few (at most FEW_IN_STATE): sorted here by their entries, past the cursor's, rather than
--- found by walking an index that holds every other state's rows too (the ready rows among a million done)
-local function sort_state(cm)
-  local keyed = {}
-  for _, id in ipairs(redis.call('ZRANGE', stk(f.state), 0, -1)) do
-    local h = match(id, col)
-    if h and h[8] then
-      local m = ixm(col, h[8], h[6], id)
-      if not cm or (down and blt(m, cm)) or (not down and blt(cm, m)) then table.insert(keyed, m) end
-    end
-  end
-  if down then table.sort(keyed, function(a, b) return blt(b, a) end) else table.sort(keyed, blt) end
-  for i = 1, math.min(limit, #keyed) do table.insert(out, member_id(col, keyed[i])) end
+-- a row's key in a sorted order: its value, creation and id, comparable as bytes
+local function fixed(v) return string.format('%016d', num(v) + OFF) end
+local function key_of(v, created, id)
+  if col == 'name' or col == 'queue' then return v .. '\0' .. fixed(created) .. id end
+  return fixed(v) .. fixed(created) .. id
 end
 
--- any other order: the column's index by byte order, from the cursor's entry (a filter naming the sorted
--- name or queue narrows the walk to that value's entries)
-local function walk_index()
+-- any other order: the window's rows, newest first, keyed and sorted here
+local function sort_window()
   if f.fin and opt(f.state) and LIVE[f.state] then return end  -- a live row has no finish
+  local field = col
+  local keyed, ids, offset = {}, {}, 0
+  while #keyed <= window do
+    local batch = redis.call('ZREVRANGEBYSCORE', idx, hi, lo, 'LIMIT', offset, 500)
+    if #batch == 0 then break end
+    offset = offset + #batch
+    for _, id in ipairs(batch) do
+      local h = #keyed <= window and match(id, field)
+      if h and h[8] then
+        local k = key_of(h[8], h[6], id)
+        table.insert(keyed, k)
+        ids[k] = id
+      end
+    end
+  end
+  if #keyed > window then  -- the oldest one read is past the window: it only says more rows match
+    cut = 1
+    table.remove(keyed)
+  end
   local cm = nil
-  if c then cm = ixm(col, c[1], c[2], c[3]) end
-  if opt(f.state) and redis.call('ZCARD', stk(f.state)) <= FEW_IN_STATE then return sort_state(cm) end
-  local key = ixk(col)
-  local lo, hi = '-', '+'
-  local pin = nil
-  if col == 'name' then pin = opt(f.name) elseif col == 'queue' then pin = opt(f.queue) end
-  if pin then lo, hi = '[' .. pin .. '\0', '(' .. pin .. '\1' end
-  if cm then
-    if down and (hi == '+' or blt(cm, string.sub(hi, 2))) then hi = '(' .. cm end
-    if not down and (lo == '-' or blt(string.sub(lo, 2), cm)) then lo = '(' .. cm end
+  if c then cm = key_of(c[1], c[2], c[3]) end
+  local past = {}
+  for _, k in ipairs(keyed) do
+    if not cm or (down and blt(k, cm)) or (not down and blt(cm, k)) then table.insert(past, k) end
   end
-  while #out < limit do
-    local got
-    if down then
-      got = redis.call('ZREVRANGEBYLEX', key, hi, lo, 'LIMIT', 0, step)
-    else
-      got = redis.call('ZRANGEBYLEX', key, lo, hi, 'LIMIT', 0, step)
-    end
-    for _, m in ipairs(got) do
-      local id = member_id(col, m)
-      local h = #out < limit and match(id, col)
-      if h and h[8] and ixm(col, h[8], h[6], id) == m then table.insert(out, id) end
-    end
-    if #got < step then break end
-    if down then hi = '(' .. got[#got] else lo = '(' .. got[#got] end
-  end
+  if down then table.sort(past, function(a, b) return blt(b, a) end) else table.sort(past, blt) end
+  for i = 1, math.min(limit, #past) do table.insert(out, ids[past[i]]) end
 end
 
-if col == 'created' then walk_created() else walk_index() end
+if col == 'created' then walk_created() else sort_window() end
 if back then
   local rev = {}
   for i = #out, 1, -1 do table.insert(rev, out[i]) end
@@ -145,16 +127,15 @@ if back then
 end
 local rows = {}
 for _, id in ipairs(out) do table.insert(rows, redis.call('HGETALL', jk(id))) end
-return {'ok', rows}
+return {'ok', rows, cut}
 """
 )
 
 # COUNT — how many rows f matches (sorted by finish, finished rows only): {rows, basis}, basis as
 # drivers/ordering.py's JobCount ('' and '' for "not counted"). ARGV[2] is COUNT_CAP, ARGV[3] the sample's
-# draws, ARGV[4] the sample's seed (the caller's: a script draws nothing itself), ARGV[5] the order indexes'
-# version (their name and queue ranges are candidates once built). Exact from T:counts when f names only a
-# queue (with a state, or finished rows); else the smallest candidate set that holds every match — a state's
-# set or T:all in f's creation range, T:finished, one name's or one queue's range of its index — is exact
+# draws, ARGV[4] the sample's seed (the caller's: a script draws nothing itself). Exact from T:counts when f
+# names only a queue (with a state, or finished rows); else the smallest candidate set that holds every
+# match — a state's set or T:all in f's creation range, T:finished — is exact
 # by its size when it answers every term of f, counted entry by entry when it holds at most COUNT_CAP, and
 # else sampled: ARGV[3] entries drawn at random ranks, the matches scaled to its size. A sample that matches
 # nothing estimates nothing (a filter rarer than the sample can see): not counted.
@@ -191,29 +172,19 @@ if opt(f.state) then scored = stk(f.state) end
 local lo, hi, r0 = '-inf', '+inf', 0
 if opt(f.from) then lo, r0 = f.from, redis.call('ZCOUNT', scored, '-inf', '(' .. f.from) end
 if opt(f.to) then hi = '(' .. f.to end
-table.insert(sets, {scored, r0, redis.call('ZCOUNT', scored, lo, hi), 'id',
+table.insert(sets, {scored, r0, redis.call('ZCOUNT', scored, lo, hi),
   {state = true, from = true, to = true, fin = opt(f.state) ~= nil}})
-if f.fin then table.insert(sets, {T .. ':finished', 0, redis.call('ZCARD', T .. ':finished'), 'id', {fin = true}}) end
-if redis.call('GET', T .. ':ix:version') == ARGV[5] then
-  for _, col in ipairs({'name', 'queue'}) do
-    local v = opt(f[col])
-    if v then
-      local key = ixk(col)
-      local size = redis.call('ZLEXCOUNT', key, '[' .. v .. '\0', '(' .. v .. '\1')
-      table.insert(sets, {key, redis.call('ZLEXCOUNT', key, '-', '(' .. v .. '\0'), size, col, {[col] = true}})
-    end
-  end
-end
+if f.fin then table.insert(sets, {T .. ':finished', 0, redis.call('ZCARD', T .. ':finished'), {fin = true}}) end
 local best = sets[1]
 for _, set in ipairs(sets) do if set[3] < best[3] then best = set end end
-local key, first, size, col = best[1], best[2], best[3], best[4]
-if size == 0 or within(best[5]) then return {size, 'count'} end
+local key, first, size = best[1], best[2], best[3]
+if size == 0 or within(best[4]) then return {size, 'count'} end
 
 if size <= cap then
   local n = 0
   for at = first, first + size - 1, 500 do
     for _, m in ipairs(redis.call('ZRANGE', key, at, math.min(at + 499, first + size - 1))) do
-      if match(member_id(col, m), 'created') then n = n + 1 end
+      if match(m, 'created') then n = n + 1 end
     end
   end
   return {n, 'count'}
@@ -224,42 +195,9 @@ local hits = 0
 for _ = 1, draws do
   s = (s * 16807) % 2147483647  -- Park-Miller: exact in a double, a rank uniform enough for an estimate
   local m = redis.call('ZRANGE', key, first + s % size, first + s % size)[1]
-  if m and match(member_id(col, m), 'created') then hits = hits + 1 end
+  if m and match(m, 'created') then hits = hits + 1 end
 end
 if hits == 0 then return {'', ''} end
 return {math.floor(hits * size / draws + 0.5), 'sample'}
 """
 )
-
-# INDEX_BUILD — add the column index entries of the rows of a store written before the indexes existed, at
-# most ARGV[2] rows a call, walking T:all in creation order from the cursor ARGV[3], ARGV[4] (the score and id
-# of the last row the previous call indexed; '' to start). Answers {'more', rows, score, id} to be called
-# again, or {'done', rows} once T:all is walked — marking the store built with version ARGV[1]. The cursor
-# is a key, not a rank, so rows deleted between calls move nothing; rows inserted meanwhile index themselves,
-# and adding an entry a row already has changes nothing.
-INDEX_BUILD = r"""
-local version, batch, after_score, after_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local all = T .. ':all'
-if redis.call('GET', T .. ':ix:version') == version then return {'done', 0} end
-local rank = 0
-if after_score ~= '' then rank = redis.call('ZCOUNT', all, '-inf', '(' .. after_score) end
-local indexed = 0
-while indexed < batch do
-  local got = redis.call('ZRANGE', all, rank, rank + batch - 1, 'WITHSCORES')
-  if #got == 0 then
-    redis.call('SET', T .. ':ix:version', version)
-    return {'done', indexed}
-  end
-  rank = rank + #got / 2
-  for i = 1, #got, 2 do
-    local id, score = got[i], got[i + 1]
-    if after_score == '' or num(score) > num(after_score) or blt(after_id, id) then
-      local v = ix_values(id)
-      if v.created then index_add(id, v) end
-      indexed = indexed + 1
-      after_score, after_id = score, id
-    end
-  end
-end
-return {'more', indexed, after_score, after_id}
-"""

@@ -46,7 +46,7 @@ local id, now = ARGV[1], ARGV[2]
 local h = redis.call('HMGET', jk(id), 'state', 'run_at', 'queue')
 if not h[1] then return {'nf'} end
 if not (h[1] == 'delayed' or h[1] == 'ready') or num(h[2]) <= num(now) then return {'np', h[1]} end
-set_run_at(id, now)
+redis.call('HSET', jk(id), 'run_at', now)
 set_state(id, 'ready', now)
 wake(h[3])
 return {'ok', redis.call('HGETALL', jk(id))}
@@ -90,7 +90,7 @@ for _, r in ipairs(bulk_rows(f)) do
 end
 local affected, moved = math.min(#waiting, max), {}
 for i = 1, affected do
-  set_run_at(waiting[i][1], now)
+  redis.call('HSET', jk(waiting[i][1]), 'run_at', now)
   set_state(waiting[i][1], 'ready', now)
   moved[waiting[i][2]] = true
 end

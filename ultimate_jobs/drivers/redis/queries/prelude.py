@@ -88,62 +88,6 @@ local function order_of(id)
   return -num(h[1]), string.format('%016d%016d%016d', num(h[2]) + OFF, num(h[3]) + OFF, num(h[4])) .. id
 end
 
--- the job list's order indexes (drivers/ordering.py): one lexicographic sorted set per column, ixk(col), every
--- score 0, walked by ZRANGEBYLEX. A member is the row's value, its creation and its id, so byte order is the
--- list's order with its ties: numbers as ixnum (fixed width, OFF making negatives sort), text (a name, a queue:
--- no NUL in either) ended by a NUL, so a name sorts before every longer name it starts. ixk('finished') holds
--- finished rows only. Every write of 'run_at', 'attempts' or 'finished' moves the row's entry (reindex); an
--- insert adds its entries, a delete drops them. T:ix:version marks a store whose rows were all indexed.
-local IX = {'run_at', 'attempts', 'finished', 'name', 'queue'}
-local TEXT = {name = true, queue = true}
-local function ixk(col) return T .. ':ix:' .. col end
-local function ixnum(v) return string.format('%016d', num(v) + OFF) end
-local function ixm(col, v, created, id)
-  if TEXT[col] then return v .. '\0' .. ixnum(created) .. id end
-  return ixnum(v) .. ixnum(created) .. id
-end
-
--- move a row's entry in one index from its old value to its new (nil: no entry)
-local function reindex(id, col, old, new, created)
-  if old == new then return end
-  if old then redis.call('ZREM', ixk(col), ixm(col, old, created, id)) end
-  if new then redis.call('ZADD', ixk(col), 0, ixm(col, new, created, id)) end
-end
-
--- a row's indexed values by column, with its 'created' (nil fields: a row gone, or never finished)
-local function ix_values(id)
-  local h = redis.call('HMGET', jk(id), 'created', unpack(IX))
-  local v = {created = h[1]}
-  for i, col in ipairs(IX) do v[col] = h[i + 1] end
-  return v
-end
-
--- a row's entries in every index, from ix_values' table (or an insert's): added, or dropped
-local function index_add(id, v)
-  for _, col in ipairs(IX) do
-    if v[col] then redis.call('ZADD', ixk(col), 0, ixm(col, v[col], v.created, id)) end
-  end
-end
-
-local function index_drop(id, v)
-  for _, col in ipairs(IX) do
-    if v[col] then redis.call('ZREM', ixk(col), ixm(col, v[col], v.created, id)) end
-  end
-end
-
--- the writes of an indexed number: each moves the row's entry with the value
-local function set_run_at(id, run_at)
-  local h = redis.call('HMGET', jk(id), 'run_at', 'created')
-  redis.call('HSET', jk(id), 'run_at', run_at)
-  reindex(id, 'run_at', h[1], run_at, h[2])
-end
-
-local function add_attempts(id, by)
-  local created = redis.call('HGET', jk(id), 'created')
-  local a = redis.call('HINCRBY', jk(id), 'attempts', by)
-  reindex(id, 'attempts', fmt(a - by), fmt(a), created)
-end
-
 local function push_due(id, q, fair)
   local score, dm = order_of(id)
   redis.call('ZADD', qk(q, 'due'), score, dm)
@@ -152,7 +96,7 @@ local function push_due(id, q, fair)
 end
 
 local function set_state(id, new, now)
-  local h = redis.call('HMGET', jk(id), 'state', 'queue', 'created', 'finished')
+  local h = redis.call('HMGET', jk(id), 'state', 'queue', 'created')
   local old = h[1]
   if LIVE[old] ~= LIVE[new] then  -- the live key moves only when liveness changes
     local k = redis.call('HMGET', jk(id), 'name', 'tenant', 'key')
@@ -177,12 +121,10 @@ local function set_state(id, new, now)
     if not LIVE[old] then  -- a live row has no finish to clear
       redis.call('HDEL', jk(id), 'finished')
       redis.call('ZREM', T .. ':finished', id)
-      reindex(id, 'finished', h[4], nil, h[3])
     end
   else
     redis.call('HSET', jk(id), 'finished', now)
     redis.call('ZADD', T .. ':finished', now, id)
-    reindex(id, 'finished', h[4], now, h[3])
     if new == 'done' then redis.call('ZADD', T .. ':done', now, id) end
   end
   refile(id)
@@ -203,7 +145,6 @@ local function delete(id)
   redis.call('ZREM', qk(h[5], 'ready'), id)
   if h[6] then redis.call('ZREM', qk(h[5], 'due'), h[6]) end
   if h[7] then unlane(h[5], h[7], h[6]) end
-  index_drop(id, ix_values(id))
   redis.call('DEL', jk(id), sk(id))
 end
 
@@ -340,7 +281,6 @@ local function insert(reqs, now)
     redis.call('HINCRBY', T .. ':counts', state .. ':' .. r.queue, 1)
     redis.call('ZADD', stk(state), now, r.id)
     redis.call('ZADD', T .. ':all', now, r.id)
-    index_add(r.id, {created = now, run_at = run_at, attempts = '0', name = r.name, queue = r.queue})
     redis.call('SADD', T .. ':queues', r.queue)
     refile(r.id)
     if state == 'ready' then due[r.queue] = true end
@@ -366,10 +306,7 @@ local function blt(a, b)
 end
 
 local function reset(id, now)
-  local h = redis.call('HMGET', jk(id), 'attempts', 'created')
-  redis.call('HSET', jk(id), 'attempts', '0')
-  reindex(id, 'attempts', h[1], '0', h[2])
-  set_run_at(id, now)
+  redis.call('HSET', jk(id), 'attempts', '0', 'run_at', now)
   redis.call('HDEL', jk(id), 'progress', 'worker')
   set_state(id, 'ready', now)
 end
