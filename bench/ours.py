@@ -391,8 +391,10 @@ def case_history(plan: Plan) -> Figures:
     renders: the queue gauges, the outbox gauges, the process counters), one ``jobs queues`` read
     (``operator.inspect_queues``) and one read of the dashboard over its longest window
     (``operator.inspect_dashboard("7d")``, over a week of counters and waits laid down the same both times:
-    SQL_COUNTER_FILLER), each the median of ``plan.history_reads`` calls, over an empty x_jobs and then over
-    ``plan.filler_large`` finished rows (vacuumed and analyzed, as autovacuum leaves them)."""
+    SQL_COUNTER_FILLER), and the admin's job list sorted by attempts with its count (``list_jobs(order=
+    "-attempts", limit=50)`` then ``count_jobs()``, what the page reads), each the median of
+    ``plan.history_reads`` calls, over an empty x_jobs and then over ``plan.filler_large`` finished rows
+    (vacuumed and analyzed, as autovacuum leaves them)."""
     from prometheus_client import generate_latest
 
     from ultimate_jobs import operator
@@ -419,6 +421,9 @@ def case_history(plan: Plan) -> Figures:
         out[f"history_scrape_{label}_ms"] = median_ms(lambda: generate_latest(metrics_registry()))
         out[f"history_queues_{label}_ms"] = median_ms(operator.inspect_queues)
         out[f"history_dashboard_{label}_ms"] = median_ms(lambda: operator.inspect_dashboard("7d"))
+        out[f"history_sorted_list_{label}_ms"] = median_ms(
+            lambda: (operator.list_jobs(order="-attempts", limit=50), operator.count_jobs())
+        )
     close_connections()
     out["history_scrape_ratio"] = out["history_scrape_large_ms"] / out["history_scrape_small_ms"]
     out["history_queues_ratio"] = out["history_queues_large_ms"] / out["history_queues_small_ms"]

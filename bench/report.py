@@ -254,6 +254,8 @@ def rows(plan: Plan) -> list[Row]:
         Row("history_dashboard_small_ms", f"dashboard 7d over {plan.filler_small:,} finished rows", "ms", False),
         Row("history_dashboard_large_ms", f"dashboard 7d over {plan.filler_large:,} finished rows", "ms", False),
         Row("history_dashboard_ratio", "dashboard 7d: large / empty", "ratio", False),
+        Row("history_sorted_list_small_ms", f"job list by attempts, counted, {plan.filler_small:,} rows", "ms", False),
+        Row("history_sorted_list_large_ms", f"job list by attempts, counted, {plan.filler_large:,} rows", "ms", False),
         Row(
             "backfill_rows_per_s",
             f"backfill of {plan.backfill_rows:,} rows, rate 200, batch 1,000, model instances",
