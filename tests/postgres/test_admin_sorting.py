@@ -31,7 +31,8 @@ ROW = re.compile(
     r'<th class="field-job"><a href="[^"]+"><span class="uj-job-name">[^<]+</span><br>'
     r'<code class="uj-id">([0-9a-f-]{36})</code>'
 )
-HEADER = re.compile(r'<th scope="col" class="(sortable [^"]+)"[^>]*>.*?<div class="text"><a href="([^"]+)"', re.S)
+HEADER = re.compile(r'<th scope="col" class="(sortable [^"]+)"[^>]*>(.*?)</th>', re.S)
+LINK = re.compile(r'<a href="([^"]+)" class="uj-sort[^"]*" title="Sort by [^"]+">([^<]+)</a>')
 
 
 @pytest.fixture
@@ -54,12 +55,11 @@ def cli_ids(*argv: str) -> list[str]:
 
 
 def headers(text: str) -> dict[str, tuple[str, str]]:
-    """Each sortable header's column (its ``column-`` class) -> (its classes, the link a click follows)."""
+    """Each sort link of the headers, by its label -> (its header's classes, the link a click follows)."""
     found = {}
-    for classes, url in HEADER.findall(text):
-        column = re.search(r"column-([a-z-]+)", classes)
-        assert column is not None
-        found[column.group(1)] = (classes, html.unescape(url))
+    for classes, inner in HEADER.findall(text):
+        for url, label in LINK.findall(inner):
+            found[label] = (classes, html.unescape(url))
     return found
 
 
@@ -105,7 +105,7 @@ def test_the_headers_sort_each_column_and_turn_it_around(
 ) -> None:
     first = page(client)
     found = headers(first)
-    assert set(found) == {"job", "queue", "attempts", "created", "run-at", "finished"}  # state is a filter
+    assert set(found) == {"job", "queue", "attempts", "created", "run at", "finished"}  # state is a filter
     assert "sorted descending" in found["created"][0] and 'aria-sort="descending"' in first
     assert found["job"][1] == "?order=name" and found["attempts"][1] == "?order=-attempts"
     assert found["created"][1] == "?order=created"  # the sorted column turns around
@@ -114,8 +114,10 @@ def test_the_headers_sort_each_column_and_turn_it_around(
     assert 'class="sortremove" href="?"' in by_name  # back to newest first
     most = ROW.findall(page(client, order="-attempts"))
     assert most[:4] == shop["done"] + shop["dead"][::-1]  # 1 attempt each: newest first, then the delayed ones
-    dead = headers(page(client, DEAD))
+    dead_page = page(client, DEAD)
+    dead = headers(dead_page)
     assert set(dead) == {"job", "queue", "attempts", "created", "died"}
+    assert 'class="uj-sort uj-sorted" title="Sort by created"' in dead_page  # newest first, by creation
     assert dead["died"][1] == "?order=-finished"
 
 

@@ -399,13 +399,10 @@ class JobAdmin(JobPagesAdmin):
     row."""
 
     columns = (
-        Column("job", "job", "name"),
-        Column("queue · tenant", "queue", "queue"),
-        Column("state", "state"),
-        Column("attempts", "attempts", "attempts"),
-        Column("created", "created", "created"),
-        Column("run at", "run-at", "run_at"),
-        Column("finished", "finished", "finished"),
+        Column("job", sorts=(("job", "name"),)),
+        Column("queue", sorts=(("queue", "queue"),), label=" · tenant"),
+        Column("state", "state · ", sorts=(("attempts", "attempts"),)),
+        Column("when", sorts=(("created", "created"), ("run at", "run_at"), ("finished", "finished"))),
     )
     job_actions = {
         "retry": "Retry selected jobs",
@@ -421,12 +418,10 @@ class DeadLetterAdmin(JobPagesAdmin):
 
     page_state = "dead"
     columns = (
-        Column("job", "job", "name"),
-        Column("queue · tenant", "queue", "queue"),
-        Column("why it died", "error"),
-        Column("attempts", "attempts", "attempts"),
-        Column("created", "created", "created"),
-        Column("died", "died", "finished"),
+        Column("job", sorts=(("job", "name"),)),
+        Column("queue", sorts=(("queue", "queue"),), label=" · tenant"),
+        Column("error", "why it died"),
+        Column("died", sorts=(("died", "finished"), ("created", "created"), ("attempts", "attempts"))),
     )
     job_actions = {
         "retry": "Retry selected jobs",

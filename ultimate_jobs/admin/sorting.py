@@ -7,7 +7,7 @@ A click on a column not sorted by sorts it the way an operator first wants it �
 attempts largest first; a click on the sorted one turns it around. A new sort starts at its first page (the
 cursors belong to the old order).
 
->>> sort_headers(query, (Column("job", "name"), Column("state")))
+>>> sort_headers(query, (Column("job", sorts=(("job", "name"),)), Column("state", "state")))
 """
 
 from __future__ import annotations
@@ -40,33 +40,50 @@ FIRST_DESCENDING = frozenset({"created", "run_at", "finished", "attempts"})
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a job list: its header, its cell's CSS name, and the column it sorts by (``None``:
-    not sortable)."""
+    """One column of a job list: its cell's CSS name and its header — text, and the parts of it that sort:
+    ``(label, column)`` pairs, each a link of its own (one column's cell can stack several values, as the
+    *when* column stacks created, run at and finished)."""
 
-    label: str
     css: str
-    sorts: str | None = None
+    label: str = ""
+    sorts: tuple[tuple[str, str], ...] = ()
 
 
 def sort_headers(query: ListQuery, columns: tuple[Column, ...]) -> list[dict[str, Any]]:
-    """Each column's header as the list template draws it: ``label``, ``css``, and for a sortable one the
-    ``url`` a click follows, ``sorted`` (``"ascending"``/``"descending"``/``None``), and ``clear_url`` (back
-    to the default order, newest first) when it is the sorted one and the order is not the default."""
+    """Each column's header as the list template draws it: ``css``, ``label`` (the text that does not
+    sort), ``links`` — for each sorting part its ``label``, the ``url`` a click follows and ``sorted``
+    (``"ascending"``/``"descending"``/``None``) — and the column's ``sorted`` and ``clear_url`` (back to the
+    default order, newest first) when one of its parts is the sort and the order is not the default."""
     current, descending = order_parts(query.order)
+    direction = "descending" if descending else "ascending"
     headers: list[dict[str, Any]] = []
     for column in columns:
-        header: dict[str, Any] = {"label": column.label, "css": column.css, "sorts": column.sorts}
-        if column.sorts is not None:
-            is_sorted = column.sorts == current
+        links = []
+        for label, sorts in column.sorts:
+            is_sorted = sorts == current
             if is_sorted:
-                turned = column.sorts if descending else f"-{column.sorts}"
+                turned = sorts if descending else f"-{sorts}"
             else:
-                turned = f"-{column.sorts}" if column.sorts in FIRST_DESCENDING else column.sorts
-            header["url"] = _order_url(query, check_order(turned))
-            header["sorted"] = ("descending" if descending else "ascending") if is_sorted else None
-            moved = is_sorted and query.order != DEFAULT_JOB_ORDER
-            header["clear_url"] = _order_url(query, DEFAULT_JOB_ORDER) if moved else None
-        headers.append(header)
+                turned = f"-{sorts}" if sorts in FIRST_DESCENDING else sorts
+            links.append(
+                {
+                    "label": label,
+                    "url": _order_url(query, check_order(turned)),
+                    "sorted": direction if is_sorted else None,
+                }
+            )
+        sorted_here = next((link for link in links if link["sorted"]), None)
+        moved = sorted_here is not None and query.order != DEFAULT_JOB_ORDER
+        headers.append(
+            {
+                "css": column.css,
+                "label": column.label,
+                "links": links,
+                "sorted": sorted_here["sorted"] if sorted_here else None,
+                "toggle_url": sorted_here["url"] if sorted_here else None,
+                "clear_url": _order_url(query, DEFAULT_JOB_ORDER) if moved else None,
+            }
+        )
     return headers
 
 
