@@ -71,8 +71,9 @@ class SortableRow(Protocol):
 class JobCount:
     """How many rows a list's filter matches. ``rows`` is exact when ``basis`` is ``"count"``; otherwise
     it is an estimate — ``"planner"`` (Postgres's statistics), ``"sample"`` (Redis: a random sample of the
-    rows the filter walks, scaled) — or ``"bound"``: at least ``rows`` (counting stopped at
-    :data:`COUNT_CAP`). ``rows`` is ``None`` when no index bounds the filter and nothing estimates it."""
+    rows the filter walks, scaled) — or ``"bound"``: more than ``rows`` (counting stopped past
+    :data:`COUNT_CAP`). ``rows`` is ``None`` when nothing could estimate it (Redis: a sample that met no
+    matching row)."""
 
     rows: int | None
     basis: CountBasis | None
@@ -87,10 +88,10 @@ class JobCount:
         return {"rows": self.rows, "basis": self.basis, "exact": self.exact, "text": self.text()}
 
     def text(self) -> str:
-        """How a page says it: ``"1,234"``, ``"about 1,200,000 (estimated by the planner)"``, ``"more than
-        10,000"``, or ``"not counted"``."""
+        """How a page says it: ``"1,234"``, ``"about 1,200,000 (estimated from the planner's statistics)"``,
+        ``"more than 10,000"``, or ``"not counted (…)"``."""
         if self.rows is None:
-            return "not counted (no index serves this filter)"
+            return "not counted (a sample of the rows met none that match: narrow the filters to count exactly)"
         if self.basis == "count":
             return f"{self.rows:,}"
         if self.basis == "bound":
