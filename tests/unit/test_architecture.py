@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "contracts",
         (
             "ultimate_jobs.drivers.records",
+            "ultimate_jobs.drivers.ordering",
             "ultimate_jobs.drivers.protocol",
             "ultimate_jobs.events.base",
             "ultimate_jobs.outbox.store",

@@ -277,7 +277,8 @@ def test_list_jobs_pages_both_ways_with_the_cursors_it_answers(jobs: JobsEnv) ->
     beyond = operator.list_jobs(name="plain", limit=2, before=top.previous)
     assert beyond.rows == () and beyond.previous is None
     data = first.as_dict()
-    assert set(data) == {"rows", "limit", "next", "previous"} and data["rows"][0]["id"] == ids[4]
+    assert set(data) == {"rows", "limit", "next", "previous", "order", "window"} and data["rows"][0]["id"] == ids[4]
+    assert (data["order"], data["window"]) == ("-created", None)
 
 
 def test_list_filters_and_dead_letters(jobs: JobsEnv) -> None:
