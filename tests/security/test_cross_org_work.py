@@ -224,6 +224,8 @@ def test_a_run_of_org_a_cannot_read_org_bs_task_result(env: AnyJobsEnv) -> None:
         "remove_job",
         "promote_job",
         "list_jobs of org B",
+        "list_jobs of org B sorted by name",
+        "count_jobs of org B",
         "remove_many of org B",
         "inspect_queues",
         "inspect_stats",
@@ -241,6 +243,8 @@ def test_the_operator_called_from_a_run_answers_for_the_runs_org_only(env: AnyJo
         "remove_job": lambda run: operator.remove_job(theirs),
         "promote_job": lambda run: operator.promote_job(theirs),
         "list_jobs of org B": lambda run: operator.list_jobs(tenant_id=B),
+        "list_jobs of org B sorted by name": lambda run: operator.list_jobs(tenant_id=B, order="name"),
+        "count_jobs of org B": lambda run: operator.count_jobs(tenant_id=B),
         "remove_many of org B": lambda run: operator.remove_many(state="delayed", tenant_id=B),
         "inspect_queues": lambda run: operator.inspect_queues(),
         "inspect_stats": lambda run: operator.inspect_stats(),
@@ -259,9 +263,11 @@ def test_a_run_lists_its_own_orgs_jobs_and_reads_them(env: AnyJobsEnv) -> None:
 
     def read_own(run: JobRun[Any]) -> Any:
         listed = [(r.tenant_id, r.name) for r in operator.list_jobs(name="charge").rows]
-        return listed, operator.inspect_job(mine).job.id
+        by_attempts = [r.tenant_id for r in operator.list_jobs(name="charge", order="-attempts").rows]
+        counted = operator.count_jobs(name="charge")
+        return listed, operator.inspect_job(mine).job.id, by_attempts, (counted.rows, counted.basis)
 
-    assert in_a_run_of(A, env, read_own) == ([(A, "charge")], mine)
+    assert in_a_run_of(A, env, read_own) == ([(A, "charge")], mine, [A], (1, "count"))
     everything = in_a_run_of(A, env, lambda run: cross_tenant("support", lambda: len(operator.list_jobs().rows)))
     assert everything >= 3  # both charges and the attacking runs
 
