@@ -150,10 +150,12 @@ class SqlOperatorStore(ABC):
 
     def _cursor_value(self, column: str, cursor: Cursor | None) -> Any:
         """The cursor's sort value as the sorted statements compare it (an instant in the dialect's form)."""
-        if cursor is None or column in ("created", "attempts", "name", "queue"):
-            return None if cursor is None else cursor.value
-        assert isinstance(cursor.value, int)  # decode_cursor checked an instant column's value
-        return self._dialect.at(cursor.value)
+        if cursor is None:
+            return None
+        if column in ("run_at", "finished"):
+            assert isinstance(cursor.value, int)  # decode_cursor checked an instant column's value
+            return self._dialect.at(cursor.value)
+        return cursor.value
 
     def _cursor(self, cursor: str | None, which: str, order: JobOrder) -> Cursor | None:
         """A decoded cursor whose id can name a row (the id as its parameter); anything else is

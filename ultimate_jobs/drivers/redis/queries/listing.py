@@ -90,14 +90,13 @@ end
 -- any other order: the window's rows, newest first, keyed and sorted here
 local function sort_window()
   if f.fin and opt(f.state) and LIVE[f.state] then return end  -- a live row has no finish
-  local field = col
   local keyed, ids, offset = {}, {}, 0
   while #keyed <= window do
     local batch = redis.call('ZREVRANGEBYSCORE', idx, hi, lo, 'LIMIT', offset, 500)
     if #batch == 0 then break end
     offset = offset + #batch
     for _, id in ipairs(batch) do
-      local h = #keyed <= window and match(id, field)
+      local h = #keyed <= window and match(id, col)
       if h and h[8] then
         local k = key_of(h[8], h[6], id)
         table.insert(keyed, k)
