@@ -1,5 +1,6 @@
 """Settings for the test suite (pytest-django, mypy's django plugin, makemigrations --check)."""
 
+import importlib.util
 import os
 
 SECRET_KEY = "test"
@@ -41,13 +42,27 @@ ULTIMATE_JOBS = {"DRIVER": "memory"}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Django's own task API on this queue (tests/postgres/test_django_tasks.py); 5.2 reads it through the
-# django-tasks backport.
+# django-tasks backport. The compatibility tests (tests/postgres/test_django_tasks_compat.py) run each test
+# body on "reference", Django's ImmediateBackend, and on "jobs", a second JobsBackend: the tasks are
+# declared on "default", so each is enqueued through `.using(backend=...)`, onto the "compat" queue too.
+_IMMEDIATE = (
+    "django.tasks.backends.immediate.ImmediateBackend"  # Django 6
+    if importlib.util.find_spec("django.tasks") is not None
+    else "django_tasks.backends.immediate.ImmediateBackend"
+)
+_TASK_RETRY = {"attempts": 2, "backoff": "fixed", "delay": "1s"}
 TASKS = {
     "default": {
         "BACKEND": "ultimate_jobs.django_tasks.JobsBackend",
         "QUEUES": ["default", "tasks-low"],
-        "OPTIONS": {"RETRY": {"attempts": 2, "backoff": "fixed", "delay": "1s"}},
+        "OPTIONS": {"RETRY": _TASK_RETRY},
     },
+    "jobs": {
+        "BACKEND": "ultimate_jobs.django_tasks.JobsBackend",
+        "QUEUES": ["default", "tasks-low", "compat"],
+        "OPTIONS": {"RETRY": _TASK_RETRY},
+    },
+    "reference": {"BACKEND": _IMMEDIATE, "QUEUES": ["default", "tasks-low", "compat"]},
 }
 
 MIDDLEWARE = [

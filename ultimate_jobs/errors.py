@@ -408,6 +408,12 @@ class ValidationError(CodedError):
     default_code = "X_VALIDATION"
 
 
+class InputNotJsonError(ValidationError, TypeError):
+    """A job's input, or a Django task's arguments, that JSON cannot hold (a datetime, a set, an object).
+    A ``TypeError`` as well, as Django's task API raises for such arguments, so ``except TypeError`` around
+    ``task.enqueue(...)`` catches it on this backend as on Django's own."""
+
+
 class JobRequestInvalidError(CodedError):
     """An enqueue request no driver can store: a NUL byte in its text, input nested too deep, a run_at
     outside the schedulable instants, a run_id that is not a UUID, a blank queue. Refused at the call,

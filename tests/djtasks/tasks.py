@@ -60,3 +60,19 @@ def returns_set() -> object:
 def org_of(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The TENANT reader a test backend names: the ``org`` keyword, when given."""
     return kwargs.get("org")
+
+
+@task
+def noted_failure() -> None:
+    """Fails with a message whose last line reads like a class (``Note: …``) and a PEP 678 note."""
+    error = PaymentDeclined("declined\nNote: card expired")
+    error.add_note("hint: retry later")
+    raise error
+
+
+@task(takes_context=True)
+def reports_context(context: TaskContext) -> dict[str, Any]:
+    """What the run's own result says while it runs."""
+    seen = context.task_result
+    enqueued_at = seen.enqueued_at.isoformat() if seen.enqueued_at is not None else None
+    return {"status": str(seen.status), "enqueued_at": enqueued_at, "worker_ids": list(seen.worker_ids)}

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections, transaction
+from django.test import override_settings
 
 from tests.conftest import AnyJobsEnv, installed
 from tests.djtasks import tasks
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.core.routing import set_jobs_router
-from ultimate_jobs.django_tasks import JobsBackend, enqueue_key
+from ultimate_jobs.django_tasks import BACKEND_PATH, JobsBackend, enqueue_key, task_queues
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
@@ -53,7 +54,8 @@ def test_an_enqueued_task_runs_on_our_runner_and_its_result_reads_back(any_jobs:
     row = any_jobs.driver.operator.get(result.id)  # type: ignore[union-attr]
     assert row is not None
     assert (row.name, row.queue, row.state) == ("tests.djtasks.tasks.add", "default", "ready")
-    assert row.input == {"args": [2, 3], "kwargs": {}}
+    enqueued = {"backend": "default", "enqueued_at_ms": any_jobs.clock.now_ms()}
+    assert row.input == {"args": [2, 3], "kwargs": {}, "task": enqueued}
     assert row.tenant_id is None and row.idempotency_key.startswith("django-task:")
     assert row.max_attempts == 2  # OPTIONS["RETRY"]
 
@@ -87,8 +89,8 @@ def test_a_failing_task_is_retried_then_failed_with_its_error(any_jobs: AnyJobsE
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.attempts == 2
-    (error,) = result.errors
-    assert error.exception_class_path == "tests.djtasks.tasks.PaymentDeclined"
+    first, error = result.errors  # each attempt's
+    assert first.exception_class_path == error.exception_class_path == "tests.djtasks.tasks.PaymentDeclined"
     assert error.exception_class is tasks.PaymentDeclined
     assert "card declined for o-7" in error.traceback
     with pytest.raises(ValueError, match="failed"):
@@ -234,4 +236,25 @@ def test_bad_options_and_bad_tasks_are_refused() -> None:
 
 
 def test_a_worker_without_queues_serves_the_backends_queues() -> None:
-    assert {"default", "tasks-low"} <= set(default_queues())
+    assert {"default", "tasks-low", "compat"} <= set(default_queues())
+
+
+def test_queues_set_to_any_name_is_warned_by_the_system_check() -> None:
+    """``QUEUES: []`` is Django's "any queue name": a worker cannot serve names nobody lists, so the
+    backend's check warns, and the worker serves ``default`` for it (issue 43, item 6)."""
+    (warning,) = JobsBackend("any", {"QUEUES": []}).check()
+    assert warning.id == "ultimate_jobs.X_SETTINGS_TASK_QUEUES_ANY" and "--queues" in warning.hint
+    assert list(JobsBackend("listed", {"QUEUES": ["default"]}).check()) == []
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND_PATH, "QUEUES": []}}):
+        assert task_queues() == {"default"}
+
+
+def test_a_row_claimed_ahead_reads_ready_until_its_function_starts(any_jobs: AnyJobsEnv) -> None:
+    """A worker's claim-ahead buffer holds rows claimed (``running``) that no slot has started: Django's
+    RUNNING is "currently being executed", so they read READY until their attempt begins (issue 43, item 7)."""
+    result = tasks.add.enqueue(5, 5)
+    claim = any_jobs.driver.claim(queues=["default"], limit=1, worker_id="w-ahead")
+    assert [c.id for c in claim.jobs] == [result.id]
+    assert any_jobs.driver.operator.get(result.id).state == "running"  # type: ignore[union-attr]
+    result.refresh()
+    assert (result.status, result.worker_ids, result.started_at) == (TaskResultStatus.READY, [], None)

@@ -21,6 +21,7 @@ from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import (
     IdempotencyRequiredError,
+    InputNotJsonError,
     InvariantError,
     JobConcurrencyInvalidError,
     JobConcurrencyKeyInvalidError,
@@ -227,7 +228,7 @@ class JobHandle(Generic[InputT, ResultT]):
         try:
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise ValidationError(f"{self.name}: input is not JSON-serialisable: {exc}", {"job": self.name}) from exc
+            raise InputNotJsonError(f"{self.name}: input is not JSON-serialisable: {exc}", {"job": self.name}) from exc
         return payload
 
     def derive_tenant(self, parsed: InputT) -> str | None:
