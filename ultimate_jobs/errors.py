@@ -138,6 +138,30 @@ class JobAbortedError(CodedError):
     default_code = "X_ABORTED"
 
 
+class JobBodyExitedError(CodedError):
+    """A job's code raised a ``BaseException`` that is not an ``Exception`` — ``sys.exit()``
+    (``SystemExit``), ``KeyboardInterrupt`` off the main thread, ``GeneratorExit``, an
+    ``asyncio.CancelledError`` that was not the run's own cancel. The attempt fails with this code (the
+    original is its ``__cause__``; ``meta["raised"]`` names its class), the retry policy applies, and the
+    worker's slot runs the next job."""
+
+    default_code = "X_JOB_BODY_EXITED"
+
+    @classmethod
+    def of(cls, job: str, raised: BaseException) -> JobBodyExitedError:
+        """The failure of ``job``'s attempt whose code raised ``raised``, chained to it."""
+        kind = type(raised)
+        path = f"{kind.__module__}.{kind.__qualname__}"
+        error = cls(
+            f"{job}: the job raised {path}({', '.join(map(repr, raised.args))}), which is not an Exception; the "
+            "attempt failed and the retry policy applies. A job fails by raising an Exception: do not call "
+            "sys.exit() in job code, and catch what a library raises on its way out",
+            {"job": job, "raised": path},
+        )
+        error.__cause__ = raised
+        return error
+
+
 class JobConcurrencyInvalidError(CodedError):
     """The declared concurrency cannot be honoured."""
 

@@ -8,11 +8,13 @@ what, and how often.
   ``running:<job id>`` and holds its slot — waking every 50 ms on its signal — until the signal is
   aborted (then it raises) or ``HOLD_MAX_S`` passes. A later run of the same job writes
   ``again:<job id>`` and returns at once.
+- ``exits`` (2 attempts, 200 ms apart): writes ``exiting:<job id>``, then calls ``sys.exit(3)``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -68,3 +70,17 @@ def hold_retry(run: JobRun[Any]) -> dict[str, Any]:
 @job(name="lite_hold_once", idempotency_key=lambda i: i["key"], tenant="none", queue=QUEUE, retry={"attempts": 1})
 def hold_once(run: JobRun[Any]) -> dict[str, Any]:
     return hold(run)
+
+
+@job(
+    name="lite_exits",
+    idempotency_key=lambda i: i["key"],
+    tenant="none",
+    queue=QUEUE,
+    retry={"attempts": 2, "backoff": "fixed", "delay": "200ms", "jitter": False},
+)
+def exits(run: JobRun[Any]) -> None:
+    """Writes ``exiting:<job id>`` for each attempt, then calls ``sys.exit(3)`` (a library that ends the
+    process on a bad config)."""
+    record(f"exiting:{run.job_id}", run.attempt)
+    sys.exit(3)

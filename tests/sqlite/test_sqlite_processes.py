@@ -55,7 +55,7 @@ def lite() -> Iterator[ModuleType]:
         yield process_jobs
     finally:
         set_job_driver(None)
-        for name in ("lite_record_effect", "lite_hold_retry", "lite_hold_once"):
+        for name in ("lite_record_effect", "lite_hold_retry", "lite_hold_once", "lite_exits"):
             registry.unregister(name)  # declared for the children; this process only enqueues
         query("DELETE FROM e2e_effects")
 
@@ -227,3 +227,33 @@ def test_jobs_dev_runs_every_role_on_one_file_and_drains_them_on_sigterm(spawn: 
     assert time.monotonic() - sent < DRAIN_DEADLINE_S
     interrupted = job_row(held)
     assert (interrupted["state"], interrupted["attempts"]) == ("ready", 0), interrupted  # handed back uncounted
+
+
+def effect_times(key: str) -> list[tuple[int, float]]:
+    """(attempt, at) of every effect row under ``key``, in order."""
+    rows = query("SELECT attempt, at FROM e2e_effects WHERE job_key = %s ORDER BY at", [key])
+    return [(int(attempt), float(at)) for attempt, at in rows]
+
+
+@pytest.mark.slow
+def test_a_body_that_calls_sys_exit_fails_its_attempt_and_its_only_slot_runs_the_next_job(
+    spawn: Spawn, lite: ModuleType
+) -> None:
+    exiting = lite.exits.enqueue({"key": "sys-exit"}).id
+    behind = lite.record_effect.enqueue({"key": "behind-the-exit"}).id
+    (worker,) = serving(spawn("A", concurrency=1))
+
+    eventually(row_in(behind, "done"), timeout=START_S, interval=POLL_S)
+    (exited_at,) = [at for attempt, at in effect_times(f"exiting:{exiting}") if attempt == 1]
+    ((_, ran_at),) = effect_times("behind-the-exit")
+    assert ran_at - exited_at < 1.0, "the slot took over a second to run the job behind the sys.exit()"
+
+    dead = eventually(row_in(exiting, "dead"), timeout=START_S, interval=POLL_S)
+    assert (dead["attempts"], dead["last_code"]) == (2, "X_JOB_BODY_EXITED")
+    assert "builtins.SystemExit(3)" in dead["last_error"]
+    assert [attempt for attempt, _ in effect_times(f"exiting:{exiting}")] == [1, 2]  # retried once, then dead
+    assert worker.popen.poll() is None, worker.describe()  # sys.exit() in a slot ends no process
+
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.describe()
+    assert "jobs.job.body-exited" in worker.stderr and "drain-abandoned" not in worker.stderr, worker.describe()

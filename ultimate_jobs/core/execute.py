@@ -20,6 +20,7 @@ A cancelled attempt's verdict is read off its signal, never off whatever the bod
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
@@ -30,6 +31,8 @@ from ..drivers.protocol import JobDriver
 from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import (
     ConcurrencyUnenforceableError,
+    JobAbortedError,
+    JobBodyExitedError,
     JobKeyBusyError,
     JobTenantMismatchError,
     JobTimeoutError,
@@ -250,10 +253,43 @@ def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int)
     except Exception as exc:
         after_abort_or(attempt, run_signal, attempt.fail, exc)
         return
+    except BaseException as raised:  # sys.exit() and its kind: a failure like any other, and the slot lives on
+        interrupted = user_interrupt(attempt, raised)
+        if interrupted is not None:
+            attempt.settle(attempt.interrupt, interrupted)
+            raise
+        after_abort_or(attempt, run_signal, attempt.fail, body_exited(attempt, raised))
+        return
     finally:
         if timer is not None:
             timer.cancel()
     returned(attempt, run_signal, result)
+
+
+def body_exited(attempt: Attempt, raised: BaseException) -> JobBodyExitedError:
+    """The failure of an attempt whose body raised ``raised``, a ``BaseException`` that is not an
+    ``Exception`` (``sys.exit()``, ``GeneratorExit``, a stray ``CancelledError``): ``X_JOB_BODY_EXITED``, so
+    the retry policy applies and the slot runs the next job."""
+    log_event(
+        logging.ERROR,
+        "jobs.job.body-exited",
+        raised=type(raised).__qualname__,
+        error=repr(raised),
+        **attempt.log_fields(),
+    )
+    return JobBodyExitedError.of(attempt.handle.name, raised)
+
+
+def user_interrupt(attempt: Attempt, raised: BaseException) -> JobAbortedError | None:
+    """The reason to hand the attempt back uncounted when ``raised`` is the user's Ctrl-C — a
+    ``KeyboardInterrupt`` on the main thread (``run_jobs`` in a shell or a test; a worker runs no body there)
+    — which then goes on up, as Django's immediate task backend lets it; else ``None``."""
+    if not isinstance(raised, KeyboardInterrupt) or threading.current_thread() is not threading.main_thread():
+        return None
+    return JobAbortedError(
+        f"{attempt.handle.name}: interrupted (KeyboardInterrupt); the job goes back to ready uncounted",
+        {"job": attempt.handle.name},
+    )
 
 
 def prepare(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms: int) -> bool:

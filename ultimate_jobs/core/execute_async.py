@@ -32,12 +32,14 @@ from .execute import (
     admit,
     after_abort_or,
     arm_deadline,
+    body_exited,
     find_handle,
     job_run_for,
     prepare,
     release_slot,
     returned,
     step_options,
+    user_interrupt,
 )
 from .installed import job_clock
 from .logs import log_event
@@ -162,11 +164,22 @@ async def _run(attempt: Attempt, run_signal: CancelSignal, visibility_timeout_ms
     try:
         result = await attempt.handle.fn(job_run)
     except asyncio.CancelledError as cancelled:
-        if not state.aborted or task.uncancel() > 0:
+        if state.aborted:
+            if task.uncancel() > 0:
+                raise  # the lane is stopping as well — the lease lapses, as an abandoned thread's
+            error = cancelled
+        elif task.cancelling():
             raise  # not the run's own abort: the lane is stopping — the lease lapses, as an abandoned thread's
-        error = cancelled
+        else:  # the body's own (an inner task or future it awaited was cancelled): a failure like any other
+            error = body_exited(attempt, cancelled)
     except (Exception, StepSuspension) as exc:  # settled below: by the retry policy, or suspended
         error = exc
+    except BaseException as raised:  # sys.exit() and its kind: caught here, before the loop would see it
+        interrupted = user_interrupt(attempt, raised)
+        if interrupted is not None:
+            await lane.offload(attempt.settle, attempt.interrupt, interrupted)
+            raise
+        error = body_exited(attempt, raised)
     finally:
         state.ended = True
         run_signal.unlisten(on_abort)  # the flight's signal outlives the attempt: leave it no path back to it

@@ -261,6 +261,11 @@ class AsyncLane:
         """How many tasks are in flight on the loop."""
         return len(self._tasks)
 
+    def is_alive(self) -> bool:
+        """Whether the loop's thread runs (a task on a lane whose loop died will never end)."""
+        thread = self.thread
+        return thread is not None and thread.is_alive()
+
     # -- work ----------------------------------------------------------------------------------
 
     def submit(self, make: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:

@@ -24,6 +24,7 @@ from ..drivers.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore
 from .clock import FrozenClock
 from .conformance_async import AsyncJobContract
 from .conformance_backfills import BackfillContract
+from .conformance_exits import BodyExitContract
 from .conformance_fairness import FairnessContract
 from .conformance_operator import OperatorContract
 from .conformance_ordering import OrderingContract
@@ -158,6 +159,7 @@ class DriverConformance(
     RetentionContract,
     BackfillContract,
     AsyncJobContract,
+    BodyExitContract,
 ):
     """Subclass it in a ``Test*`` class and provide ``make_driver``; every scenario then runs on your driver.
 

@@ -27,6 +27,11 @@ class InFlight:
     slots: list[tuple[str, str]] = field(default_factory=list)  # the fleet slots it holds: (key, holder)
     settling: bool = False
     lost: bool = False
+    slot_alive: Callable[[], bool] | None = None
+    """While a slot runs the attempt: whether that slot (its thread, or the event loop's) still lives — the
+    heartbeat renews no lease for a run whose slot died (:func:`give_back`)."""
+    on_loop: bool = False  # an async run (its slot is one of the event loop's)
+    slot_dead: bool = False  # the heartbeat found its slot dead and ended the flight: nothing more to account
 
     def fields(self) -> dict[str, Any]:
         j = self.job
@@ -56,8 +61,23 @@ def hooks_for(flight: InFlight, keeper: Callable[[InFlight], bool] | None = None
     return _Hooks(flight, keeper)
 
 
+def give_back(worker: JobWorker, flight: InFlight, why: str, **fields: Any) -> None:
+    """The run left its slot with nobody to settle it — a slot thread that died, or job code around the body
+    (its context factory, an input validator, ``on_settled``) that raised a ``BaseException`` through the
+    executor: log ``jobs.worker.slot-died`` with the job's name, and give its lease back at once (renewed to
+    end now, fenced on the claim — a no-op when the row had settled). The queue claims it again as a lapsed
+    lease: the attempt is spent, and a final one is dead-lettered by that claim."""
+    flight.lost = True
+    log_event(logging.ERROR, "jobs.worker.slot-died", why=why, **fields, **flight.fields())
+    try:
+        worker.driver.heartbeat([Heartbeat(flight.job.id, flight.job.ref)], visibility_timeout_ms=0)
+    except Exception as exc:  # the lease lapses at the end of its window instead
+        log_event(logging.ERROR, "jobs.worker.hand-back-failed", error=repr(exc), job_id=flight.job.id)
+
+
 def renew_round(worker: JobWorker) -> None:
-    """One heartbeat round: every in-flight lease in one batched call, then every fleet slot.
+    """One heartbeat round: every in-flight lease in one batched call, then every fleet slot — except a run
+    whose slot died, which the worker gives back instead (:meth:`~.runtime.JobWorker.slot_died`).
 
     A renewal that raised is ``jobs.heartbeat.failed`` while the window still has room; once a whole
     visibility window passed with none landing it is ``jobs.lease.lost`` (+ ``job_leases_lost_total``)
@@ -68,7 +88,13 @@ def renew_round(worker: JobWorker) -> None:
     that already ran, or the queue would deliver it again. The fence makes a renewal that crosses the
     settle a no-op.
     """
-    flights = [f for f in worker.in_flight() if not f.lost]
+    flights = []
+    for flight in worker.in_flight():
+        alive = flight.slot_alive
+        if alive is not None and not alive() and not flight.lost:
+            worker.slot_died(flight)
+        elif not flight.lost:
+            flights.append(flight)
     if not flights:
         return
     beats = [Heartbeat(f.job.id, f.job.ref) for f in flights]

@@ -100,7 +100,7 @@ class SlotPool(Generic[T]):
                 return
             try:
                 self._run(item)
-            except Exception as exc:  # the worker's own _execute catches; this is the last line
+            except BaseException as exc:  # the worker's own _execute catches; this is the last line: the slot lives
                 log_event(logging.ERROR, "jobs.worker.slot-failed", pool=self._name, error=repr(exc))
 
     def shutdown(self, *, wait: bool) -> None:

@@ -48,7 +48,7 @@ from ..runtime.dbconn import release_stale_connections
 from ..runtime.polling import Pass, PollingRole
 from .acks import SettleBuffer
 from .heartbeat import LeaseRenewal
-from .inflight import InFlight, hooks_for
+from .inflight import InFlight, give_back, hooks_for
 from .pool import SlotPool
 from .turns import TurnQueue, round_by_round
 from .watchdog import LOOP_STALL_MS, LoopWatchdog
@@ -567,13 +567,20 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _execute(self, flight: InFlight) -> None:
         job = flight.job
         execution: JobExecution | None = None
+        flight.slot_alive = threading.current_thread().is_alive
         try:  # the connection was checked after this thread's last job (and a new thread has none)
             execution = execute_job(job, self._env, signal=flight.signal, hooks=hooks_for(flight, self._may_keep))
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
+        except BaseException as exc:  # job code around the body (the body's own is a failure): the slot lives on
+            give_back(self, flight, "job code raised a BaseException outside the body", error=repr(exc))
         finally:
+            flight.slot_alive = None
             release_stale_connections()
-            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            if not flight.slot_dead:
+                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+        if flight.slot_dead:  # given back by the heartbeat, its slot counted free there
+            return
         if execution is not None and execution.kept_until_ms is not None:
             self._keep(flight, execution.kept_until_ms)
             return
@@ -688,17 +695,24 @@ class JobWorker(LeaseRenewal, PollingRole):
         the drain deadline) still frees its slot; its row's lease lapses, as an abandoned thread's does."""
         job = flight.job
         execution: JobExecution | None = None
+        flight.slot_alive, flight.on_loop = lane.is_alive, True
         try:
             execution = await execute_job_async(
                 job, self._env, lane=lane, signal=flight.signal, hooks=hooks_for(flight, self._may_keep), handle=handle
             )
         except Exception as exc:  # a driver fault in the settle: the lease lapses and the queue redelivers
             log_event(logging.ERROR, "jobs.worker.execute-failed", error=repr(exc), job_id=job.id, name=job.name)
+        except asyncio.CancelledError:
+            raise  # the lane is stopping past the drain deadline: the lease lapses
+        except BaseException as exc:  # job code around the body, caught before the loop would see it
+            give_back(self, flight, "job code raised a BaseException outside the body", error=repr(exc))
         finally:
-            self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+            flight.slot_alive = None
             kept_until = execution.kept_until_ms if execution is not None else None
-            self._async_slot_freed(flight, execution, lane, kept=kept_until is not None)
-        if kept_until is not None:
+            if not flight.slot_dead:  # else given back by the heartbeat, its slot counted free there
+                self._limiter.release(queue=job.queue, tenant_id=job.tenant_id)
+                self._async_slot_freed(flight, execution, lane, kept=kept_until is not None)
+        if kept_until is not None and not flight.slot_dead:
             self._keep(flight, kept_until, handle=handle)
 
     def _slot_freed(self, flight: InFlight, execution: JobExecution | None, busy: dict[str, int]) -> None:
@@ -725,6 +739,19 @@ class JobWorker(LeaseRenewal, PollingRole):
         self._finish(flight, execution)
         if backlog == self._settle_backlog():
             self.kick()  # the claim loop may have paused for the backlog
+
+    def slot_died(self, flight: InFlight) -> None:
+        """The heartbeat found ``flight``'s slot dead (its thread ended, or the event loop's) while the slot
+        still held it: give its lease back (:func:`~.inflight.give_back`), free the slot's count and end the
+        flight — nobody will settle it here."""
+        give_back(self, flight, "its slot is no longer alive")
+        with self._lock:
+            flight.slot_dead = True
+            busy = self._async_busy if flight.on_loop else self._occupied
+            busy[flight.job.queue] -= 1
+        self._limiter.release(queue=flight.job.queue, tenant_id=flight.job.tenant_id)
+        self._finish(flight, None)
+        self.kick()
 
     def _finish(self, flight: InFlight, execution: JobExecution | None) -> None:
         """Count the attempt, then let the flight go: whoever waits on the flights (``wait_idle``, a
