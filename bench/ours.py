@@ -153,6 +153,39 @@ def enqueue_single(n: int) -> None:
         bench_noop.enqueue({"n": next(_seq)})
 
 
+def enqueue_single_async(n: int) -> None:
+    """``await bench_noop.aenqueue(input)`` from an event loop (``asyncio.run``), one per call."""
+    import asyncio
+
+    from bench.jobs import bench_noop
+
+    close_connections()
+
+    async def go() -> None:
+        for _ in range(n):
+            await bench_noop.aenqueue({"n": next(_seq)})
+
+    asyncio.run(go())
+
+
+def enqueue_single_atomic(n: int) -> None:
+    """``bench_noop.enqueue(input)`` inside ``transaction.atomic()``, one job per transaction, with the outbox
+    installed (mode required), as an app enqueues beside its own rows: each staged in ``x_outbox``."""
+    from django.db import transaction
+
+    from bench.jobs import bench_noop
+    from ultimate_jobs.outbox import install_outbox, uninstall_outbox
+
+    close_connections()
+    install_outbox(mode="required")
+    try:
+        for _ in range(n):
+            with transaction.atomic():
+                bench_noop.enqueue({"n": next(_seq)})
+    finally:
+        uninstall_outbox()
+
+
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
     from ultimate_jobs.core.installed import job_driver
@@ -266,7 +299,9 @@ def subject() -> Subject:
         version=version(),
         database=DATABASE,
         notes="python manage.py jobs_worker --quiet --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
-        "enqueue handle.enqueue outside atomic(), batches job_driver().enqueue_many; io case (M in flight): "
+        "enqueue handle.enqueue outside atomic() (async: await handle.aenqueue under asyncio.run; atomic: "
+        "handle.enqueue in atomic() with the outbox installed, mode required), batches job_driver().enqueue_many; "
+        "io case (M in flight): "
         "async def bodies at jobs_worker --queues bench_io --async-concurrency bench_io=M "
         f"({io_event_loop()}), sync bodies (time.sleep) "
         "at --queues bench_io_sync --concurrency N, both under bench.settings_io; orm body: await "
@@ -291,6 +326,7 @@ def subject() -> Subject:
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
+        extra_enqueue={"enqueue_single_async": enqueue_single_async, "enqueue_single_atomic": enqueue_single_atomic},
         io=IoSpec(
             variants=("async", "sync"),
             name=io_name,

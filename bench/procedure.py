@@ -143,17 +143,26 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t
 
 
+def timed_cpu(fn: Callable[[], None]) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds (user + system, every thread) spent in ``fn()``."""
+    t, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t, time.process_time() - c
+
+
 def case_enqueue(subject: Subject, plan: Plan) -> Figures:
-    """Jobs per second, connection opening included: one per call, then in batches."""
+    """Jobs per second, connection opening included — one per call, then in batches — and the client CPU each
+    job cost the enqueuing process (µs per job: the library's own work plus its driver's, not the server's)."""
     out: Figures = {}
-    fresh_database(subject.database)
-    out["enqueue_single"] = plan.enqueue_single_n / timed(lambda: subject.enqueue_single(plan.enqueue_single_n))
-    for key, fn in subject.extra_enqueue.items():
+    n = plan.enqueue_single_n
+    singles = {"enqueue_single": subject.enqueue_single, **subject.extra_enqueue}
+    for key, fn in singles.items():
         fresh_database(subject.database)
-        out[key] = plan.enqueue_single_n / timed(lambda fn=fn: fn(plan.enqueue_single_n))  # type: ignore[misc]
+        wall, cpu = timed_cpu(lambda fn=fn: fn(n))  # type: ignore[misc]
+        out[key], out[f"{key}_cpu_us"] = n / wall, cpu * 1e6 / n
     fresh_database(subject.database)
-    seconds = timed(lambda: subject.enqueue_batches(plan.enqueue_batch_n, plan.enqueue_batch_size))
-    out["enqueue_batch"] = plan.enqueue_batch_n / seconds
+    wall, cpu = timed_cpu(lambda: subject.enqueue_batches(plan.enqueue_batch_n, plan.enqueue_batch_size))
+    out["enqueue_batch"], out["enqueue_batch_cpu_us"] = plan.enqueue_batch_n / wall, cpu * 1e6 / plan.enqueue_batch_n
     return out
 
 

@@ -55,6 +55,7 @@ CHECK_CONCURRENCY_UNENFORCEABLE = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 CHECK_RATE_LIMIT_UNENFORCEABLE = "X_JOB_RATE_LIMIT_UNENFORCEABLE"
 CHECK_SCHEMA_NOT_MIGRATED = "X_SCHEMA_NOT_MIGRATED"
 CHECK_ROW_SECURITY_UNENFORCED = "X_TENANCY_ROW_SECURITY_UNENFORCED"
+CHECK_PREPARED_BEHIND_POOLER = "X_SETTINGS_PREPARED_BEHIND_POOLER"
 APP_ROLE_FIX = (
     "connect the app as a role with neither — CREATE ROLE app LOGIN PASSWORD '…' NOSUPERUSER NOBYPASSRLS — that "
     "owns the database (or is granted its tables); the README, Tenancy, 'The app's database role', shows the setup"
@@ -73,6 +74,8 @@ def settings_messages() -> list[checks.CheckMessage]:
         found += _database(values["database"], values.get("driver"), values.get("outbox"))
     if "driver" in values:
         found += _driver(values["driver"])
+    if values.get("driver") == "postgres" and values.get("prepared_statements", True):
+        found += _prepared_behind_pooler(values.get("database", "default"))
     if values.get("context") is not None:
         found += _context(values["context"])
     return found
@@ -128,6 +131,29 @@ def _database(alias: str, driver: str | None, outbox: str | None) -> list[checks
             CHECK_DATABASE_NOT_POSTGRES,
             f"{' and '.join(users)} need PostgreSQL; ULTIMATE_JOBS['DATABASE'] = {alias!r} is {vendor}",
             "point DATABASE at a PostgreSQL alias, or set DRIVER = 'memory' and OUTBOX = 'off'",
+        )
+    ]
+
+
+def _prepared_behind_pooler(alias: str) -> list[checks.CheckMessage]:
+    """A Warning when the jobs database alias says it sits behind a transaction-pooling proxy
+    (``DISABLE_SERVER_SIDE_CURSORS``, Django's own setting for PgBouncer in transaction mode) while the driver
+    prepares its statements — which PgBouncer before 1.21 cannot carry from one transaction to the next.
+    A project that chose psycopg's rule itself (``OPTIONS["prepare_threshold"]``) is left to it."""
+    found = connections.settings.get(alias)
+    if not found or not found.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    if "prepare_threshold" in (found.get("OPTIONS") or {}):
+        return []
+    return [
+        checks.Warning(
+            f"DATABASES[{alias!r}] sets DISABLE_SERVER_SIDE_CURSORS (a transaction-pooling proxy such as PgBouncer) "
+            "and the postgres driver prepares its statements on the connection, which PgBouncer before 1.21 "
+            "cannot carry across transactions",
+            hint="set ULTIMATE_JOBS['PREPARED_STATEMENTS'] = False; or, on PgBouncer 1.21 or later with "
+            "max_prepared_statements set, silence this check (SILENCED_SYSTEM_CHECKS)",
+            obj=OBJ,
+            id=f"ultimate_jobs.{CHECK_PREPARED_BEHIND_POOLER}",
         )
     ]
 

@@ -128,6 +128,7 @@ class JobsSettings:
     retention: Retention = field(default_factory=Retention)
     worker_gc: str = "tuned"
     event_loop: str = "auto"
+    prepared_statements: bool = True
 
 
 def _read_driver(value: object) -> str:
@@ -284,6 +285,15 @@ def _read_metrics_public(value: object) -> bool:
     raise SettingError("METRICS_PUBLIC", CHECK_VALUE_INVALID, f"= {_shown(value)} is no bool", "use True or False")
 
 
+def _read_prepared_statements(value: object) -> bool:
+    """``PREPARED_STATEMENTS`` (default True): the Postgres driver prepares its hot statements (the enqueue,
+    the claim, the settles, the heartbeat) once per connection. False prepares none — for PgBouncer in
+    transaction mode before 1.21, which cannot carry a prepared statement from one transaction to the next."""
+    if isinstance(value, bool):
+        return value
+    raise SettingError("PREPARED_STATEMENTS", CHECK_VALUE_INVALID, f"= {_shown(value)} is no bool", "use True or False")
+
+
 WORKER_GC_MODES = ("tuned", "python")
 
 
@@ -372,6 +382,7 @@ _KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "RETENTION": ("retention", _read_retention),
     "WORKER_GC": ("worker_gc", _read_worker_gc),
     "EVENT_LOOP": ("event_loop", _read_event_loop),
+    "PREPARED_STATEMENTS": ("prepared_statements", _read_prepared_statements),
 }
 KNOWN_KEYS = frozenset(_KEYS)
 
@@ -516,7 +527,7 @@ def build_driver(config: JobsSettings | None = None) -> JobDriver:
     if config.driver == "postgres":
         from .drivers.postgres.driver import PostgresDriver
 
-        return PostgresDriver(alias=config.database, **common)
+        return PostgresDriver(alias=config.database, prepared_statements=config.prepared_statements, **common)
     if config.driver == "sqlite":
         from .drivers.sqlite.driver import SqliteDriver
 

@@ -234,9 +234,41 @@ class JobsBackend(BaseTaskBackend):
                 return self.get_result(enqueued.id)
             except TaskResultDoesNotExist:  # staged in the outbox, not yet published
                 pass
-        result: TaskResult[Any] = TaskResult(
+        result = self._ready(task, request, enqueued.id)
+        if not enqueued.deduped:
+            task_enqueued.send(type(self), task_result=result)
+        return result
+
+    async def aenqueue(self, task: Task[..., Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        """:meth:`enqueue` from async code (``await my_task.aenqueue(...)``), without blocking the event
+        loop: as ``handle.aenqueue`` does, the row is written from the loop on the Postgres driver, and on
+        the caller's thread (``sync_to_async(thread_sensitive=True)``) when sync code called in — so async
+        code entered with ``async_to_sync`` from a sync function holding ``transaction.atomic()`` stages the
+        row in that transaction, as :meth:`enqueue` does there. With ``OPTIONS["TENANT"]`` or
+        ``OPTIONS["IDEMPOTENCY_KEY"]`` set, the whole enqueue runs on that thread (the app's functions may
+        read the database)."""
+        from .core.routing import aenqueue_many, jobs_router
+
+        if self.tenant_reader is not None or self.key_reader is not None:
+            return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+        self.validate_task(task)
+        request = self._request(task, args, kwargs)
+        (enqueued,) = await aenqueue_many(jobs_router(), [request])
+        if enqueued.deduped:
+            try:
+                return await sync_to_async(self.get_result, thread_sensitive=True)(enqueued.id)
+            except TaskResultDoesNotExist:
+                pass
+        result = self._ready(task, request, enqueued.id)
+        if not enqueued.deduped:
+            await task_enqueued.asend(type(self), task_result=result)
+        return result
+
+    def _ready(self, task: Task[..., Any], request: EnqueueRequest, job_id: str) -> TaskResult[Any]:
+        """The READY result of a row just written for ``task``."""
+        return TaskResult(
             task=task,
-            id=enqueued.id,
+            id=job_id,
             status=TaskResultStatus.READY,
             enqueued_at=_instant(request.input[TASK_KEY]["enqueued_at_ms"]),
             started_at=None,
@@ -248,16 +280,6 @@ class JobsBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        if not enqueued.deduped:
-            task_enqueued.send(type(self), task_result=result)
-        return result
-
-    async def aenqueue(self, task: Task[..., Any], args: Any, kwargs: Any) -> TaskResult[Any]:
-        """:meth:`enqueue` from async code (``await my_task.aenqueue(...)``), without blocking the event
-        loop: it runs on Django's thread-sensitive thread (``sync_to_async(thread_sensitive=True)``), so
-        async code entered with ``async_to_sync`` from a sync function holding ``transaction.atomic()``
-        stages the row in that transaction, as :meth:`enqueue` does there."""
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
     # -- results ---------------------------------------------------------------------------------
 

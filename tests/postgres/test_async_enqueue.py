@@ -13,14 +13,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg
 import pydantic
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from tests.conftest import AnyJobsEnv
+from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.core.routing import DirectRouter, set_jobs_router
+from ultimate_jobs.drivers.postgres.wake import conninfo_for
 from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest, JobFilter
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import run_jobs
@@ -138,6 +140,7 @@ class Held(DirectRouter):
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("any_jobs", ["memory"], indirect=True)  # Postgres: the test below holds its table
 async def test_aenqueue_does_not_block_the_event_loop(any_jobs: AnyJobsEnv) -> None:
     """While an enqueue waits on its database, other coroutines on the loop run: here the one that releases it."""
     charge = declare([])
@@ -158,6 +161,71 @@ async def test_aenqueue_does_not_block_the_event_loop(any_jobs: AnyJobsEnv) -> N
         set_jobs_router(None)
     assert held.released_in_time == [True, True]
     assert await row(any_jobs, one.id) is not None and await row(any_jobs, many[0].id) is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("any_jobs", [pytest.param("postgres", marks=ON_POSTGRES)], indirect=True)
+async def test_on_postgres_aenqueue_writes_from_the_loop_and_waits_on_the_database_without_blocking_it(
+    any_jobs: AnyJobsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread hop: the enqueue's statements run on a connection of the loop's own, awaited — while another
+    session holds x_jobs locked, the enqueue waits in the database and the loop runs the coroutine that
+    lets it go."""
+
+    def no_hop(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("aenqueue hopped to a thread")
+
+    monkeypatch.setattr("ultimate_jobs.core.routing.sync_to_async", no_hop)
+    charge = declare([])
+    settings_dict = connections["default"].settings_dict
+    locker = await psycopg.AsyncConnection.connect(conninfo_for(settings_dict), autocommit=False)
+    try:
+        await locker.execute("LOCK TABLE x_jobs IN EXCLUSIVE MODE")  # an INSERT waits for it
+
+        async def release() -> None:
+            async with await psycopg.AsyncConnection.connect(conninfo_for(settings_dict), autocommit=True) as peek:
+                for _ in range(int(WAIT / 0.01)):
+                    waiting = await (
+                        await peek.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND query LIKE '%%INSERT INTO x_jobs%%' AND datname = current_database()"
+                        )
+                    ).fetchone()
+                    if waiting and waiting[0] == 2:
+                        break
+                    await asyncio.sleep(0.01)  # the loop's own turn: the enqueues wait in the database meanwhile
+                else:
+                    raise AssertionError("the enqueues never reached the database")
+            await locker.commit()
+
+        one, many, _ = await asyncio.gather(
+            charge.aenqueue({"order_id": "o-1", "cents": 1}),
+            charge.aenqueue_many([{"order_id": "o-2", "cents": 2}, {"order_id": "o-3", "cents": 3}]),
+            release(),
+        )
+    finally:
+        await locker.close()
+    assert not one.deduped and [m.deduped for m in many] == [False, False]
+    assert await rows(any_jobs) == 3
+    assert (await charge.aenqueue({"order_id": "o-1", "cents": 1})).id == one.id  # dedupe, from the loop too
+    await any_jobs.driver.async_enqueue.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("any_jobs", [pytest.param("postgres", marks=ON_POSTGRES)], indirect=True)
+async def test_on_postgres_a_required_outbox_refuses_a_native_aenqueue_as_enqueue_outside_a_transaction(
+    any_jobs: AnyJobsEnv,
+) -> None:
+    from ultimate_jobs.outbox import OutboxRouter, postgres_outbox_store
+
+    charge = declare([])
+    set_jobs_router(OutboxRouter(store=postgres_outbox_store(), mode="required"))
+    try:
+        with pytest.raises(UltimateError) as caught:
+            await charge.aenqueue({"order_id": "o-1", "cents": 1})
+    finally:
+        set_jobs_router(None)
+    assert caught.value.code == "X_OUTBOX_NO_TX" and await rows(any_jobs) == 0
 
 
 def test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another(any_jobs: AnyJobsEnv) -> None:

@@ -116,6 +116,7 @@ class HandRolled:
     leader = None
     scheduler_state = None
     backfills = None
+    async_enqueue = None
 
 
 class Undeclared:
@@ -155,6 +156,7 @@ def test_a_driver_leaving_capabilities_undeclared_is_refused_naming_each() -> No
         "supports_listen",
         "operator",
         "backfills",
+        "async_enqueue",
     ):
         assert attr in error.msg
     assert "name (" not in error.msg  # declared

@@ -132,6 +132,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
         "RETENTION": {"DONE": "1d", "FAILED": None, "DEAD": "90d", "OUTBOX": "12h", "BATCH": 500},
         "WORKER_GC": "python",
         "EVENT_LOOP": "asyncio",
+        "PREPARED_STATEMENTS": False,
     }
     assert set(config) == KNOWN_KEYS
     assert errors_for(config) == []
@@ -145,7 +146,7 @@ def test_every_known_key_reads_into_its_typed_value() -> None:
     )
     assert (read.drain_deadline_ms, read.visibility_timeout_ms, read.environment) == (10_000, 60_000, "staging")
     assert read.modules == ("tests.unit.fixtures_jobs",)
-    assert (read.worker_gc, read.event_loop) == ("python", "asyncio")
+    assert (read.worker_gc, read.event_loop, read.prepared_statements) == ("python", "asyncio", False)
     day = 86_400_000
     assert read.retention == Retention(
         done_ms=day, failed_ms=None, cancelled_ms=30 * day, dead_ms=90 * day, outbox_ms=day // 2, batch=500
@@ -233,6 +234,8 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("WORKER_GC", False, VALUE),
     ("EVENT_LOOP", "trio", VALUE),
     ("EVENT_LOOP", None, VALUE),
+    ("PREPARED_STATEMENTS", "yes", VALUE),
+    ("PREPARED_STATEMENTS", None, VALUE),
 ]
 
 
@@ -481,3 +484,30 @@ def test_the_built_driver_serves_the_fair_queues_the_settings_name(driver: str) 
     """(The SQLite driver's build is tests/sqlite's: this suite's database is Postgres.)"""
     built = build_driver(JobsSettings(driver=driver, fair_queues=frozenset({"imports"})))
     assert built.fair_queues == {"imports"}
+
+
+def test_prepared_statements_behind_a_transaction_pooler_are_a_warning_until_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import connections
+
+    postgres = {"DRIVER": "postgres"}
+    with override_settings(ULTIMATE_JOBS=postgres):
+        assert check_settings() == []  # no pooler said: prepared statements on
+    default = connections.settings["default"]
+    monkeypatch.setitem(default, "DISABLE_SERVER_SIDE_CURSORS", True)
+    with override_settings(ULTIMATE_JOBS=postgres):
+        (warning,) = check_settings()
+    assert warning.id == "ultimate_jobs.X_SETTINGS_PREPARED_BEHIND_POOLER"
+    assert "PREPARED_STATEMENTS" in (warning.hint or "") and not isinstance(warning, Error)
+    with override_settings(ULTIMATE_JOBS={**postgres, "PREPARED_STATEMENTS": False}):
+        assert check_settings() == []
+    monkeypatch.setitem(default, "OPTIONS", {**default.get("OPTIONS", {}), "prepare_threshold": None})
+    with override_settings(ULTIMATE_JOBS=postgres):
+        assert check_settings() == []  # the project chose psycopg's rule itself
+
+
+def test_prepared_statements_off_build_a_driver_that_prepares_nothing() -> None:
+    built = build_driver(JobsSettings(driver="postgres", prepared_statements=False))
+    assert built.executor.prepared is False  # type: ignore[attr-defined]
+    assert build_driver(JobsSettings(driver="postgres")).executor.prepared is True  # type: ignore[attr-defined]

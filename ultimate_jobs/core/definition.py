@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, Generic, Literal, Required, TypedDict, TypeVar, Unpack
 
 import pydantic
-from asgiref.sync import sync_to_async
 
 from ..defaults import DEFAULT_EVENT_POLL_MS
 from ..drivers.records import Enqueued, EnqueueRequest
@@ -337,6 +336,7 @@ class JobHandle(Generic[InputT, ResultT]):
             enqueued_by=actor.id if actor is not None else None,
             traceparent=current_traceparent(),
             concurrency_key=self.derive_concurrency_key(parsed),
+            input_checked=self.input_model is None and type(input) is dict,  # the payload holds the values walked above
         )
 
     def enqueue(
@@ -372,15 +372,20 @@ class JobHandle(Generic[InputT, ResultT]):
 
         >>> queued = await charge.aenqueue({"order_id": "o-1", "org_id": "org-1"})
 
-        The enqueue runs through ``asgiref``'s ``sync_to_async(thread_sensitive=True)``, on the thread
-        Django's async ORM uses — the outer sync thread when the async code was entered from sync code with
-        ``async_to_sync``. So a sync function that opens ``transaction.atomic()`` and calls async code that
-        awaits ``aenqueue`` stages the row in that transaction, as :meth:`enqueue` would (a rollback leaves
-        no job); the run's org and the tenant guard follow (context variables are copied).
+        On the Postgres driver the row is written from the event loop, on a connection of the loop's own
+        (no thread hop), and commits at once — async code holds no transaction, Django's being synchronous.
+        Async code entered from sync code with ``async_to_sync`` is the exception: its enqueue runs on that
+        sync thread (``sync_to_async(thread_sensitive=True)``), so a sync function that opens
+        ``transaction.atomic()`` and calls async code that awaits ``aenqueue`` stages the row in that
+        transaction, as :meth:`enqueue` would (a rollback leaves no job). Other drivers always take that
+        thread. The run's org and the tenant guard follow either way (context variables are copied).
         """
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(
+        from .routing import aenqueue_many, jobs_router
+
+        request = self.build_request(
             input, run_id=run_id, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
         )
+        return (await aenqueue_many(jobs_router(), [request]))[0]
 
     def enqueue_many(
         self,
@@ -417,14 +422,18 @@ class JobHandle(Generic[InputT, ResultT]):
         on_conflict: Literal["dedupe", "error"] = "dedupe",
     ) -> list[Enqueued]:
         """:meth:`enqueue_many` from async code, run as :meth:`aenqueue` runs (on Django's thread-sensitive
-        thread, in the caller's transaction when sync code holding one called in).
+        thread, in the caller's transaction when sync code holding one called in), all or nothing.
 
         >>> queued = await charge.aenqueue_many([{"order_id": "o-1", "org_id": "org-1"}, ...])
         """
-        values = self._many(inputs)  # an async caller's generator is read here, not on the other thread
-        return await sync_to_async(self.enqueue_many, thread_sensitive=True)(
-            values, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict
-        )
+        from .routing import aenqueue_many, jobs_router
+
+        now_ms = _now_ms() if delay is not None else None  # one instant: every delayed row is due together
+        requests = [
+            self.build_request(value, queue=queue, delay=delay, run_at=run_at, on_conflict=on_conflict, now_ms=now_ms)
+            for value in self._many(inputs)
+        ]
+        return await aenqueue_many(jobs_router(), requests) if requests else []
 
     def _many(self, inputs: Iterable[Any]) -> list[Any]:
         """``inputs`` as a list; one input passed where many are expected (a dict iterates its keys) is

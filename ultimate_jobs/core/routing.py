@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from asgiref.sync import AsyncToSync, sync_to_async
+
 from ..drivers.records import Enqueued, EnqueueRequest
 from ..guards.admission import check_request
 from .installed import job_driver
@@ -20,6 +22,30 @@ class JobsRouter(Protocol):
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         """Write or stage many rows in one round trip."""
 
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """:meth:`enqueue_many` from async code (:func:`aenqueue_many` says where it runs)."""
+
+
+def called_from_sync_code() -> bool:
+    """Whether this async code was entered from sync code (``async_to_sync``) whose thread waits on it — and
+    may hold ``transaction.atomic()``, which only that thread's connection can join.
+
+    Read off asgiref's own record of that thread (``AsyncToSync.executors.current``, what its
+    ``sync_to_async(thread_sensitive=True)`` sends calls to); tests/postgres/test_async_enqueue.py and the
+    outbox tests fail should an asgiref release move it."""
+    return getattr(AsyncToSync.executors, "current", None) is not None
+
+
+async def aenqueue_many(router: JobsRouter, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+    """Write (or stage) ``requests`` from async code. With the driver's native async enqueue
+    (``driver.async_enqueue``) and no sync caller waiting (:func:`called_from_sync_code`), the rows are
+    written from the event loop — no thread hop; otherwise the sync enqueue runs on Django's thread-sensitive
+    thread (the waiting caller's own, so it joins that caller's transaction)."""
+    native = job_driver().async_enqueue
+    if native is None or called_from_sync_code():
+        return await sync_to_async(router.enqueue_many, thread_sensitive=True)(requests)
+    return await router.aenqueue_many(requests)
+
 
 class DirectRouter:
     """The fallback: publish to :func:`job_driver` at the call — not transactional. Every request passes
@@ -33,6 +59,14 @@ class DirectRouter:
         for request in requests:
             check_request(request)
         return job_driver().enqueue_many(requests)
+
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """On the driver's native async enqueue (called by :func:`aenqueue_many` only when it has one)."""
+        for request in requests:
+            check_request(request)
+        native = job_driver().async_enqueue
+        assert native is not None
+        return await native.enqueue_many(requests)
 
 
 _router: JobsRouter | None = None

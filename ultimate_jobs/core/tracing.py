@@ -42,8 +42,8 @@ FAILED_OUTCOMES = frozenset({"retried", "dead-lettered", "dropped", "refused"})
 def current_traceparent() -> str | None:
     """The current span's W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), or ``None`` when
     OpenTelemetry is not installed or no valid span is current. ``build_request`` stamps it on the row."""
-    if not OTEL_AVAILABLE:
-        return None
+    if not OTEL_AVAILABLE or not otel_trace.get_current_span().get_span_context().is_valid:
+        return None  # no span to carry (the common case without tracing): no propagator run per enqueue
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
     return carrier.get("traceparent")

@@ -224,6 +224,13 @@ class OperatorStore(Protocol):
     def task_fires(self) -> builtins.list[TaskFire]: ...
 
 
+class AsyncEnqueuer(Protocol):
+    """A driver's native async enqueue: the rows of ``enqueue_many``, written from the event loop."""
+
+    async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """Write ``requests`` as ``JobDriver.enqueue_many`` does, awaited; one answer per request, in order."""
+
+
 class JobDriver(Protocol):
     """The one interface a job queue backend implements. Job code never names a backend.
 
@@ -294,6 +301,11 @@ class JobDriver(Protocol):
     @property
     def scheduler_state(self) -> SchedulerStore | None:
         """The scheduler's watermarks and fires, or ``None`` (then no scheduler runs on this driver)."""
+
+    @property
+    def async_enqueue(self) -> AsyncEnqueuer | None:
+        """The driver's native async enqueue (``await handle.aenqueue(...)`` with no thread hop), or ``None``
+        (then an async enqueue runs the sync one on Django's thread-sensitive thread)."""
 
     @property
     def backfills(self) -> BackfillStore | None:
@@ -393,6 +405,7 @@ DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("leader", "the leader-election lease store, or None"),
     ("scheduler_state", "the scheduler's watermarks, or None"),
     ("backfills", "the backfill ledger, or None"),
+    ("async_enqueue", "the native async enqueue (an object with async enqueue_many), or None"),
 )
 """Every attribute a driver declares beside its methods, with what it holds: verified by the system check
 (:func:`ultimate_jobs.checks.undeclared_capabilities`) and the conformance suite, and read plainly —

@@ -79,6 +79,10 @@ class EnqueueRequest:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None
+    input_checked: bool = field(default=False, compare=False, repr=False)
+    """Set by ``handle.build_request`` when ``input`` holds exactly the values it checked already (the raw
+    input of a job without an input model): :func:`~ultimate_jobs.guards.admission.check_request` then does
+    not walk it again."""
 
 
 def same_tenant(stored: str | None, requested: str | None) -> bool:

@@ -68,7 +68,8 @@ def check_request(request: EnqueueRequest) -> None:
             )
     if request.run_at_ms is not None:
         check_instant(request.run_at_ms, field="run_at", refuse=refuse)
-    check_json(request.input, field="input", refuse=refuse)
+    if not request.input_checked:
+        check_json(request.input, field="input", refuse=refuse)
     check_enqueue_org(request.tenant_id, job=job)
 
 

@@ -72,6 +72,23 @@ class OutboxRouter:
             check_request(request)
         if self.mode != "off" and self.in_transaction():
             return self._stage(requests)
+        self._refuse_outside_a_transaction(requests)
+        return self.driver.enqueue_many(requests)
+
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
+        """From async code no sync caller waits on (:func:`ultimate_jobs.core.routing.aenqueue_many`): it holds
+        no transaction (Django's are synchronous), so the rows are published at once — or, under
+        ``"required"``, refused as an enqueue outside a transaction is."""
+        if not requests:
+            return []
+        for request in requests:
+            check_request(request)
+        self._refuse_outside_a_transaction(requests)
+        native = self.driver.async_enqueue
+        assert native is not None
+        return await native.enqueue_many(requests)
+
+    def _refuse_outside_a_transaction(self, requests: Sequence[EnqueueRequest]) -> None:
         if self.mode == "required":
             names = sorted({r.name for r in requests})
             raise OutboxNoTxError(
@@ -79,7 +96,6 @@ class OutboxRouter:
                 "Enqueue inside transaction.atomic() on the jobs database, next to the rows the job is about",
                 {"jobs": names, "mode": self.mode},
             )
-        return self.driver.enqueue_many(requests)
 
     def _stage(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         for request in requests:

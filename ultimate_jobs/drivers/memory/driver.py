@@ -69,6 +69,7 @@ class MemoryDriver:
     alias = None  # the rows live in this process
     supports_wake = True
     supports_listen = False  # the wake is this process's enqueues only
+    async_enqueue = None  # an async enqueue runs the sync one on Django's thread-sensitive thread
 
     def __init__(
         self,

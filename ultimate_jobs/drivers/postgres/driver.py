@@ -3,7 +3,7 @@ connection for the configured alias (the transaction's connection inside ``atomi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -13,6 +13,7 @@ from ...core.clock import system_clock
 from ..records import Ack, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOptions, StepRecord, nack_counter
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
+from .async_enqueue import AsyncEnqueue
 from .executor import Executor, django_executor, from_jsonb, jsonb
 from .operator import PostgresOperatorStore
 from .queries import fairness
@@ -24,6 +25,34 @@ from .wake import conninfo_for, pool_probe, start_queue_wake
 
 # SQL_CLAIM's registry parameters when the claim carries no registry row (the upsert writes nothing).
 NO_WORKER_ROW = dict.fromkeys(("id", "host", "pid", "started", "queues", "slots", "in_flight", "heartbeat"))
+
+
+Statement = tuple[str, dict[str, Any]]
+Plan = Generator[Statement, list[tuple[Any, ...]], list[Enqueued]]
+"""An enqueue's statements, sans I/O: it yields ``(sql, params)``, is sent the rows each answers, and
+returns the answers — so the sync driver and the async enqueue run one logic on their own connections."""
+
+
+def drive(plan: Plan, run: Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]) -> list[Enqueued]:
+    """Run ``plan``'s statements through ``run``; answer what it returns."""
+    try:
+        statement = next(plan)
+        while True:
+            statement = plan.send(run(*statement))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def needs_transaction(requests: Sequence[EnqueueRequest]) -> bool:
+    """Whether a batch must run in a transaction of its own: a member may be refused (on_conflict="error",
+    or a caller's id that may name another tenant's row), and then no row of the batch may stay."""
+    return len(requests) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)
+
+
+def _holders(found: list[tuple[Any, ...]]) -> dict[int, tuple[Any, Any, bool]]:
+    """SQL_ENQUEUE_HOLDERS' rows as the holder (id, run_id, whether it holds the id under another tenant) of
+    each request row that inserted nothing, by ``ord``."""
+    return {ord_: (job_id, run_id, bool(other)) for ord_, job_id, run_id, other in found}
 
 
 class PostgresDriver(SqlDriver):
@@ -45,8 +74,15 @@ class PostgresDriver(SqlDriver):
         PostgresRateStore,
     )
 
+    def __init__(self, *, prepared_statements: bool = True, **options: Any) -> None:
+        """``options`` are :class:`~ultimate_jobs.drivers.sql.driver.SqlDriver`'s; ``prepared_statements=False``
+        (``ULTIMATE_JOBS["PREPARED_STATEMENTS"]``) prepares none of the driver's statements on the connection."""
+        self.prepared_statements = prepared_statements
+        super().__init__(**options)
+        self.async_enqueue = AsyncEnqueue(self)
+
     def _executor(self, alias: str) -> Executor:
-        return django_executor(alias)
+        return django_executor(alias, prepared=self.prepared_statements)
 
     # -- the wake: LISTEN x_jobs_wake ----------------------------------------------------------
 
@@ -63,55 +99,54 @@ class PostgresDriver(SqlDriver):
     def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         if not requests:
             return []
-        if len(requests) == 1:
-            return [self._enqueue_one(requests[0])]
-        rows = enqueue_rows(requests, self.fair_queues)
         # One statement is atomic on its own; a batch that may refuse a member — on_conflict="error", or a
         # caller's id that may name another tenant's row — needs a transaction so a refused request inserts
         # no row of its batch (all or nothing).
-        guard = (
-            transaction.atomic(using=self.alias)
-            if len(requests) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)
-            else nullcontext()
-        )
+        guard = transaction.atomic(using=self.alias) if needs_transaction(requests) else nullcontext()
         with guard:
-            found = self.executor.query(sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}, binding="server")
-            inserted = {str(r[0]) for r in found}
-            # ids minted here are canonical already; a caller's may be spelled otherwise
-            ids = [
-                row["id"] if request.id is None else canonical_id(row["id"])
-                for row, request in zip(rows, requests, strict=True)
-            ]
-            missing = [row for row, job_id in zip(rows, ids, strict=True) if job_id not in inserted]
-            holders = self._holders(missing) if missing else {}
-            answers: list[Enqueued] = []
-            for row, own_id, request in zip(rows, ids, requests, strict=True):
-                if own_id in inserted:
-                    run_id = row["run_id"] if request.run_id is None else canonical_id(row["run_id"])
-                    answers.append(Enqueued(own_id, run_id, False))
-                    continue
-                answers.append(self._held(request, own_id, holders[row["ord"]]))
+            return drive(self.enqueue_plan(requests), self._run_prepared)
+
+    def _run_prepared(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self.executor.query(statement, params, binding="prepared")
+        return rows
+
+    def enqueue_plan(self, requests: Sequence[EnqueueRequest]) -> Plan:
+        """The statements an enqueue of ``requests`` runs, as a plan (:func:`drive` runs it on Django's
+        connection, :mod:`.async_enqueue` on an async one): ``SQL_ENQUEUE_ONE`` for one request (a plain
+        INSERT, cheap to plan), ``SQL_ENQUEUE`` for a batch, then ``SQL_ENQUEUE_HOLDERS`` only for the
+        requests that inserted nothing. Answers one :class:`Enqueued` per request, in order."""
+        if len(requests) == 1:
+            request = requests[0]
+            rows = enqueue_rows([request], self.fair_queues)
+            now = self._now()
+            params = {key: value for key, value in rows[0].items() if key not in ("ord", "run_at_ms")}
+            run_at = now if rows[0]["run_at_ms"] is None else rows[0]["run_at_ms"]
+            params.update(
+                input=jsonb(params["input"]), run_at=run_at, state="delayed" if run_at > now else "ready", now=now
+            )
+            inserted = yield sql.SQL_ENQUEUE_ONE, params
+            if inserted:
+                return [Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)]
+            holders = _holders((yield sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}))
+            return [self._held(request, canonical_id(rows[0]["id"]), holders[0])]
+        rows = enqueue_rows(requests, self.fair_queues)
+        found = yield sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}
+        created = {str(r[0]) for r in found}
+        # ids minted here are canonical already; a caller's may be spelled otherwise
+        ids = [
+            row["id"] if request.id is None else canonical_id(row["id"])
+            for row, request in zip(rows, requests, strict=True)
+        ]
+        missing = [row for row, job_id in zip(rows, ids, strict=True) if job_id not in created]
+        holders = _holders((yield sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(missing)})) if missing else {}
+        answers: list[Enqueued] = []
+        for row, own_id, request in zip(rows, ids, requests, strict=True):
+            if own_id in created:
+                run_id = row["run_id"] if request.run_id is None else canonical_id(row["run_id"])
+                answers.append(Enqueued(own_id, run_id, False))
+                continue
+            answers.append(self._held(request, own_id, holders[row["ord"]]))
         return answers
-
-    def _enqueue_one(self, request: EnqueueRequest) -> Enqueued:
-        """One request through SQL_ENQUEUE_ONE; the holder is looked up only when it inserted nothing."""
-        rows = enqueue_rows([request], self.fair_queues)
-        now = self._now()
-        params = {key: value for key, value in rows[0].items() if key not in ("ord", "run_at_ms")}
-        run_at = now if rows[0]["run_at_ms"] is None else rows[0]["run_at_ms"]
-        params.update(
-            input=jsonb(params["input"]), run_at=run_at, state="delayed" if run_at > now else "ready", now=now
-        )
-        inserted = self.executor.query(sql.SQL_ENQUEUE_ONE, params, binding="server")
-        if inserted:
-            return Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)
-        return self._held(request, canonical_id(rows[0]["id"]), self._holders(rows)[0])
-
-    def _holders(self, rows: list[dict[str, Any]]) -> dict[int, tuple[Any, Any, bool]]:
-        """The holder (id, run_id, whether it holds the id under another tenant) of each request row that
-        inserted nothing, by ``ord``."""
-        found = self.executor.query(sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}, binding="server")
-        return {ord_: (job_id, run_id, bool(other)) for ord_, job_id, run_id, other in found}
 
     # -- claim: one statement ------------------------------------------------------------------
 

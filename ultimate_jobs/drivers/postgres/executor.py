@@ -70,14 +70,19 @@ class DjangoExecutor:
     own) every statement goes through Django's cursor, so ``connection.queries`` shows it.
     """
 
-    def __init__(self, alias: str = "default") -> None:
+    def __init__(self, alias: str = "default", *, prepared: bool = True) -> None:
         refusal = "the postgres driver needs a PostgreSQL database; alias {alias!r} is {found}"
         self.alias = checked_alias(alias, vendor="postgresql", refusal=refusal)
+        self.prepared = prepared
+        """Whether ``"prepared"`` and ``"generic"`` statements are prepared on the connection
+        (``ULTIMATE_JOBS["PREPARED_STATEMENTS"]``): off, they are bound server-side and parsed every time — for a
+        transaction-pooling proxy that cannot carry a prepared statement (PgBouncer before 1.21)."""
 
     def query(self, sql: str, params: Params = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
         conn = connections[self.alias]
         if binding != "django" and not (settings.DEBUG or conn.force_debug_cursor or uses_other_wrappers(conn)):
-            return self._query_bound(conn, sql, params, prepare=binding != "server", once=binding == "generic")
+            prepare = self.prepared and binding != "server"
+            return self._query_bound(conn, sql, params, prepare=prepare, once=binding == "generic")
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
             return rows_of(cursor.cursor)  # Django's wrapper (a debug one too) holds the psycopg cursor
@@ -114,9 +119,9 @@ def rows_of(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
     return cursor.fetchall() if answered is not None and answered.status == ROWS else []
 
 
-def django_executor(alias: str = "default") -> DjangoExecutor:
-    """The executor over a Django database alias (the only builder)."""
-    return DjangoExecutor(alias)
+def django_executor(alias: str = "default", *, prepared: bool = True) -> DjangoExecutor:
+    """The executor over a Django database alias (the only builder); ``prepared=False`` prepares nothing."""
+    return DjangoExecutor(alias, prepared=prepared)
 
 
 jsonb = dumps

@@ -144,6 +144,7 @@ class RedisDriver:
     alias = None  # the rows live in Redis, outside Django's databases
     supports_wake = True
     supports_listen = True
+    async_enqueue = None  # an async enqueue runs the sync one on Django's thread-sensitive thread
 
     def __init__(
         self,
