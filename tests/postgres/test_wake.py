@@ -234,11 +234,13 @@ def _heard(conn: psycopg.Connection[Any], want: int, timeout: float = 5.0) -> li
     return heard
 
 
-def test_every_single_enqueue_announces_its_queue_and_a_batch_announces_once_per_queue(
+def test_an_enqueue_announces_its_queue_unless_a_due_row_of_it_waits_unclaimed_already(
     admin: psycopg.Connection[Any],
 ) -> None:
-    """Back to back into one queue, each single enqueue wakes the workers: a throttle that skipped the
-    second would leave an idle worker asleep until its next poll (up to 5 s)."""
+    """Back to back into an idle queue, the first enqueue wakes the workers and the ones behind it, while
+    that row still waits, stay silent (the pass that claims it, or the one at the floor after it, takes
+    them); once the waiting rows are claimed the next enqueue announces again. A batch announces once per
+    queue; a row due an hour out, or a deduped enqueue, announces nothing."""
     from tests.conftest import installed
     from ultimate_jobs import JobRun, job
     from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -252,12 +254,20 @@ def test_every_single_enqueue_announces_its_queue_and_a_batch_announces_once_per
             return None
 
         announced.enqueue({"k": 1})
-        announced.enqueue({"k": 2})
-        assert _heard(admin, 2) == ["wake-q", "wake-q"]
+        announced.enqueue({"k": 2})  # row 1 waits unclaimed: the workers are woken for it already
+        assert _heard(admin, 2, timeout=1.0) == ["wake-q"]
 
-        announced.enqueue({"k": 3}, delay="1h")  # due an hour out: nothing to wake for
-        announced.enqueue({"k": 1})  # deduped: nothing inserted, nothing announced
-        env.driver.enqueue_many([announced.build_request({"k": n}) for n in range(10, 20)])
+        claimed = env.driver.claim(queues=["wake-q"], limit=10, worker_id="w")
+        assert len(claimed.jobs) == 2
+        announced.enqueue({"k": 3})  # nothing waits now: this one wakes the workers
+        assert _heard(admin, 1) == ["wake-q"]
+
+        announced.enqueue({"k": 4}, delay="1h", queue="wake-s")  # due an hour out: nothing to wake for
+        announced.enqueue({"k": 3})  # deduped: nothing inserted, nothing announced
         env.driver.enqueue_many([announced.build_request({"k": n}, queue="wake-r") for n in range(20, 25)])
+        env.driver.enqueue_many([announced.build_request({"k": n}, queue="wake-t") for n in range(30, 35)])
         # asks for one more than expected: the delayed and the deduped enqueue must not have announced
-        assert sorted(_heard(admin, 3, timeout=1.0)) == ["wake-q", "wake-r"]
+        assert sorted(_heard(admin, 3, timeout=1.0)) == ["wake-r", "wake-t"]
+
+        announced.enqueue({"k": 5}, queue="wake-s")  # only a row due an hour out waits there: announced
+        assert _heard(admin, 1) == ["wake-s"]

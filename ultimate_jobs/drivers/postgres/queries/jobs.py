@@ -84,13 +84,34 @@ INSERT_JOBS_FROM_REQ = f"""{INSERT_JOBS_INTO}
     ORDER BY ord
     ON CONFLICT DO NOTHING"""
 
+# The queues a wake announces, from a CTE ``ins`` (queue, run_at) of the rows a statement inserted: each
+# queue that got a row due within WAKE_DUE_WITHIN_MS — unless a due row of that queue was already waiting
+# unclaimed before this statement (the head of its claim order, read off x_jobs_claim_idx: one index
+# entry, as the claim reads it; the statement's snapshot does not see ``ins``). Then the workers are woken
+# for that row already, or busy with the queue: the pass that claims it, or the one they run at the floor
+# after it, takes this row too. So a burst of enqueues into an idle queue wakes it once, not once per
+# row: Postgres serialises the commit of every transaction that issued a NOTIFY behind one lock, held
+# through its WAL flush, and one per enqueue would cap enqueuing commits at one flush at a time. A pickup
+# is never later than the worker's floor poll (250 ms) behind the head row's.
+WAKE_QUEUES = f"""SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
+    FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
+    WHERE NOT EXISTS (
+        SELECT 1 FROM (
+            SELECT w.run_at FROM x_jobs w
+            WHERE w.queue = q.queue AND w.state IN ('ready', 'delayed', 'suspended')
+            ORDER BY w.priority DESC, w.run_at, w.id
+            LIMIT 1
+        ) head
+        WHERE head.run_at <= to_timestamp(%(now)s / 1000.0)
+    )"""
+
 # SQL_ENQUEUE — insert a batch of jobs in ONE statement, in request order.
 # Guarantees: inserts nothing under an id that already names a row (live or finished), and nothing
 # under a (name, tenant, idempotency key) a live row holds (x_jobs_name_tenant_idempotency_live_idx)
 # — ON CONFLICT DO NOTHING covers both. Answers the ids it inserted (the caller minted them); for the
 # requests that inserted nothing the driver asks SQL_ENQUEUE_HOLDERS. Announces each queue that got a
-# row due within WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue), once per queue per batch.
-# Kept this small on purpose: Django leaves it unprepared, so Postgres plans it on every call.
+# row due within WAKE_DUE_WITHIN_MS with pg_notify('x_jobs_wake', queue), once per queue per batch and
+# only where no due row was waiting already (WAKE_QUEUES).
 SQL_ENQUEUE = f"""
 WITH req AS (
     SELECT * FROM {ENQUEUE_RECORDSET}
@@ -100,8 +121,7 @@ ins AS (
     RETURNING id, queue, run_at
 ),
 wake AS (
-    SELECT pg_notify('{WAKE_CHANNEL}', q.queue)
-    FROM (SELECT DISTINCT queue FROM ins WHERE run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)) q
+    {WAKE_QUEUES}
 )
 SELECT id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
@@ -133,9 +153,8 @@ ORDER BY r.ord
 # row, as a plain INSERT … VALUES, cheap to plan on every call). Inserts nothing under an id or a live
 # key that exists (ON CONFLICT DO NOTHING); then it answers no row and the driver asks
 # SQL_ENQUEUE_HOLDERS for the holder. %(state)s and %(run_at)s are computed by the caller (ready, or delayed
-# when run_at is ahead of %(now)s). Announces the queue when the row is due within WAKE_DUE_WITHIN_MS —
-# every time: a throttle that skips the announcement can leave an idle worker asleep until its next
-# poll, and probing x_jobs for whether another announcement covers it cost more than the insert.
+# when run_at is ahead of %(now)s). Announces the queue when the row is due within WAKE_DUE_WITHIN_MS and
+# no due row of its queue was waiting unclaimed already (WAKE_QUEUES).
 SQL_ENQUEUE_ONE = f"""
 WITH ins AS (
     {INSERT_JOBS_INTO}
@@ -148,9 +167,7 @@ WITH ins AS (
     RETURNING id, run_id, queue, run_at
 ),
 wake AS (
-    SELECT pg_notify('{WAKE_CHANNEL}', i.queue)
-    FROM ins i
-    WHERE i.run_at <= to_timestamp((%(now)s + {WAKE_DUE_WITHIN_MS}) / 1000.0)
+    {WAKE_QUEUES}
 )
 SELECT id, run_id FROM ins CROSS JOIN (SELECT count(*) FROM wake) announced
 """
