@@ -120,21 +120,6 @@ def many_posts(count: int, title: str) -> None:
 
 
 REPO = Path(__file__).resolve().parents[1]
-REDIS_DATABASES = 16  # a Redis server's default number of databases
-
-
-def redis_test_db() -> int:
-    """The Redis database number this test process owns, flushed by the tests that use it:
-    ``ULTIMATE_JOBS_TEST_REDIS_DB`` (default 5) plus the pytest-xdist worker's index (``gw0`` +0, ``gw1``
-    +1, …), so parallel workers never flush each other's keys."""
-    base = int(os.environ.get("ULTIMATE_JOBS_TEST_REDIS_DB", "5"))
-    number = base + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    if number >= REDIS_DATABASES:
-        raise RuntimeError(
-            f"Redis database {number} does not exist (a server has {REDIS_DATABASES}): lower "
-            "ULTIMATE_JOBS_TEST_REDIS_DB or the number of pytest-xdist workers (-n)"
-        )
-    return number
 
 
 def manage_py(settings: str, *argv: str) -> subprocess.CompletedProcess[str]:

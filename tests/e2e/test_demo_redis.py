@@ -12,11 +12,11 @@ from django.db import connections
 from django.test import override_settings
 
 from tests.e2e.test_demo import shop_orders, table_rows
-from tests.helpers import redis_test_db
+from tests.redis_db import redis_test_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
-REDIS_URL = f"redis://127.0.0.1:6379/{redis_test_db()}"
+REDIS_URL = redis_test_url()  # this process's own database (tests.redis_db): flushed here
 
 
 def run_demo(django_db_blocker: Any, **jobs: str) -> tuple[str, list[Any]]:

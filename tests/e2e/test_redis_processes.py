@@ -2,8 +2,9 @@
 :mod:`tests.e2e.redis_settings`, jobs :mod:`tests.e2e.redis_jobs`) killed, drained, run side by side,
 and carried across a restart of the Redis server under them.
 
-The queue lives in database 7 of the shared server (flushed per test), what ran in database 8; the
-restart test starts a ``redis-server`` of its own on a free port with AOF on, and restarts only that.
+The queue, and the list of what ran, live in the database this test process leases on the shared server
+(:mod:`tests.redis_db`; flushed per test); the restart test starts a ``redis-server`` of its own on a
+free port with AOF on, and restarts only that.
 Every wait is a bounded ``eventually()``; every child still alive at teardown is SIGKILLed.
 """
 
@@ -25,7 +26,8 @@ import redis
 from django.db import connection
 
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
-from tests.helpers import POLL_S, START_S, Child, eventually, redis_test_db
+from tests.helpers import POLL_S, START_S, Child, eventually
+from tests.redis_db import redis_test_db, redis_test_url
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.records import JobFilter, JobRecord
@@ -37,7 +39,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "e2e-redis"
 QUEUE_DB = redis_test_db()
-QUEUE_URL = f"redis://127.0.0.1:6379/{QUEUE_DB}"
+QUEUE_URL = redis_test_url()
 EFFECTS_URL = QUEUE_URL  # the bodies' list ``effects``, beside the driver's ``{…}``-tagged keys
 BULK_JOBS = 5_000
 BULK_BATCH = 500

@@ -1,20 +1,15 @@
-"""Redis tests run against the real server on 127.0.0.1:6379, in a database number of their own
-(``ULTIMATE_JOBS_TEST_REDIS_DB``, default 5, plus the pytest-xdist worker's index), flushed before each test."""
+"""Redis tests run against the real server on 127.0.0.1:6379, in the database this test process leases
+for its lifetime (:mod:`tests.redis_db`: no other process, of this run or another, uses it), flushed
+before each test."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from tests.helpers import redis_test_db
-
-REDIS_HOST = os.environ.get("ULTIMATE_JOBS_TEST_REDIS_HOST", "127.0.0.1")
-REDIS_PORT = int(os.environ.get("ULTIMATE_JOBS_TEST_REDIS_PORT", "6379"))
-REDIS_DB = redis_test_db()
-REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+from tests.redis_db import redis_test_url
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,7 +23,7 @@ def redis_client() -> Iterator[redis.Redis]:
     """A client on the test database, flushed before the test."""
     from ultimate_jobs.drivers.redis.driver import client_from_url
 
-    client = client_from_url(REDIS_URL)
+    client = client_from_url(redis_test_url())
     client.flushdb()
     try:
         yield client

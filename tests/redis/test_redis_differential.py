@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.redis_db import redis_test_url
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.stores import MemoryRateStore
 from ultimate_jobs.drivers.records import (
@@ -29,8 +30,6 @@ from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
-
-from .conftest import REDIS_URL
 
 QUEUES = ("a", "b")
 KEYS = ("k1", "k2", "k3", "k4")
@@ -53,7 +52,7 @@ class DriversAgree(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FrozenClock()
-        self.client = client_from_url(REDIS_URL)
+        self.client = client_from_url(redis_test_url())
         self.client.flushdb()
         self.memory = MemoryDriver(clock=self.clock)
         self.redis = RedisDriver(self.client, clock=self.clock, done_ttl_ms=0)
@@ -242,7 +241,7 @@ rate_steps = st.lists(
 @given(rate_steps)
 @settings(max_examples=200, deadline=None)
 def test_rate_takes_forgets_and_state_agree_with_the_memory_store(steps: list[tuple[str, str, str, int | str]]) -> None:
-    client = client_from_url(REDIS_URL)
+    client = client_from_url(redis_test_url())
     client.flushdb()
     redis_rates, memory_rates = RedisDriver(client).rates, MemoryRateStore()
     now = 1_000_000

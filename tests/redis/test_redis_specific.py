@@ -13,14 +13,13 @@ import redis
 from redis.crc import key_slot
 
 from tests.conftest import installed
+from tests.redis_db import redis_test_url
 from ultimate_jobs import JobRun, job
 from ultimate_jobs.drivers.records import NackOptions, StepRecord
 from ultimate_jobs.drivers.redis import DONE_TTL_MS, RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.testing import FrozenClock, run_jobs
 from ultimate_jobs.testing.conformance import QUEUE, claim, claim_one, enqueue_finished, raises_code, request
-
-from .conftest import REDIS_URL
 
 
 @pytest.fixture
@@ -96,7 +95,7 @@ def test_scripts_run_by_sha_and_reload_into_a_flushed_script_cache(driver: Redis
 
 
 def test_a_client_without_decoded_responses_works(clock: FrozenClock, redis_client: redis.Redis) -> None:
-    raw = redis.Redis.from_url(REDIS_URL)  # bytes replies
+    raw = redis.Redis.from_url(redis_test_url())  # bytes replies
     driver = RedisDriver(raw, clock=clock)
     job_id = driver.enqueue(request(input={"n": "é"})).id
     assert claim_one(driver).input == {"n": "é"}
@@ -127,7 +126,7 @@ def test_an_unreachable_server_is_driver_unavailable_naming_redis_url(clock: Fro
 
 
 def test_the_wake_hears_another_process_enqueue_at_once(redis_client: redis.Redis) -> None:
-    listening = RedisDriver(client_from_url(REDIS_URL))
+    listening = RedisDriver(client_from_url(redis_test_url()))
     heard: list[str] = []
     arrived = threading.Event()
 
@@ -142,7 +141,7 @@ def test_the_wake_hears_another_process_enqueue_at_once(redis_client: redis.Redi
             time.sleep(0.01)
         assert listening.wake_is_live()
         time.sleep(0.1)  # the reader is blocked on the stream
-        other = RedisDriver(client_from_url(REDIS_URL))
+        other = RedisDriver(client_from_url(redis_test_url()))
         other.enqueue(request(queue="later", run_at_ms=other.clock.now_ms() + 60_000))  # not due: silent
         sent = time.monotonic()
         other.enqueue(request(queue="now"))
@@ -163,7 +162,8 @@ def test_the_settings_factory_connects_the_driver_to_the_settings_redis_url(
 
     from ultimate_jobs.conf import build_driver
 
-    with override_settings(ULTIMATE_JOBS={"DRIVER": "redis", "REDIS_URL": REDIS_URL, "VISIBILITY_TIMEOUT": "45s"}):
+    config = {"DRIVER": "redis", "REDIS_URL": redis_test_url(), "VISIBILITY_TIMEOUT": "45s"}
+    with override_settings(ULTIMATE_JOBS=config):
         driver = build_driver()
     assert isinstance(driver, RedisDriver) and driver.visibility_timeout_ms == 45_000
     job_id = driver.enqueue(request()).id
