@@ -329,7 +329,9 @@ def test_the_drain_cancels_async_tasks_hands_their_rows_back_uncounted_and_stops
     (sync_id,) = in_order(jobs, blocking, [{"k": "s"}])
     worker = make_worker(concurrency=1, async_concurrency=3)
     assert worker.run_once() == 4
-    runs = probe.started(*async_ids)
+    # the sync body too must have started before the drain: a run its slot thread has not yet taken is
+    # still in the claim-ahead buffer, and the drain hands that row back unrun (ready, not done)
+    *runs, _ = probe.started(*async_ids, sync_id)
     lane = worker._lane
     assert lane is not None
 
@@ -490,8 +492,8 @@ def test_async_completions_settle_through_the_settle_buffer(
 
 # -- the watchdog ------------------------------------------------------------------------------
 
-BLOCK_S = 1.5
 STALL_MS = 300
+HOLD_MAX_S = 3 * WAIT  # the blocking body's own bound, past the test's two waits: only a broken test reaches it
 
 
 @pytest.mark.slow
@@ -499,14 +501,18 @@ STALL_MS = 300
 def test_a_body_that_blocks_the_loop_is_logged_by_name_and_id_and_leases_are_still_renewed(
     any_jobs: AnyJobsEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """On the wall clock: the heartbeat runs on its own thread every 100 ms over a 600 ms window, so a
-    lease not renewed while the loop is held for 1.5 s would lapse twice over."""
+    """On the wall clock: the heartbeat runs on its own thread every 100 ms over a 600 ms window. The body
+    holds the loop until the test has seen the watchdog report it and the row outlive the lease it was
+    claimed with — a lease not renewed while the loop is held would have lapsed — however long that takes
+    on a loaded machine (a fixed block raced the watchdog and the heartbeat against the clock)."""
     caplog.set_level(logging.DEBUG, logger="ultimate_jobs")
     blocking = threading.Event()
+    held = threading.Lock()
+    held.acquire()  # the test releases it once it has seen what it waits for
 
     async def blocks_the_loop(run: JobRun[Any]) -> str:
         blocking.set()
-        time.sleep(BLOCK_S)  # the mistake under test: a sync sleep inside async def
+        held.acquire(timeout=HOLD_MAX_S)  # the mistake under test: a blocking call inside async def
         return "woke"
 
     handle = declare("blocks_the_loop", blocks_the_loop)
@@ -517,18 +523,23 @@ def test_a_body_that_blocks_the_loop_is_logged_by_name_and_id_and_leases_are_sti
     job_id = driver.enqueue(handle.build_request({"k": 1})).id
     worker.start(loop=False)
     try:
-        assert worker.run_once() == 1
-        assert blocking.wait(WAIT)
-        record = driver.operator.get(job_id)
-        assert record is not None and record.lease_until_ms is not None
-        leased_at_block = record.lease_until_ms
+        try:
+            assert worker.run_once() == 1
+            assert blocking.wait(WAIT)
+            record = driver.operator.get(job_id)
+            assert record is not None and record.lease_until_ms is not None
+            claimed_until = record.lease_until_ms
 
-        def renewed_while_blocked() -> bool:
-            later = driver.operator.get(job_id)
-            assert later is not None and later.state == "running"
-            return (later.lease_until_ms or 0) > leased_at_block
+            def outlived_its_claim_lease() -> bool:
+                later = driver.operator.get(job_id)
+                assert later is not None and later.state == "running"
+                now = clock.now_ms()
+                return now > claimed_until and (later.lease_until_ms or 0) > now
 
-        eventually(renewed_while_blocked, timeout=BLOCK_S - 0.5, interval=0.02)
+            eventually(lambda: events(caplog, "jobs.worker.loop-blocked"), timeout=WAIT)
+            eventually(outlived_its_claim_lease, timeout=WAIT, interval=0.02)
+        finally:
+            held.release()  # the body returns: the loop answers again
         assert worker.wait_idle(WAIT)
     finally:
         worker.drain(deadline_ms=int(WAIT * 1000))
