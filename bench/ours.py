@@ -186,6 +186,19 @@ def enqueue_single_atomic(n: int) -> None:
         uninstall_outbox()
 
 
+def enqueue_single_atomic_direct(n: int) -> None:
+    """``bench_noop.enqueue(input)`` inside ``transaction.atomic()``, one job per transaction, with no outbox:
+    the insert itself joins the transaction — the same BEGIN and COMMIT round trips as a staged enqueue."""
+    from django.db import transaction
+
+    from bench.jobs import bench_noop
+
+    close_connections()
+    for _ in range(n):
+        with transaction.atomic():
+            bench_noop.enqueue({"n": next(_seq)})
+
+
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
     from ultimate_jobs.core.installed import job_driver
@@ -326,7 +339,11 @@ def subject() -> Subject:
         ),
         probe_sender=ProbeSender,
         worker_env=ENV,
-        extra_enqueue={"enqueue_single_async": enqueue_single_async, "enqueue_single_atomic": enqueue_single_atomic},
+        extra_enqueue={
+            "enqueue_single_async": enqueue_single_async,
+            "enqueue_single_atomic": enqueue_single_atomic,
+            "enqueue_single_atomic_direct": enqueue_single_atomic_direct,
+        },
         io=IoSpec(
             variants=("async", "sync"),
             name=io_name,

@@ -221,6 +221,7 @@ def rows(plan: Plan) -> list[Row]:
         Row("enqueue_single", f"enqueue, 1 per transaction (N={plan.enqueue_single_n:,})", "jobs/s", True),
         Row("enqueue_single_async", "enqueue, 1 per transaction (async)", "jobs/s", True),
         Row("enqueue_single_atomic", "enqueue inside atomic(), 1 per transaction (the outbox's stage)", "jobs/s", True),
+        Row("enqueue_single_atomic_direct", "enqueue inside atomic(), no outbox (the insert joins it)", "jobs/s", True),
         Row(
             "enqueue_batch",
             f"enqueue, batches of {plan.enqueue_batch_size} (N={plan.enqueue_batch_n:,})",
@@ -230,6 +231,9 @@ def rows(plan: Plan) -> list[Row]:
         Row("enqueue_single_cpu_us", "enqueue, 1 per transaction: client CPU per job", "µs", False),
         Row("enqueue_single_async_cpu_us", "enqueue, 1 per transaction (async): client CPU per job", "µs", False),
         Row("enqueue_single_atomic_cpu_us", "enqueue inside atomic(): client CPU per job", "µs", False),
+        Row(
+            "enqueue_single_atomic_direct_cpu_us", "enqueue inside atomic(), no outbox: client CPU per job", "µs", False
+        ),
         Row("enqueue_batch_cpu_us", f"enqueue, batches of {plan.enqueue_batch_size}: client CPU per job", "µs", False),
         *preload,
         Row("latency_p50", f"pickup latency, {lat}: p50", "ms", False),

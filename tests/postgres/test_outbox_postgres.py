@@ -30,6 +30,7 @@ from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, conninfo_for
 from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
+from ultimate_jobs.drivers.sql.executor import Binding
 from ultimate_jobs.errors import InvariantError, OutboxNoTxError
 from ultimate_jobs.outbox import (
     OUTBOX_WAKE_CHANNEL,
@@ -430,9 +431,9 @@ def test_every_outbox_statement_runs_against_the_migrated_schema(pg: Pg) -> None
     class Recorder:
         alias = "default"
 
-        def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        def query(self, sql: str, params: Any = None, *, binding: Binding = "django") -> list[tuple[Any, ...]]:
             ran.add(sql)
-            return inner.query(sql, params)
+            return inner.query(sql, params, binding=binding)
 
     store = postgres_outbox_store(Recorder(), Recorder(), clock=pg.clock)
     request = publish_request_for(pg.create_invoice.build_request({"order": "o-1"}))

@@ -50,7 +50,9 @@ def build_outbox_store(*, claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS) -> Outbo
             "the outbox uninstalled",
             {"alias": alias, "vendor": vendor},
         )
-    return postgres_outbox_store(alias=alias, claim_lease_ms=claim_lease_ms)
+    return postgres_outbox_store(
+        alias=alias, claim_lease_ms=claim_lease_ms, prepared=jobs_settings().prepared_statements
+    )
 
 
 def outbox_supported() -> bool:

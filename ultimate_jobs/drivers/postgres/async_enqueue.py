@@ -17,6 +17,7 @@ enqueues commits at once, as a sync enqueue outside ``atomic()`` does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,12 +42,21 @@ ONLY_WHEN_ASKED = 2**31 - 1  # psycopg's prepare_threshold: prepare what the sta
 
 
 class _LoopConnections:
-    """One event loop's connections: idle ones, and how many are open."""
+    """One event loop's connections: the idle ones, how many are open, and the enqueues waiting for one.
+    Touched only from its loop's thread, so it needs no lock: a waiter is a future the next one given back
+    resolves."""
 
     def __init__(self) -> None:
         self.idle: list[psycopg.AsyncConnection[Any]] = []
         self.open = 0
-        self.freed = asyncio.Condition()
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def wake_one(self) -> None:
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
 
 class AsyncEnqueue:
@@ -81,10 +91,9 @@ class AsyncEnqueue:
             statement = next(plan)
             while True:
                 sql, params = statement
-                async with conn.cursor() as cursor:
-                    await cursor.execute(sql, params, prepare=prepare)
-                    answered = cursor.pgresult
-                    rows = await cursor.fetchall() if answered is not None and answered.status == ROWS else []
+                cursor = await conn.execute(sql, params, prepare=prepare)
+                answered = cursor.pgresult
+                rows = await cursor.fetchall() if answered is not None and answered.status == ROWS else []
                 statement = plan.send(rows)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -103,29 +112,29 @@ class AsyncEnqueue:
         if held is None:
             held = self._loops[loop] = _LoopConnections()
             weakref.finalize(loop, _finish, held.idle)
-        async with held.freed:
-            while not held.idle and held.open >= LOOP_CONNECTIONS:
-                await held.freed.wait()
-            if held.idle:
-                return held.idle.pop()
-            held.open += 1
+        while not held.idle and held.open >= LOOP_CONNECTIONS:
+            waiter = loop.create_future()
+            held.waiting.append(waiter)
+            await waiter
+        if held.idle:
+            return held.idle.pop()
+        held.open += 1
         try:
             return await self._connect()
         except BaseException:
-            async with held.freed:
-                held.open -= 1
-                held.freed.notify()
+            held.open -= 1
+            held.wake_one()
             raise
 
     async def _give(self, conn: psycopg.AsyncConnection[Any]) -> None:
         held = self._loops[asyncio.get_running_loop()]
-        async with held.freed:
-            if conn.closed or conn.broken or conn.info.transaction_status != IDLE:
-                held.open -= 1
-                await conn.close()
-            else:
-                held.idle.append(conn)
-            held.freed.notify()
+        if conn.closed or conn.broken or conn.info.transaction_status != IDLE:
+            held.open -= 1
+            held.wake_one()
+            await conn.close()
+            return
+        held.idle.append(conn)
+        held.wake_one()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         settings_dict = connections.settings[self._driver.alias]

@@ -58,7 +58,7 @@ class PostgresOutboxStore(SqlOutboxStore):
             {"ord": i, "id": r.id, "run_id": r.run_id, "name": r.name, "queue": r.queue, "request": request_to_json(r)}
             for i, r in enumerate(requests)
         ]
-        self.tx_executor.query(sql.SQL_OUTBOX_STAGE, {"rows": jsonb(rows), "now": now})
+        self.tx_executor.query(sql.SQL_OUTBOX_STAGE, {"rows": jsonb(rows), "now": now}, binding="prepared")
 
     def claim(self, *, claimant: str, limit: int) -> list[OutboxRecord]:
         check_limit(limit)
@@ -143,17 +143,19 @@ def postgres_outbox_store(
     alias: str | None = None,
     clock: Clock | None = None,
     claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS,
+    prepared: bool = True,
 ) -> PostgresOutboxStore:
     """The Postgres outbox store. ``tx_executor`` is what makes it transactional: ``stage()`` runs on
     it — by default Django's connection for ``alias`` (``ULTIMATE_JOBS['DATABASE']``), the caller's own
     inside ``atomic()``. ``executor`` runs the relay's statements (by default the same alias).
     ``claim_lease_ms`` (a positive whole number of ms, default 30 s; anything else is ``X_INVARIANT``)
     is how long the rows of a relay that died mid-batch wait before another relay may take them.
+    ``prepared=False`` (``ULTIMATE_JOBS["PREPARED_STATEMENTS"]``) prepares no statement of the stage.
 
     >>> store = postgres_outbox_store(alias="default", claim_lease_ms=30_000)
     """
     check_claim_lease(claim_lease_ms)
     if alias is None:
         alias = tx_executor.alias if tx_executor is not None else jobs_database()
-    tx = tx_executor or django_executor(alias)
+    tx = tx_executor or django_executor(alias, prepared=prepared)
     return PostgresOutboxStore(executor=executor or tx, tx_executor=tx, clock=clock, claim_lease_ms=claim_lease_ms)
