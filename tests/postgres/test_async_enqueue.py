@@ -228,6 +228,24 @@ async def test_on_postgres_a_required_outbox_refuses_a_native_aenqueue_as_enqueu
     assert caught.value.code == "X_OUTBOX_NO_TX" and await rows(any_jobs) == 0
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("any_jobs", [pytest.param("postgres", marks=ON_POSTGRES)], indirect=True)
+async def test_on_postgres_an_unreachable_database_is_x_driver_unavailable_at_the_aenqueue(
+    any_jobs: AnyJobsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    charge = declare([])
+    with monkeypatch.context() as patched, pytest.raises(UltimateError) as caught:
+        patched.setattr(
+            "ultimate_jobs.drivers.postgres.async_enqueue.conninfo_for",
+            lambda settings_dict: "host=127.0.0.1 port=1 dbname=nowhere user=postgres connect_timeout=2",
+        )
+        await charge.aenqueue({"order_id": "o-1", "cents": 1})
+    assert caught.value.code == "X_DRIVER_UNAVAILABLE" and "DATABASES['default']" in caught.value.message
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    assert not (await charge.aenqueue({"order_id": "o-1", "cents": 1})).deduped  # the loop's next try connects
+    await any_jobs.driver.async_enqueue.close()  # type: ignore[union-attr]
+
+
 def test_an_async_body_aenqueues_for_its_own_org_and_is_refused_for_another(any_jobs: AnyJobsEnv) -> None:
     """Inside an async run the org scope follows ``aenqueue`` onto the thread it runs on: the run's own
     org goes through, another org is ``X_TENANCY_ACTOR_MISMATCH`` with nothing written."""

@@ -37,12 +37,11 @@ def called_from_sync_code() -> bool:
 
 
 async def aenqueue_many(router: JobsRouter, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
-    """Write (or stage) ``requests`` from async code. With the driver's native async enqueue
-    (``driver.async_enqueue``) and no sync caller waiting (:func:`called_from_sync_code`), the rows are
-    written from the event loop — no thread hop; otherwise the sync enqueue runs on Django's thread-sensitive
-    thread (the waiting caller's own, so it joins that caller's transaction)."""
-    native = job_driver().async_enqueue
-    if native is None or called_from_sync_code():
+    """Write (or stage) ``requests`` from async code: when a sync caller waits on this code
+    (:func:`called_from_sync_code`), the sync enqueue runs on that caller's thread (Django's thread-sensitive
+    one), so it joins the caller's transaction; otherwise the router's own ``aenqueue_many`` — on the
+    driver's native async enqueue when it has one (``driver.async_enqueue``), no thread hop."""
+    if called_from_sync_code():
         return await sync_to_async(router.enqueue_many, thread_sensitive=True)(requests)
     return await router.aenqueue_many(requests)
 
@@ -61,11 +60,13 @@ class DirectRouter:
         return job_driver().enqueue_many(requests)
 
     async def aenqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
-        """On the driver's native async enqueue (called by :func:`aenqueue_many` only when it has one)."""
+        """On the driver's native async enqueue, or — a driver without one — :meth:`enqueue_many` on Django's
+        thread-sensitive thread."""
+        native = job_driver().async_enqueue
+        if native is None:
+            return await sync_to_async(self.enqueue_many, thread_sensitive=True)(requests)
         for request in requests:
             check_request(request)
-        native = job_driver().async_enqueue
-        assert native is not None
         return await native.enqueue_many(requests)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from asgiref.sync import sync_to_async
+
 from ..core.ids import new_id
 from ..core.installed import job_driver
 from ..drivers.protocol import JobDriver
@@ -79,13 +81,14 @@ class OutboxRouter:
         """From async code no sync caller waits on (:func:`ultimate_jobs.core.routing.aenqueue_many`): it holds
         no transaction (Django's are synchronous), so the rows are published at once — or, under
         ``"required"``, refused as an enqueue outside a transaction is."""
+        native = self.driver.async_enqueue
+        if native is None:  # the driver writes from a thread: enqueue_many there, which sees no transaction
+            return await sync_to_async(self.enqueue_many, thread_sensitive=True)(requests)
         if not requests:
             return []
         for request in requests:
             check_request(request)
         self._refuse_outside_a_transaction(requests)
-        native = self.driver.async_enqueue
-        assert native is not None
         return await native.enqueue_many(requests)
 
     def _refuse_outside_a_transaction(self, requests: Sequence[EnqueueRequest]) -> None:

@@ -82,8 +82,19 @@ class AsyncEnqueue:
                 async with conn.transaction():
                     return await self._drive(conn, plan)
             return await self._drive(conn, plan)
+        except psycopg.OperationalError as exc:  # the connection failed under the statement
+            raise self._unavailable(exc) from exc
         finally:
             await self._give(conn)
+
+    def _unavailable(self, exc: psycopg.OperationalError) -> DriverUnavailableError:
+        alias = self._driver.alias
+        return DriverUnavailableError(
+            f"an async enqueue could not reach the jobs database ({alias!r}): {exc}; check that PostgreSQL is up "
+            f"and that DATABASES[{alias!r}] points at it. A statement cut off this way may have committed: "
+            "enqueue again with the same idempotency key, which answers the job if it exists",
+            {"alias": alias},
+        )
 
     async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan) -> list[Enqueued]:
         prepare = self._prepare(conn)
@@ -115,7 +126,12 @@ class AsyncEnqueue:
         while not held.idle and held.open >= LOOP_CONNECTIONS:
             waiter = loop.create_future()
             held.waiting.append(waiter)
-            await waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    held.wake_one()  # woken, then cancelled before taking it: the turn passes on
+                raise
         if held.idle:
             return held.idle.pop()
         held.open += 1
@@ -144,12 +160,7 @@ class AsyncEnqueue:
                 conninfo_for(settings_dict), autocommit=True, prepare_threshold=threshold
             )
         except psycopg.OperationalError as exc:
-            alias = self._driver.alias
-            raise DriverUnavailableError(
-                f"an async enqueue could not connect to the jobs database ({alias!r}): {exc}; check that PostgreSQL "
-                f"is up and that DATABASES[{alias!r}] points at it",
-                {"alias": alias},
-            ) from exc
+            raise self._unavailable(exc) from exc
 
     async def close(self) -> None:
         """Close the running loop's idle connections (those in use close as they come back)."""
