@@ -52,6 +52,10 @@ DEFAULT_QUEUE = "default"
 WhenBusy = Literal["wait", "fail"]
 
 
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+"""Whether a payload is JSON (NaN and Infinity are not): one encoder, not one built per call."""
+
+
 @dataclass(frozen=True, slots=True)
 class Concurrency:
     """A fleet-wide cap: ``limit`` runs at once, per ``key(input)`` when a key is given.
@@ -225,7 +229,7 @@ class JobHandle(Generic[InputT, ResultT]):
 
     def _json_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            json.dumps(payload, allow_nan=False)
+            _STRICT_JSON.encode(payload)
         except (TypeError, ValueError) as exc:
             raise InputNotJsonError(f"{self.name}: input is not JSON-serialisable: {exc}", {"job": self.name}) from exc
         return payload
