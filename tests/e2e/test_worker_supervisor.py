@@ -223,8 +223,15 @@ def test_sigterm_drains_every_child_and_the_supervisor_exits_zero_inside_the_bou
     stop(supervisor)
     assert not any(alive(pid) for pid in pids)
     for job_id in held:  # interrupted (or never started): back to ready at once, the attempt uncounted
-        row = job_row(job_id)
+        row, marks = job_row(job_id), markers(job_id)
+        if row["state"] == "done":
+            # handed back by one child while its sibling still took work (the two hear SIGTERM a moment
+            # apart): the sibling claimed it at once and ran it — the drained attempt still uncounted
+            assert (row["attempts"], row["last_code"]) == (1, "X_DRAINING"), row
+            assert [kind for kind, _, _ in marks] == ["running", "again"] and marks[0][1] != marks[1][1], marks
+            assert {pid for _, pid, _ in marks} <= set(pids), marks
+            continue
         assert (row["state"], row["attempts"]) == ("ready", 0), row
-        if markers(job_id):
+        if marks:
             assert row["last_code"] == "X_DRAINING", row
     assert registered() == set()  # every child closed and left the registry
