@@ -52,6 +52,46 @@ _DATABASE_FIXTURES = {
 }
 
 
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
+PROCESS_TEST_SLOTS = 3
+"""How many tests that start real processes against the shared Postgres run at once on this machine, across
+every run of the suite: each holds tens of connections (a worker's claim loop, heartbeat, wake session and
+slots, times its workers), so two runs side by side would otherwise pass the server's max_connections."""
+_SLOT_LOCK = 0x756A5F65  # the advisory lock's first key: its second is the slot's number
+
+
+@pytest.fixture(autouse=True)
+def _a_process_test_slot(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test under tests/e2e takes one of :data:`PROCESS_TEST_SLOTS` machine-wide slots (a session advisory
+    lock on the server's ``postgres`` database, held by a connection of its own: it ends with this process,
+    however it ends) and waits, up to 10 minutes, while every slot is taken."""
+    if E2E_DIR not in Path(str(request.node.fspath)).parents:
+        yield
+        return
+    import time
+
+    import psycopg
+
+    holder = psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", autocommit=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            taken = [
+                holder.execute("SELECT pg_try_advisory_lock(%s, %s)", [_SLOT_LOCK, slot]).fetchone()
+                for slot in range(PROCESS_TEST_SLOTS)
+            ]
+            if any(row and row[0] for row in taken):
+                held = [slot for slot, row in enumerate(taken) if row and row[0]]
+                for extra in held[1:]:
+                    holder.execute("SELECT pg_advisory_unlock(%s, %s)", [_SLOT_LOCK, extra])
+                break
+            assert time.monotonic() < deadline, "no process-test slot came free in 10 minutes"
+            time.sleep(0.2)
+        yield
+    finally:
+        holder.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_connection_left_open_for_a_test_without_the_database(request: pytest.FixtureRequest) -> None:
     """A test without database access starts with this thread's connections closed, so that nothing it
