@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
-from psycopg.pq import ExecStatus
 
 from ...errors import DriverUnavailableError
 from ..records import Enqueued, EnqueueRequest
+from .executor import IDLE, ONLY_WHEN_ASKED, ROWS
 from .wake import conninfo_for
 
 if TYPE_CHECKING:
@@ -37,8 +37,6 @@ LOOP_CONNECTIONS = 4
 """The most connections one event loop holds for its enqueues: the enqueues of many concurrent requests
 share them, each waiting its turn for one — as many as would keep a small server's cores busy, few enough
 that a process's loops never crowd the database's ``max_connections``."""
-
-ONLY_WHEN_ASKED = 2**31 - 1  # psycopg's prepare_threshold: prepare what the statement asks for, nothing else
 
 
 class _LoopConnections:
@@ -97,7 +95,7 @@ class AsyncEnqueue:
         )
 
     async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan) -> list[Enqueued]:
-        prepare = self._prepare(conn)
+        prepare = self._prepare()
         try:
             statement = next(plan)
             while True:
@@ -109,7 +107,7 @@ class AsyncEnqueue:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _prepare(self, conn: psycopg.AsyncConnection[Any]) -> bool | None:
+    def _prepare(self) -> bool | None:
         options = connections.settings[self._driver.alias].get("OPTIONS") or {}
         if "prepare_threshold" in options:
             return None  # the project chose: psycopg's threshold rule
@@ -169,10 +167,6 @@ class AsyncEnqueue:
             for conn in held.idle:
                 await conn.close()
             held.idle.clear()
-
-
-ROWS = ExecStatus.TUPLES_OK
-IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def _finish(idle: list[psycopg.AsyncConnection[Any]]) -> None:
