@@ -5,7 +5,7 @@ holds starts to its rate on each driver.
 
 Runs in the bench process with ``DJANGO_SETTINGS_MODULE=bench.settings`` (Django's defaults, so
 ``CONN_MAX_AGE`` 0): enqueues go through the public API (``handle.enqueue`` outside ``atomic()``,
-``job_driver().enqueue_many`` over ``handle.build_request``); a worker process is literally
+``handle.enqueue_many`` for batches); a worker process is literally
 ``python manage.py jobs_worker --quiet --concurrency S`` under the same settings (the io case's under
 ``bench.settings_io``, which adds its jobs).
 """
@@ -201,12 +201,10 @@ def enqueue_single_atomic_direct(n: int) -> None:
 
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
-    from ultimate_jobs.core.installed import job_driver
 
     close_connections()
-    driver = job_driver()
     for start in range(0, n, size):
-        driver.enqueue_many([bench_noop.build_request({"n": next(_seq)}) for _ in range(min(size, n - start))])
+        bench_noop.enqueue_many([{"n": next(_seq)} for _ in range(min(size, n - start))])
 
 
 class ProbeSender:
@@ -313,7 +311,7 @@ def subject() -> Subject:
         database=DATABASE,
         notes="python manage.py jobs_worker --quiet --concurrency S under Django's default settings (CONN_MAX_AGE 0); "
         "enqueue handle.enqueue outside atomic() (async: await handle.aenqueue under asyncio.run; atomic: "
-        "handle.enqueue in atomic() with the outbox installed, mode required), batches job_driver().enqueue_many; "
+        "handle.enqueue in atomic() with the outbox installed, mode required), batches handle.enqueue_many; "
         "io case (M in flight): "
         "async def bodies at jobs_worker --queues bench_io --async-concurrency bench_io=M "
         f"({io_event_loop()}), sync bodies (time.sleep) "

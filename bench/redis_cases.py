@@ -83,10 +83,8 @@ class Ours(Library):
 
         django.setup()
         from bench import redis_jobs
-        from ultimate_jobs.core.installed import job_driver
 
         self.jobs = redis_jobs
-        self.driver = job_driver()
 
     def worker_argv(self, slots: int) -> list[str]:
         queue = self.jobs.QUEUE
@@ -99,7 +97,7 @@ class Ours(Library):
         self.jobs.bench_redis_probe.enqueue({"n": n})
 
     def noop_batch(self, ns: range) -> None:
-        self.driver.enqueue_many([self.jobs.bench_redis_noop.build_request({"n": n}) for n in ns])
+        self.jobs.bench_redis_noop.enqueue_many([{"n": n} for n in ns])
 
 
 class Dramatiq(Library):

@@ -56,7 +56,7 @@ def info() -> dict[str, Any]:
         "version": f"{version()}, SQLite {sqlite3.sqlite_version}",
         "notes": "the sqlite driver on one file (WAL): python manage.py jobs_worker --concurrency S under "
         "bench.settings_sqlite, ONE worker process; enqueue handle.enqueue outside atomic(), batches "
-        "driver.enqueue_many; pickup latency from the bench process is heard by the worker's watch on "
+        "handle.enqueue_many; pickup latency from the bench process is heard by the worker's watch on "
         "PRAGMA data_version (every 100 ms), its poll behind it",
         "cases": list(CASES),
     }
@@ -120,9 +120,9 @@ def enqueue_single(n: int) -> None:
 def enqueue_batches(n: int, size: int) -> None:
     from bench.jobs import bench_noop
 
-    with installed() as driver:
+    with installed():
         for start in range(0, n, size):
-            driver.enqueue_many([bench_noop.build_request({"n": next(_seq)}) for _ in range(min(size, n - start))])
+            bench_noop.enqueue_many([{"n": next(_seq)} for _ in range(min(size, n - start))])
 
 
 def _query(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -4,18 +4,29 @@ key of ``SECRET_KEY`` or of a ``SECRET_KEY_FALLBACKS`` entry), and a secret obje
 from __future__ import annotations
 
 import base64
+import datetime
+import enum
 import json
-from typing import Any
+import uuid
+from typing import Annotated, Any, Literal
 
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pydantic import Secret, SecretBytes, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, Secret, SecretBytes, SecretStr
 from pytest_django.fixtures import Settings
 
 from ultimate_jobs.guards.redaction import secret_values
-from ultimate_jobs.guards.sealing import ENVELOPE_KEY, KEY_PURPOSE, is_envelope, seal, seal_object, unseal
+from ultimate_jobs.guards.sealing import (
+    ENVELOPE_KEY,
+    KEY_PURPOSE,
+    is_envelope,
+    model_may_hold_secret,
+    seal,
+    seal_object,
+    unseal,
+)
 from ultimate_jobs.testing.conformance import raises_code
 
 SECRET = "sk_live_0123456789"
@@ -92,3 +103,52 @@ def test_may_hold_envelope_finds_an_envelope_at_any_depth_and_none_in_a_plain_pa
     assert may_hold_envelope(value) is found
     if not found:
         assert unseal(value) is value  # a payload with no envelope comes back as it is: nothing rebuilt
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class PlainData(BaseModel):
+    n: int
+    name: str | None = None
+    when: datetime.datetime | None = None
+    ids: list[uuid.UUID] = []
+    weights: dict[str, float] = {}
+    pair: tuple[int, ...] = ()
+    colour: Colour = Colour.RED
+    kind: Literal["a", "b"] = "a"
+    size: Annotated[int, Field(gt=0)] = 1
+
+
+class Node(BaseModel):
+    value: int = 0
+    children: list[Node] = []
+
+
+class Holds(BaseModel):
+    inner: list[dict[str, SecretStr]]
+
+
+class Nested(BaseModel):
+    holder: Holds | None = None
+
+
+class Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    n: int
+
+
+@pytest.mark.parametrize("model", [PlainData, Node])
+def test_a_model_of_plain_data_cannot_hold_a_secret(model: type[BaseModel]) -> None:
+    assert not model_may_hold_secret(model)
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [SecretStr, SecretBytes, Secret[int], Any, object, list, dict[str, Any], Nested, Annotated[SecretStr, "x"]],
+)
+def test_a_field_that_declares_a_secret_or_does_not_rule_one_out_may_hold_one(annotation: Any) -> None:
+    model = type("Probe", (BaseModel,), {"__annotations__": {"field": annotation}})
+    assert model_may_hold_secret(model)
+    assert model_may_hold_secret(Loose)  # extra="allow": any extra field may be a secret

@@ -32,7 +32,7 @@ from ..errors import (
     ValidationError,
 )
 from ..guards import admission
-from ..guards.sealing import clear_model, refuse_reserved, seal_model, unseal
+from ..guards.sealing import clear_model, model_may_hold_secret, refuse_reserved, seal_model, unseal
 from ..guards.sync_only import is_coroutine_callable, refuse_async
 from . import registry
 from .durations import Duration
@@ -175,6 +175,11 @@ class JobHandle(Generic[InputT, ResultT]):
         self.queue = queue
         self.priority = priority
         self.on_settled = on_settled
+        self.seals = input_model is not None and model_may_hold_secret(input_model)
+        """Whether an enqueue walks the input for secrets to seal: its model declares one, or may hold one
+        (:func:`~ultimate_jobs.guards.sealing.model_may_hold_secret`) — decided here, once. Without it the
+        row stores pydantic's JSON dump, checked in the one walk of
+        :func:`~ultimate_jobs.guards.admission.clean_json`."""
         self.origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -298,10 +303,16 @@ class JobHandle(Generic[InputT, ResultT]):
         id: str | None = None,
         now_ms: int | None = None,
     ) -> EnqueueRequest:
-        """The row an enqueue would write, with every per-call rule checked; nothing is written."""
-        admission.check_input(input, job=self.name)  # before parsing: a 10,000-deep dict is refused, not recursed
+        """The row an enqueue would write, with every per-call rule checked; nothing is written.
+
+        What the declaration decides is decided once (:attr:`seals`; no concurrency key, rate key or tenant
+        to derive when none is declared); per call, plain JSON input is checked in one walk
+        (:func:`~ultimate_jobs.guards.admission.clean_json`), and any other runs every check in full."""
+        plain = type(input) is dict and admission.clean_json(input)
+        if not plain:
+            admission.check_input(input, job=self.name)  # before parsing: a 10,000-deep dict is refused, not recursed
         parsed = self.parse_input(input)
-        payload = self.dump_input(parsed)
+        payload, checked = self._payload(parsed, plain)
         key = self.idempotency_key(parsed)
         if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
             raise JobDeclarationInvalidError(
@@ -321,10 +332,15 @@ class JobHandle(Generic[InputT, ResultT]):
             tenant_id = actor.org_id
         if on_conflict not in ("dedupe", "error"):
             raise InvariantError(f"on_conflict must be 'dedupe' or 'error', got {on_conflict!r}", {})
-        run_at_ms = admission.scheduled_ms(
-            delay, run_at, now=(lambda: now_ms) if now_ms is not None else _now_ms, job=self.name
+        run_at_ms = (
+            None
+            if delay is None and run_at is None
+            else admission.scheduled_ms(
+                delay, run_at, now=(lambda: now_ms) if now_ms is not None else _now_ms, job=self.name
+            )
         )
-        self.derive_rate_key(parsed)  # a rate_key that raises or answers no key is refused here, not at its run
+        if self.rate_key is not None:
+            self.derive_rate_key(parsed)  # a rate_key that raises or answers no key is refused here, not at its run
         return EnqueueRequest(
             name=self.name,
             queue=self.queue if queue is None else queue,
@@ -339,9 +355,22 @@ class JobHandle(Generic[InputT, ResultT]):
             on_conflict=on_conflict,
             enqueued_by=actor.id if actor is not None else None,
             traceparent=current_traceparent(),
-            concurrency_key=self.derive_concurrency_key(parsed),
-            input_checked=self.input_model is None and type(input) is dict,  # the payload holds the values walked above
+            concurrency_key=None if self.concurrency is None else self.derive_concurrency_key(parsed),
+            input_checked=checked,
         )
+
+    def _payload(self, parsed: Any, plain: bool) -> tuple[dict[str, Any], bool]:
+        """The stored payload of ``parsed``, and whether it was checked already (``check_request`` then does
+        not walk it again): a plain dict input is copied as it is; a model without secrets is pydantic's JSON
+        dump, checked in one walk; anything else — secrets to seal, or a dump the walk does not prove plain —
+        takes :meth:`dump_input`, every check in full."""
+        if self.input_model is None:
+            return (dict(parsed), True) if plain else (self.dump_input(parsed), False)
+        if not self.seals:
+            dumped = parsed.model_dump(mode="json")
+            if admission.clean_json(dumped):
+                return dumped, True
+        return self.dump_input(parsed), False
 
     def enqueue(
         self,

@@ -20,25 +20,53 @@ def uuid7() -> uuid.UUID:
 
 
 def _uuid7_int() -> int:
+    return _uuid7_ints(1)[0]
+
+
+def _uuid7_ints(count: int) -> list[int]:
+    """``count`` UUIDv7s as ints, in minting order: one lock, one clock read and one read of the OS's
+    randomness for all of them."""
     global _last_ms, _counter
+    stamps: list[tuple[int, int]] = []
     with _lock:
         ms = time.time_ns() // 1_000_000
-        if ms <= _last_ms:
-            _counter += 1
-            if _counter > 0xFFF:  # 4,096 ids in one ms: borrow the next millisecond
-                _last_ms += 1
-                _counter = 0
-            ms = _last_ms
-        else:
-            _last_ms, _counter = ms, int.from_bytes(os.urandom(2), "big") & 0x3FF
-        counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    return (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
+        for _ in range(count):
+            if ms <= _last_ms:
+                _counter += 1
+                if _counter > 0xFFF:  # 4,096 ids in one ms: borrow the next millisecond
+                    _last_ms += 1
+                    _counter = 0
+            else:
+                _last_ms, _counter = ms, int.from_bytes(os.urandom(2), "big") & 0x3FF
+            stamps.append((_last_ms, _counter))
+    rand = os.urandom(8 * count)
+    return [
+        (stamp & _MS_MASK) << 80
+        | 0x7 << 76
+        | counter << 64
+        | 0b10 << 62
+        | int.from_bytes(rand[8 * n : 8 * n + 8]) & _RAND_MASK
+        for n, (stamp, counter) in enumerate(stamps)
+    ]
+
+
+_MS_MASK = (1 << 48) - 1
+_RAND_MASK = (1 << 62) - 1
 
 
 def new_id() -> str:
     """A fresh job or run id as text (``str(uuid7())``, formatted without building the UUID object)."""
-    h = f"{_uuid7_int():032x}"
+    return _text(_uuid7_int())
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` fresh ids as text, in minting order — what ``count`` calls of :func:`new_id` answer, for
+    a batch enqueue's price of one."""
+    return [_text(value) for value in _uuid7_ints(count)]
+
+
+def _text(value: int) -> str:
+    h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 

@@ -24,6 +24,7 @@ from ..core.durations import parse_duration
 from ..drivers.records import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
 from ..errors import InvariantError, JobRequestInvalidError, UltimateError
 from .org_boundary import check_enqueue_org
+from .sealing import ENVELOPE_KEY
 
 MAX_JSON_DEPTH = 64
 """How deep a job's input or a step's output may nest (a dict or a list inside another is one level).
@@ -127,6 +128,8 @@ def check_instant(ms: int, *, field: str, refuse: Refusal) -> None:
 
 def check_text(value: str, *, field: str, refuse: Refusal) -> None:
     """Refuse text no database text column can hold: a NUL byte, or a lone surrogate (not UTF-8)."""
+    if value.isascii() and "\x00" not in value:
+        return  # the common case: no surrogate can hide in ASCII, so no pattern search
     if "\x00" in value:
         raise refuse(
             f"{field} contains a NUL byte (\\u0000), which no database text can hold; strip it before enqueueing",
@@ -138,6 +141,40 @@ def check_text(value: str, *, field: str, refuse: Refusal) -> None:
             "decode the bytes it came from as UTF-8",
             {"field": field},
         )
+
+
+def clean_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON every input check passes — dicts with text keys, lists and tuples,
+    text, ints, finite floats, booleans and ``None``; no NUL byte or lone surrogate in any text, no container
+    nested :data:`MAX_JSON_DEPTH` levels deep, no key :data:`~ultimate_jobs.guards.sealing.ENVELOPE_KEY` — in
+    one walk. ``False`` says only "not proven": the full checks (:func:`check_json`, ``refuse_reserved``, the
+    strict JSON encode) then run and name what is wrong, or find it storable after all (an ``int`` subclass,
+    a key that is a number)."""
+    return _clean(value, 0)
+
+
+def _clean(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value and (value.isascii() or _SURROGATE.search(value) is None)
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth >= MAX_JSON_DEPTH:
+        return False
+    if kind is dict:
+        if ENVELOPE_KEY in value:
+            return False
+        for key, child in value.items():
+            if type(key) is not str or "\x00" in key or not (key.isascii() or _SURROGATE.search(key) is None):
+                return False
+            if not _clean(child, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_clean(child, depth + 1) for child in value)
+    return False
 
 
 def check_json(value: Any, *, field: str, refuse: Refusal) -> None:

@@ -22,8 +22,15 @@ The key ``"$uj.secret"`` is reserved: an input or a step output that holds it in
 from __future__ import annotations
 
 import base64
+import collections.abc
+import datetime
+import decimal
+import enum
 import functools
 import json
+import types
+import typing
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -230,6 +237,55 @@ def seal_model(value: BaseModel, *, what: str = "the input") -> Any:
     if not _holds_secret(dumped):
         return value.model_dump(mode="json")
     return to_jsonable_python(_seal_secrets(dumped))
+
+
+_PLAIN_TYPES = (
+    str, int, float, bool, bytes, type(None), datetime.date, datetime.time, datetime.timedelta, uuid.UUID,
+    decimal.Decimal, enum.Enum,
+)  # fmt: skip
+"""Field types that can never hold a secret (a ``datetime`` is a ``date``; an ``Enum`` member is a constant)."""
+
+_CONTAINERS = frozenset({
+    list, tuple, set, frozenset, dict, typing.Union, types.UnionType, collections.abc.Sequence,
+    collections.abc.Mapping, collections.abc.Set, collections.abc.Iterable, collections.abc.MutableMapping,
+    collections.abc.MutableSequence,
+})  # fmt: skip
+"""Generic origins whose values are only their arguments' (``list[T]``, ``dict[K, V]``, ``T | None``…)."""
+
+
+def model_may_hold_secret(model: type[BaseModel]) -> bool:
+    """Whether an instance of ``model`` can hold a secret, judged from its declaration once: a
+    ``SecretStr``/``SecretBytes``/``Secret[T]`` field at any depth — or any field whose type does not rule
+    one out (``Any``, ``object``, a bare ``list``, a class this does not know, an unresolved forward
+    reference, ``extra="allow"``). ``False`` only when every field is plain data, so an enqueue of a job
+    whose input model answers ``False`` stores pydantic's JSON dump without walking it for secrets."""
+    return _model_may_hold(model, set())
+
+
+def _model_may_hold(model: type[BaseModel], seen: set[type[BaseModel]]) -> bool:
+    if model in seen:
+        return False  # a recursive model: its fields are being judged already
+    seen.add(model)
+    if model.model_config.get("extra") == "allow":
+        return True
+    return any(_type_may_hold(field.annotation, seen) for field in model.model_fields.values())
+
+
+def _type_may_hold(annotation: Any, seen: set[type[BaseModel]]) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_may_hold(typing.get_args(annotation)[0], seen)
+    if origin is typing.Literal:
+        return False
+    if origin is not None:
+        if origin not in _CONTAINERS:
+            return True  # Secret[T], or a generic this does not know
+        return any(_type_may_hold(arg, seen) for arg in typing.get_args(annotation) if arg is not Ellipsis)
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel):
+            return _model_may_hold(annotation, seen)
+        return not issubclass(annotation, _PLAIN_TYPES)
+    return annotation is not None
 
 
 def clear_model(value: BaseModel) -> Any:

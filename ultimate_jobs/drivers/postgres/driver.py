@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from django.db import connections, transaction
 
 from ...core.clock import system_clock
-from ..records import Ack, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOptions, StepRecord, nack_counter
+from ...core.ids import new_id
+from ..records import (
+    Ack,
+    Enqueued,
+    EnqueueRequest,
+    Heartbeat,
+    JobState,
+    NackOptions,
+    StepRecord,
+    lane_of,
+    nack_counter,
+)
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
 from .async_enqueue import AsyncEnqueue
@@ -117,18 +129,34 @@ class PostgresDriver(SqlDriver):
         requests that inserted nothing. Answers one :class:`Enqueued` per request, in order."""
         if len(requests) == 1:
             request = requests[0]
-            rows = enqueue_rows([request], self.fair_queues)
             now = self._now()
-            params = {key: value for key, value in rows[0].items() if key not in ("ord", "run_at_ms")}
-            run_at = now if rows[0]["run_at_ms"] is None else rows[0]["run_at_ms"]
-            params.update(
-                input=jsonb(params["input"]), run_at=run_at, state="delayed" if run_at > now else "ready", now=now
-            )
+            run_at = now if request.run_at_ms is None else request.run_at_ms
+            job_id, run_id = request.id or new_id(), request.run_id or new_id()
+            params = {
+                "id": job_id,
+                "run_id": run_id,
+                "name": request.name,
+                "queue": request.queue,
+                "tenant_id": request.tenant_id,
+                "idempotency_key": request.idempotency_key,
+                "input": jsonb(request.input),
+                "state": "delayed" if run_at > now else "ready",
+                "max_attempts": request.max_attempts,
+                "priority": request.priority,
+                "run_at": run_at,
+                "now": now,
+                "enqueued_by": request.enqueued_by,
+                "traceparent": request.traceparent,
+                "concurrency_key": request.concurrency_key,
+                "lane": lane_of(request, self.fair_queues),
+            }
             inserted = yield sql.SQL_ENQUEUE_ONE, params
             if inserted:
                 return [Enqueued(str(inserted[0][0]), str(inserted[0][1]), False)]
+            # inserted nothing: the holder of its id or live key, read under the ids this attempt minted
+            rows = enqueue_rows([replace(request, id=job_id, run_id=run_id)], self.fair_queues)
             holders = _holders((yield sql.SQL_ENQUEUE_HOLDERS, {"rows": jsonb(rows)}))
-            return [self._held(request, canonical_id(rows[0]["id"]), holders[0])]
+            return [self._held(request, canonical_id(job_id), holders[0])]
         rows = enqueue_rows(requests, self.fair_queues)
         found = yield sql.SQL_ENQUEUE, {"rows": jsonb(rows), "now": self._now()}
         created = {str(r[0]) for r in found}

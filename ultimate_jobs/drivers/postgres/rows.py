@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...core.ids import new_id
+from ...core.ids import new_ids
 from ..records import EnqueueRequest, lane_of
 from ..sql.dialect import Dialect, canonical_id, loads
 
@@ -47,11 +47,12 @@ as text)."""
 def enqueue_rows(requests: Sequence[EnqueueRequest], fair_queues: frozenset[str]) -> list[dict[str, Any]]:
     """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none; a
     row of one of ``fair_queues`` carries its lane (:func:`lane_of`)."""
+    minted = iter(new_ids(2 * len(requests)))  # one batch of ids: a caller's own (an outbox replay) are kept
     return [
         {
             "ord": i,
-            "id": r.id or new_id(),
-            "run_id": r.run_id or new_id(),
+            "id": r.id or next(minted),
+            "run_id": r.run_id or next(minted),
             "name": r.name,
             "queue": r.queue,
             "tenant_id": r.tenant_id,
