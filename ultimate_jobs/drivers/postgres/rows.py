@@ -46,25 +46,32 @@ as text)."""
 
 def enqueue_rows(requests: Sequence[EnqueueRequest], fair_queues: frozenset[str]) -> list[dict[str, Any]]:
     """The request rows ENQUEUE_RECORDSET reads, in order, ids minted here when the caller named none; a
-    row of one of ``fair_queues`` carries its lane (:func:`lane_of`)."""
+    row of one of ``fair_queues`` carries its lane (:func:`lane_of`). A column that is NULL is left out of
+    its row (``jsonb_to_recordset`` reads a missing key as NULL): less JSON to write and to parse."""
     minted = iter(new_ids(2 * len(requests)))  # one batch of ids: a caller's own (an outbox replay) are kept
-    return [
-        {
+    rows = []
+    for i, r in enumerate(requests):
+        row = {
             "ord": i,
             "id": r.id or next(minted),
             "run_id": r.run_id or next(minted),
             "name": r.name,
             "queue": r.queue,
-            "tenant_id": r.tenant_id,
             "idempotency_key": r.idempotency_key,
-            "input": dict(r.input),
+            "input": r.input if type(r.input) is dict else dict(r.input),
             "max_attempts": r.max_attempts,
             "priority": r.priority,
-            "run_at_ms": r.run_at_ms,
-            "enqueued_by": r.enqueued_by,
-            "traceparent": r.traceparent,
-            "concurrency_key": r.concurrency_key,
-            "lane": lane_of(r, fair_queues),
         }
-        for i, r in enumerate(requests)
-    ]
+        for column in _NULLABLE:
+            value = getattr(r, column)
+            if value is not None:
+                row[column] = value
+        lane = lane_of(r, fair_queues)
+        if lane is not None:
+            row["lane"] = lane
+        rows.append(row)
+    return rows
+
+
+_NULLABLE = ("tenant_id", "run_at_ms", "enqueued_by", "traceparent", "concurrency_key")
+"""The request's columns a row carries only when set."""
