@@ -17,7 +17,8 @@ from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from tests.helpers import eventually
 from tests.secapp.models import Post
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.core.execute import AttemptEnv, execute_job_async
+from ultimate_jobs.core.execute import AttemptEnv
+from ultimate_jobs.core.execute_async import execute_job_async
 from ultimate_jobs.runtime.async_lane import AsyncLane
 from ultimate_jobs.testing import run_jobs
 

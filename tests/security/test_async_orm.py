@@ -19,7 +19,8 @@ from django.db import connection
 from tests.secapp.models import Item
 from tests.security.attacks import A, B, two_orgs
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.core.execute import AttemptEnv, execute_job_async
+from ultimate_jobs.core.execute import AttemptEnv
+from ultimate_jobs.core.execute_async import execute_job_async
 from ultimate_jobs.core.scope import current_tenant
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.errors import UltimateError

@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import AttemptEnv, JobRun, Settled, current_signal, execute_job, job
-from ultimate_jobs.core.execute import execute_job_async, is_async_job
+from ultimate_jobs.core.execute import is_async_job
+from ultimate_jobs.core.execute_async import execute_job_async
 from ultimate_jobs.core.scope import current_tenant
 from ultimate_jobs.runtime.async_lane import AsyncLane
 from ultimate_jobs.testing import run_jobs

@@ -39,7 +39,7 @@ from ..errors import (
     UltimateError,
     code_of,
 )
-from ..features.backfills import BackfillState, BackfillStateRow, _declarations, is_backfill, pending_backfills
+from ..features.backfills import BackfillState, BackfillStateRow, declaration_of, is_backfill, pending_backfills
 from ..operator.arguments import shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT
 from . import render
@@ -209,7 +209,7 @@ def _plan(ctx: Invocation, name: str, row: BackfillStateRow | None) -> BackfillP
             "--pending lists the declared ones",
             {"backfill": shown(name)},
         )
-    descriptor = _declarations[handle].descriptor
+    descriptor = declaration_of(handle).descriptor
     force = bool(ctx.options["force"])
     if row.state == "excluded":
         environment = jobs_settings().environment
@@ -277,7 +277,7 @@ def _check_applied(name: str, requires: str) -> None:
 def _count(ctx: Invocation, handle: JobHandle[Any, Any]) -> int | None:
     """``count(ctx)`` when the backfill declares one (``tenant="none"``: across every tenant), with a
     line on stderr while it counts; ``None`` when it declares none."""
-    declaration = _declarations[handle]
+    declaration = declaration_of(handle)
     counter = declaration.count
     if counter is None:
         return None

@@ -16,6 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+MIN_INSTANT_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+"""The instants every driver and Python's ``datetime`` can hold, in epoch ms: years 1 to 9999."""
+
 logger = logging.getLogger("ultimate_jobs")
 
 

@@ -27,13 +27,16 @@ from ..errors import UltimateError
 from ..runtime.async_lane import AsyncLane
 from .attempt import Attempt
 from .definition import JobHandle
-from .execute import (
-    _hand_back_unknown,
+from .installed import job_clock
+from .logs import log_event
+from .outcomes import AttemptEnv, ExecutionHooks, JobExecution, no_context
+from .phases import (
     admit,
     after_abort_or,
     arm_deadline,
     body_exited,
     find_handle,
+    hand_back_unknown,
     job_run_for,
     prepare,
     release_slot,
@@ -41,9 +44,6 @@ from .execute import (
     step_options,
     user_interrupt,
 )
-from .installed import job_clock
-from .logs import log_event
-from .outcomes import AttemptEnv, ExecutionHooks, JobExecution, no_context
 from .scope import enter_scope, leave_scope
 from .signals import CancelSignal, enter_signal, leave_signal
 from .steps import AsyncStep, StepSuspension
@@ -72,7 +72,7 @@ async def execute_job_async(
     """
     found = find_handle(claimed, handle)
     if found is None:
-        return await lane.offload(_hand_back_unknown, claimed, env.driver, env.clock or job_clock())
+        return await lane.offload(hand_back_unknown, claimed, env.driver, env.clock or job_clock())
     if env.context is None or env.context is no_context:
         attempt = Attempt(claimed, found, env, hooks)
     else:  # the app's context factory may read the DB

@@ -130,10 +130,10 @@ def limit_of(key: str, names: Iterable[str]) -> str | None:
 def declared_rate_limits() -> dict[str, tuple[RateLimit, tuple[str, ...]]]:
     """Every rate limit a registered job declares, by name, with the jobs that name it."""
     from . import registry
-    from .definition import JobHandle
 
     found: dict[str, tuple[RateLimit, list[str]]] = {}
     for handle in registry.registered("job"):
-        if isinstance(handle, JobHandle) and handle.rate_limit is not None:
-            found.setdefault(handle.rate_limit.name, (handle.rate_limit, []))[1].append(handle.name)
+        limit = getattr(handle, "rate_limit", None)  # a job's handle; reading it needs no import of its class
+        if isinstance(limit, RateLimit):
+            found.setdefault(limit.name, (limit, []))[1].append(handle.name)
     return {name: (limit, tuple(sorted(jobs))) for name, (limit, jobs) in sorted(found.items())}

@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
+from ..core.clock import MAX_INSTANT_MS, MIN_INSTANT_MS
+
 JobOrder = Literal[
     "created",
     "-created",
@@ -181,7 +183,6 @@ def decode_cursor(cursor: str, *, which: str, order: JobOrder = DEFAULT_JOB_ORDE
     """The :class:`Cursor` :func:`job_cursor` encoded for ``order``; anything else — text no page produced,
     or a cursor of a list sorted another way — is ``X_JOB_PAGE_INVALID``."""
     from ..errors import JobPageInvalidError
-    from .records import MAX_INSTANT_MS, MIN_INSTANT_MS
 
     try:
         if not cursor.startswith("jc1."):
@@ -219,7 +220,6 @@ def decode_cursor(cursor: str, *, which: str, order: JobOrder = DEFAULT_JOB_ORDE
 def _value_fits(column: str, value: object) -> bool:
     """Whether a cursor's value is of the column's kind: none for ``created``, text for a name or a queue,
     an int (an instant in range, or a count of attempts) for the rest."""
-    from .records import MAX_INSTANT_MS, MIN_INSTANT_MS
 
     if column == "created":
         return value is None

@@ -14,6 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# re-exported: the instant bounds live with the clock
+from ..core.clock import MAX_INSTANT_MS as MAX_INSTANT_MS
+from ..core.clock import MIN_INSTANT_MS as MIN_INSTANT_MS
+
 # re-exported: the drivers read these defaults here
 from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS as DEFAULT_VISIBILITY_TIMEOUT_MS
 from ..defaults import PURGE_BATCH as PURGE_BATCH
@@ -39,8 +43,6 @@ DEFAULT_JOB_PAGE = 100
 MAX_BULK_ROWS = 1_000
 MAX_WORKER_IN_FLIGHT = 100
 MAX_TASK_FIRES = 1_000
-MIN_INSTANT_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
-MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 """The instants a filter, a cursor or a stats window may name: Python's datetime range, inside what a
 Postgres ``timestamptz`` holds (outside it ``to_timestamp`` is a database error)."""
 PROGRESS_INTERVAL_MS = 1_000

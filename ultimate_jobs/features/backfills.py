@@ -111,7 +111,9 @@ class BackfillDescriptor:
 
 
 @dataclass(frozen=True, slots=True)
-class _Declaration:
+class BackfillDeclaration:
+    """What :func:`backfill` declared beside its job: the descriptor and the functions it runs."""
+
     descriptor: BackfillDescriptor
     source: Callable[[Any], Any]
     handle: Callable[[list[Any], CancelSignal], Any]
@@ -119,7 +121,7 @@ class _Declaration:
     cross_tenant: bool
 
 
-_declarations: weakref.WeakKeyDictionary[JobHandle[Any, Any], _Declaration] = weakref.WeakKeyDictionary()
+_declarations: weakref.WeakKeyDictionary[JobHandle[Any, Any], BackfillDeclaration] = weakref.WeakKeyDictionary()
 
 
 def backfill(
@@ -210,7 +212,7 @@ def backfill(
         batch=batch,
         rate=float(rate),
     )
-    declaration = _Declaration(descriptor, source, run_handle, run_count, cross_tenant=tenant == "none")
+    declaration = BackfillDeclaration(descriptor, source, run_handle, run_count, cross_tenant=tenant == "none")
 
     def body(run: JobRun[BackfillInput]) -> dict[str, Any]:
         return _Pass(declaration, run).sweep()
@@ -246,6 +248,12 @@ def definition_checksum(source: Callable[..., Any], handle: Callable[..., Any]) 
         digest.update(text.encode())
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def declaration_of(handle: JobHandle[Any, Any]) -> BackfillDeclaration:
+    """The declaration of a backfill's handle (``KeyError`` for a handle :func:`backfill` did not make —
+    ask :func:`is_backfill` first)."""
+    return _declarations[handle]
 
 
 def is_backfill(value: object) -> bool:
@@ -365,7 +373,7 @@ def pending_backfills(
 class _Pass:
     """One attempt of a backfill's pass: gate, ledger row, the pages, the convergence check."""
 
-    def __init__(self, declaration: _Declaration, run: JobRun[BackfillInput]) -> None:
+    def __init__(self, declaration: BackfillDeclaration, run: JobRun[BackfillInput]) -> None:
         self.d = declaration
         self.name = declaration.descriptor.name
         self.run = run

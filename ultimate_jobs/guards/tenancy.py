@@ -17,7 +17,17 @@ from asgiref.sync import sync_to_async
 from django.db import models
 from django.db.models.signals import class_prepared
 
-from ..core.scope import Actor, _scope, acting_as, check_org, cross_tenant, current_actor, current_tenant, guarded_org
+from ..core.scope import (
+    UNGUARDED,
+    Actor,
+    acting_as,
+    check_org,
+    cross_tenant,
+    current_actor,
+    current_tenant,
+    guarded_org,
+    guarded_scope_org,
+)
 
 T = TypeVar("T")
 
@@ -51,10 +61,9 @@ class TenantScopedQuerySet(models.QuerySet[Any]):
         """Refuse when the (unsliced) selection reaches a row of another org, or there is no org — asked
         before the statement runs, by a probe that locks nothing. A combined query (``union()``,
         ``intersection()``, ``difference()``) takes no further filter, so each of its parts is asked."""
-        scope = _scope.get()
-        if scope is None or scope.cross_tenant_reason is not None:
+        org = guarded_scope_org()
+        if org is UNGUARDED:
             return
-        org = scope.actor.org_id
         if org is None:
             check_org(None, model=self.model.__name__)
             return

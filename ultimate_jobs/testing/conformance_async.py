@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from ..core.definition import JobHandle, job
-from ..core.execute import AttemptEnv, JobExecution, execute_job_async
+from ..core.execute import AttemptEnv, JobExecution
+from ..core.execute_async import execute_job_async
 from ..core.outcomes import Settled
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal

@@ -28,6 +28,7 @@ from django.db import connections
 from ...errors import DriverUnavailableError
 from ..records import Enqueued, EnqueueRequest
 from .executor import IDLE, ONLY_WHEN_ASKED, ROWS
+from .rows import needs_transaction
 from .wake import conninfo_for
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ class AsyncEnqueue:
     async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued]:
         """:meth:`~.driver.PostgresDriver.enqueue_many`, awaited on one of the loop's connections (a batch that
         may refuse a member in a transaction of its own there, as the sync driver's)."""
-        from .driver import needs_transaction
-
         if not requests:
             return []
         plan = self._driver.enqueue_plan(requests)

@@ -31,7 +31,7 @@ from .operator import PostgresOperatorStore
 from .queries import fairness
 from .queries import jobs as sql
 from .queries import scheduler as scheduler_sql
-from .rows import POSTGRES, canonical_id, enqueue_rows, is_uuid
+from .rows import POSTGRES, canonical_id, enqueue_rows, is_uuid, needs_transaction
 from .stores import PostgresBackfillStore, PostgresLeaseStore, PostgresRateStore, PostgresSchedulerStore
 from .wake import conninfo_for, pool_probe, start_queue_wake
 
@@ -53,12 +53,6 @@ def drive(plan: Plan, run: Callable[[str, dict[str, Any]], list[tuple[Any, ...]]
             statement = plan.send(run(*statement))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-
-
-def needs_transaction(requests: Sequence[EnqueueRequest]) -> bool:
-    """Whether a batch must run in a transaction of its own: a member may be refused (on_conflict="error",
-    or a caller's id that may name another tenant's row), and then no row of the batch may stay."""
-    return len(requests) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)
 
 
 def _holders(found: list[tuple[Any, ...]]) -> dict[int, tuple[Any, Any, bool]]:

@@ -17,7 +17,7 @@ from ...core.ids import new_ids
 from ..records import EnqueueRequest, lane_of
 from ..sql.dialect import Dialect, canonical_id, loads
 
-__all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "uuid_or_none"]
+__all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "needs_transaction", "uuid_or_none"]
 
 
 def uuid_or_none(value: Any) -> str | None:
@@ -75,3 +75,9 @@ def enqueue_rows(requests: Sequence[EnqueueRequest], fair_queues: frozenset[str]
 
 _NULLABLE = ("tenant_id", "run_at_ms", "enqueued_by", "traceparent", "concurrency_key")
 """The request's columns a row carries only when set."""
+
+
+def needs_transaction(requests: Sequence[EnqueueRequest]) -> bool:
+    """Whether a batch must run in a transaction of its own: a member may be refused (on_conflict="error",
+    or a caller's id that may name another tenant's row), and then no row of the batch may stay."""
+    return len(requests) > 1 and any(r.on_conflict == "error" or r.id is not None for r in requests)

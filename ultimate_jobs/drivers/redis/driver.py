@@ -24,7 +24,6 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from ...core.clock import Clock, system_clock
-from ...core.ids import new_id
 from ...core.logs import log_event
 from ...errors import (
     ClaimQueuesEmptyError,
@@ -61,7 +60,7 @@ from ..records import (
 from ..wake_hub import WakeHub
 from .operator import RedisOperatorStore
 from .queries import SCRIPTS
-from .rows import claimed_job, exhausted_job, progress_json, step_json, text
+from .rows import claimed_job, exhausted_job, progress_json, request_doc, step_json, text
 from .stores import RedisBackfillStore, RedisLeaderStore, RedisLeaseStore, RedisRateStore, RedisSchedulerStore
 from .wake import RedisWake
 
@@ -89,27 +88,6 @@ def bucket_of(now: int) -> int:
     """The start of the narrowest counter bucket holding ``now``."""
     width = COUNTER_TIERS[0][0]
     return now - now % width
-
-
-def request_doc(request: EnqueueRequest) -> dict[str, Any]:
-    """One enqueue request as the enqueue script reads it; ids are allocated here, so a retried call
-    answers the rows it already inserted instead of inserting them twice."""
-    return {
-        "id": request.id or new_id(),
-        "run_id": request.run_id or str(uuid.uuid4()),
-        "name": request.name,
-        "queue": request.queue,
-        "tenant": request.tenant_id,
-        "key": request.idempotency_key,
-        "input": json.dumps(dict(request.input), separators=(",", ":")),
-        "max": str(request.max_attempts),
-        "prio": str(request.priority),
-        "run_at": None if request.run_at_ms is None else str(request.run_at_ms),
-        "on_conflict": request.on_conflict,
-        "by": request.enqueued_by,
-        "tp": request.traceparent,
-        "ck": request.concurrency_key,
-    }
 
 
 def worker_doc(info: WorkerInfo) -> str:

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ..records import BackfillRun, BackfillStatus, ClaimedJob, ExhaustedJob, JobRecord, JobState, Progress, StepRecord
+from ...core.ids import new_id
+from ..records import (
+    BackfillRun,
+    BackfillStatus,
+    ClaimedJob,
+    EnqueueRequest,
+    ExhaustedJob,
+    JobRecord,
+    JobState,
+    Progress,
+    StepRecord,
+)
 
 
 def text(value: Any) -> Any:
@@ -168,3 +180,24 @@ def backfill_run(row: Mapping[str, str]) -> BackfillRun:
         updated_at_ms=int(row["updated"]),
         completed_at_ms=_int(row, "completed"),
     )
+
+
+def request_doc(request: EnqueueRequest) -> dict[str, Any]:
+    """One enqueue request as the enqueue script reads it; ids are allocated here, so a retried call
+    answers the rows it already inserted instead of inserting them twice."""
+    return {
+        "id": request.id or new_id(),
+        "run_id": request.run_id or str(uuid.uuid4()),
+        "name": request.name,
+        "queue": request.queue,
+        "tenant": request.tenant_id,
+        "key": request.idempotency_key,
+        "input": json.dumps(dict(request.input), separators=(",", ":")),
+        "max": str(request.max_attempts),
+        "prio": str(request.priority),
+        "run_at": None if request.run_at_ms is None else str(request.run_at_ms),
+        "on_conflict": request.on_conflict,
+        "by": request.enqueued_by,
+        "tp": request.traceparent,
+        "ck": request.concurrency_key,
+    }

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.ids import new_id
 from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, RateState
-from .rows import backfill_run, pairs, text
+from .rows import backfill_run, pairs, request_doc, text
 
 if TYPE_CHECKING:
     from .driver import RedisDriver
@@ -101,7 +101,6 @@ class RedisSchedulerStore:
         return {task: int(mark) for task, mark in zip(tasks, marks, strict=True)}
 
     def fire(self, fire: Fire) -> FireResult:
-        from .driver import request_doc
 
         doc = {
             "task": fire.task,
