@@ -25,7 +25,6 @@ import logging
 import math
 import os
 import re
-import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from django.db import transaction
 from ..conf import jobs_settings
 from ..core.definition import JobHandle, job
 from ..core.durations import Duration
+from ..core.factories import factory_body
 from ..core.installed import job_clock, job_driver
 from ..core.logs import log_event
 from ..core.retry import RetryPolicy
@@ -217,10 +217,7 @@ def backfill(
     def body(run: JobRun[BackfillInput]) -> dict[str, Any]:
         return _Pass(declaration, run).sweep()
 
-    # the job's origin (what tells a second declaration of the name from this one seen twice) is where
-    # backfill() was called, not this module
-    body.__module__ = sys._getframe(1).f_globals.get("__name__", "?")
-    body.__qualname__ = body.__name__ = f"backfill[{name}]"
+    factory_body(body, "backfill", name)
     job_handle: JobHandle[Any, dict[str, Any]] = job(
         name=name,
         idempotency_key=lambda _input: name,

@@ -37,7 +37,6 @@ import io
 import json
 import math
 import re
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -50,6 +49,7 @@ from asgiref.sync import async_to_sync
 
 from ..core.definition import JobHandle, job
 from ..core.durations import Duration
+from ..core.factories import factory_body
 from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
@@ -231,8 +231,7 @@ def export_rows(
     def body(run: JobRun[Any]) -> dict[str, Any]:
         return _Export(declaration, run).write()
 
-    body.__module__ = sys._getframe(1).f_globals.get("__name__", "?")
-    body.__qualname__ = body.__name__ = f"export[{name}]"
+    factory_body(body, "export", name)
     key = idempotency_key or (lambda parsed: f"{name}:{_clean_prefix(prefix(parsed))}")
     return job(
         name=name,

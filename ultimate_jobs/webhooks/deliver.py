@@ -28,7 +28,6 @@ import importlib.util
 import json
 import logging
 import socket
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import pydantic
 from ..core.clock import Clock, Timer
 from ..core.definition import JobHandle, job
 from ..core.durations import Duration
+from ..core.factories import factory_body
 from ..core.installed import job_clock
 from ..core.logs import log_event
 from ..core.retry import RetryPolicy, parse_optional_duration
@@ -177,8 +177,7 @@ def webhook(
     def body(run: JobRun[WebhookInput]) -> dict[str, Any]:
         return _Delivery(declaration, run).deliver()
 
-    body.__module__ = sys._getframe(1).f_globals.get("__name__", "?")
-    body.__qualname__ = body.__name__ = f"webhook[{name}]"
+    factory_body(body, "webhook", name)
     return job(
         name=name,
         idempotency_key=lambda i: f"{name}:{i.endpoint_id}:{i.event_id}",

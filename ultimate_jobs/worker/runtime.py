@@ -161,7 +161,6 @@ class JobWorker(LeaseRenewal, PollingRole):
         )
         self._limiter = Limiter(limits, clock)
         self._init_polling(poll_interval_ms=poll_interval_ms, idle_poll_max_ms=idle_poll_max_ms)
-        self._lock = self._cond  # guards the flights; notified whenever one ends
         self._flights: dict[str, InFlight] = {}  # by claim token: a zombie and its next attempt share a job id
         self._occupied: dict[str, int] = dict.fromkeys(self.queues, 0)  # running or waiting in the claim-ahead buffer
         self._settling = 0  # completions whose slot moved on before their settle landed
@@ -260,7 +259,7 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _on_accept(self, reason: str) -> dict[str, Any]:
         """Abort every held job's signal with ``X_DRAINING``, so a body that unwinds is interrupted — back
         to ready at once, the attempt uncounted — and hand buffered claims back when the close begins."""
-        with self._lock:
+        with self._cond:
             self._hand_back_on_close = True
             flights = list(self._flights.values())
         for flight in flights:
@@ -276,7 +275,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         return self._in_pass or bool(self._flights)
 
     def _before_wait(self) -> None:
-        with self._lock:
+        with self._cond:
             hand_back = self._hand_back_on_close
         if hand_back:
             self._hand_back_buffered()
@@ -293,7 +292,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         the driver."""
         self._wake.set()
         self._hand_back_kept()  # runs still kept (a close without a drain's accept) keep their instants
-        with self._lock:
+        with self._cond:
             timers = [*self._timers, *self._handbacks]
             self._handbacks.clear()
         for timer in timers:
@@ -347,7 +346,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         return self._guarded_pass().done
 
     def _one_pass(self) -> Pass:
-        with self._lock:
+        with self._cond:
             if self._settling > self._settle_backlog():
                 return Pass()  # the settle buffer is behind: claim again once it caught up (it kicks)
             rooms = {q: (self._sync_room(q), self._async_room(q)) for q in self.queues}
@@ -413,7 +412,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             if isinstance(handle, JobHandle) and sync_taken.get(job.queue, 0) >= rooms[job.queue][0]:
                 returned[job.queue] = returned.get(job.queue, 0) + 1
                 self._return(job)
-                with self._lock:  # a sync job enqueued onto an async-only queue: ask for threads there too
+                with self._cond:  # a sync job enqueued onto an async-only queue: ask for threads there too
                     self._sync_served |= {job.queue}
                 continue
             sync_taken[job.queue] = sync_taken.get(job.queue, 0) + 1
@@ -434,7 +433,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         """A queue of both kinds: the async room a claim asks for halves whenever sync rows came back on
         it (they were handed back), and doubles — up to the queue's async slots — whenever async rows
         filled it. A sync backlog thus costs a few hand-backs, not one per async slot every pass."""
-        with self._lock:
+        with self._cond:
             if returned:
                 self._async_ask[queue] = max(1, asked // 2)
             elif used >= asked:
@@ -478,7 +477,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             log_event(logging.DEBUG, "jobs.worker.shed", job_id=job.id, name=job.name, queue=job.queue)
             return 0
         flight = InFlight(job=job, signal=CancelSignal(), last_renewed_ms=self.clock.now_ms())
-        with self._lock:
+        with self._cond:
             if not self._accepting:
                 flight.signal.abort(
                     JobDrainedError(f"worker {self.worker_id} is draining", {"worker_id": self.worker_id})
@@ -500,7 +499,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         lane = self._lane
         runs: list[_Waiting] = []
         refused: list[tuple[InFlight, Exception]] = []
-        with self._lock:
+        with self._cond:
             for flight, handle in batch:
                 queue = flight.job.queue
                 if lane is None or not self.async_slots[queue]:
@@ -518,7 +517,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             try:
                 lane.spawn_many([(partial(self._execute_async, lane, w.flight, w.handle), w.context) for w in runs])
             except Exception as stopped:  # the loop stopped under the claim: back to ready, uncounted
-                with self._lock:
+                with self._cond:
                     for w in runs:
                         self._async_busy[w.flight.job.queue] -= 1
                 refused += [(w.flight, stopped) for w in runs]
@@ -539,7 +538,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         A ``kept`` run only leaves its slot: its flight stays (:meth:`_keep`)."""
         queue = flight.job.queue
         completion = execution.completion if execution is not None else None
-        with self._lock:
+        with self._cond:
             self._async_busy[queue] -= 1
             if completion is not None:
                 self._settling += 1
@@ -558,7 +557,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             try:
                 lane.spawn_here(partial(self._execute_async, lane, waiting.flight, waiting.handle), waiting.context)
             except Exception:  # the lane stopped: the row stays in the buffer, which the teardown hands back
-                with self._lock:
+                with self._cond:
                     self._async_busy[queue] -= 1
                     self._async_waiting[queue].appendleft(waiting)
         if claim:
@@ -592,7 +591,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         """Whether this worker keeps ``flight`` until its reserved instant: not while draining, and not past
         :data:`KEPT_PER_SLOT` runs kept for its queue (it is handed back instead)."""
         queue = flight.job.queue
-        with self._lock:
+        with self._cond:
             if self._hand_back_on_close or not self._accepting:
                 return False
             kept = sum(1 for k in self._kept.values() if k.flight.job.queue == queue)
@@ -605,7 +604,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         the slot). Its lease is renewed with the others' meanwhile."""
         kept = _Kept(flight, until_ms, handle)
         self.stats.kept += 1
-        with self._lock:
+        with self._cond:
             if handle is None:
                 self._occupied[flight.job.queue] -= 1
             hand_back = self._hand_back_on_close
@@ -615,7 +614,7 @@ class JobWorker(LeaseRenewal, PollingRole):
             self._kept_back(kept)
         else:
             timer = self.clock.call_at(until_ms - RATE_HOLD_MS // 2, partial(self._rejoin, flight.job.claim))
-            with self._lock:
+            with self._cond:
                 if flight.job.claim in self._kept:
                     kept.timer = timer
         self.kick()  # its slot is free: refill it
@@ -623,7 +622,7 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _rejoin(self, claim: str) -> None:
         """A kept run's time has come: back to a slot, ahead of the buffer — or back to the queue when the worker
         is draining, a process-local limit refuses it now, or its pool or loop has stopped."""
-        with self._lock:
+        with self._cond:
             kept = self._kept.pop(claim, None)
             if kept is None:  # a drain handed it back
                 return
@@ -641,20 +640,20 @@ class JobWorker(LeaseRenewal, PollingRole):
         the loop has stopped."""
         flight, handle, queue = kept.flight, kept.handle, kept.flight.job.queue
         if handle is None:
-            with self._lock:
+            with self._cond:
                 self._occupied[queue] += 1
             try:
                 self._pools[queue].submit_first(flight)
                 return True
             except RuntimeError:  # the pool shut under it
-                with self._lock:
+                with self._cond:
                     self._occupied[queue] -= 1
                 return False
         lane = self._lane
         if lane is None:
             return False
         waiting = _Waiting(flight, handle, contextvars.copy_context())
-        with self._lock:
+        with self._cond:
             if self._async_busy[queue] >= self.async_slots[queue]:
                 self._async_waiting[queue].appendleft(waiting)
                 return True
@@ -663,13 +662,13 @@ class JobWorker(LeaseRenewal, PollingRole):
             lane.spawn_many([(partial(self._execute_async, lane, flight, handle), waiting.context)])
             return True
         except Exception:  # the loop stopped
-            with self._lock:
+            with self._cond:
                 self._async_busy[queue] -= 1
             return False
 
     def _hand_back_kept(self) -> None:
         """A drain's hand-back of every kept run: due just ahead of its instant, which it keeps."""
-        with self._lock:
+        with self._cond:
             kept = list(self._kept.values())
             self._kept.clear()
         for k in kept:
@@ -720,11 +719,11 @@ class JobWorker(LeaseRenewal, PollingRole):
         left to the settle buffer keeps its flight (and lease) until it lands."""
         queue = flight.job.queue
         if execution is None or execution.completion is None:
-            with self._lock:
+            with self._cond:
                 busy[queue] -= 1
             self._finish(flight, execution)
         else:
-            with self._lock:
+            with self._cond:
                 busy[queue] -= 1
                 self._settling += 1
             self._acks.ack_later(execution.completion, then=partial(self._settled, flight, execution))
@@ -733,7 +732,7 @@ class JobWorker(LeaseRenewal, PollingRole):
     def _settled(self, flight: InFlight, execution: JobExecution, landed: bool, error: BaseException | None) -> None:
         """The settle buffer's answer for a completion the slot left to it (on the flusher's thread)."""
         completion_settled(flight.job, execution, landed, error)
-        with self._lock:
+        with self._cond:
             self._settling -= 1
             backlog = self._settling
         self._finish(flight, execution)
@@ -745,7 +744,7 @@ class JobWorker(LeaseRenewal, PollingRole):
         still held it: give its lease back (:func:`~.inflight.give_back`), free the slot's count and end the
         flight — nobody will settle it here."""
         give_back(self, flight, "its slot is no longer alive")
-        with self._lock:
+        with self._cond:
             flight.slot_dead = True
             busy = self._async_busy if flight.on_loop else self._occupied
             busy[flight.job.queue] -= 1
@@ -758,11 +757,11 @@ class JobWorker(LeaseRenewal, PollingRole):
         drain) sees the stats, the metrics and the hand-back timer already moved."""
         if execution is not None:
             self._account(execution)
-        with self._lock:
+        with self._cond:
             self._flights.pop(flight.job.claim, None)
             if execution is not None:
                 self.executions.append(execution)
-            self._lock.notify_all()
+            self._cond.notify_all()
 
     def _hand_back_buffered(self) -> None:
         """A drain's hand-back: claimed jobs still waiting in the claim-ahead buffer go back to ready at
@@ -770,10 +769,10 @@ class JobWorker(LeaseRenewal, PollingRole):
         for pool in self._pools.values():
             for flight in pool.take_queued():
                 self._limiter.release(queue=flight.job.queue, tenant_id=flight.job.tenant_id)
-                with self._lock:
+                with self._cond:
                     self._occupied[flight.job.queue] -= 1
                 self._return_flight(flight)
-        with self._lock:
+        with self._cond:
             waiting = [w for queue in self._async_waiting.values() for w in queue]
             for queue in self._async_waiting.values():
                 queue.clear()
@@ -818,13 +817,13 @@ class JobWorker(LeaseRenewal, PollingRole):
         fired = threading.Event()
 
         def fire() -> None:
-            with self._lock:
+            with self._cond:
                 fired.set()
                 self._handbacks.difference_update(armed)
             self.kick()
 
         timer = self.clock.call_at(at_ms, fire)
-        with self._lock:
+        with self._cond:
             if fired.is_set():  # a wall clock may fire a due timer before this line
                 return
             if self.state != "stopped":
@@ -837,13 +836,13 @@ class JobWorker(LeaseRenewal, PollingRole):
 
     def in_flight(self) -> list[InFlight]:
         """The attempts this worker holds right now."""
-        with self._lock:
+        with self._cond:
             return list(self._flights.values())
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until no attempt is in flight (tests); answers whether that happened in ``timeout`` seconds."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._flights, timeout)
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._flights, timeout)
 
 
 @dataclass(slots=True)

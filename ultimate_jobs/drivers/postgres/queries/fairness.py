@@ -21,13 +21,22 @@ from __future__ import annotations
 
 from .jobs import CLAIM_ARMS, CLAIM_RECORD_WORKER, CLAIM_SETTLE
 
+
 # SQL_CLAIM's arms, the due one read only for a queue whose lanes did not fill its batch (a fair queue whose
 # lanes filled it reads no row of the queue's order at all; one whose lanes fell short reads the whole cap,
 # since the queue's first rows may be the lanes' own).
-FILL_ARMS = CLAIM_ARMS.replace(
+def _replace_once(text: str, old: str, new: str) -> str:
+    """``text`` with its one ``old`` replaced by ``new``; a text that holds ``old`` other than once (it drifted)
+    fails at import, never as a statement that silently lost its change."""
+    if text.count(old) != 1:
+        raise RuntimeError(f"the statement to derive from holds {text.count(old)} of {old!r}, not one")
+    return text.replace(old, new)
+
+
+FILL_ARMS = _replace_once(
+    CLAIM_ARMS,
     "LIMIT w.cap\n",
     "LIMIT CASE WHEN (SELECT count(*) FROM lanes l WHERE l.queue = w.queue) >= w.cap THEN 0 ELSE w.cap END\n",
-    1,
 )
 
 # SQL_CREATE_TURN_TRIGGER — the trigger function and the trigger on x_jobs (0011).
