@@ -8,7 +8,8 @@
 """
 
 from .core.clock import Clock, SystemClock, system_clock
-from .core.definition import Concurrency, JobDescriptor, JobHandle, job
+from .core.declare import job
+from .core.definition import Concurrency, JobDescriptor, JobHandle
 from .core.execute import AttemptEnv, JobExecution, Settled, execute_job, job_lease_key
 from .core.installed import job_clock, job_driver, set_job_clock, set_job_driver
 from .core.rates import RateLimit

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import AnyJobsEnv, installed
 from tests.secapp.models import Bucket, Item, Post
 from ultimate_jobs import operator
-from ultimate_jobs.core.definition import job
+from ultimate_jobs.core.declare import job
 from ultimate_jobs.core.execute import AttemptEnv, execute_job
 from ultimate_jobs.core.scope import current_tenant
 from ultimate_jobs.core.signals import CancelSignal

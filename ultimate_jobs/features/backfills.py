@@ -35,7 +35,8 @@ import pydantic
 from django.db import transaction
 
 from ..conf import jobs_settings
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.durations import Duration
 from ..core.factories import factory_body
 from ..core.installed import job_clock, job_driver

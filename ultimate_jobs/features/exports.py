@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import pydantic
 from asgiref.sync import async_to_sync
 
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.durations import Duration
 from ..core.factories import factory_body
 from ..core.retry import RetryPolicy

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.run import JobRun
 from ..errors import InvariantError, JobDeclarationInvalidError
 from ..events.base import EventBus

@@ -33,7 +33,7 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
-from ..core import scope as context
+from ..core.scope import start_threads_with_no_org
 from . import session_scope
 from .session_scope import scoped_aliases
 
@@ -166,7 +166,7 @@ def install() -> None:
     from .tenancy import TenantScopedModel
 
     if any(issubclass(model, TenantScopedModel) for model in apps.get_models()):
-        context.start_threads_with_no_org()
+        start_threads_with_no_org()
     session_scope.install()
     checks.register(check_row_security, checks.Tags.database)
 

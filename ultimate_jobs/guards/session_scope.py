@@ -36,7 +36,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from psycopg import pq
 
-from ..core import scope as context
+from ..core.scope import UNGUARDED, guarded_scope_org
 
 __all__ = ["SETTING_ORG", "SETTING_SCOPE", "observe", "scoped_aliases", "uses_other_wrappers"]
 
@@ -90,8 +90,8 @@ _ATTR = "_ultimate_jobs_session"
 
 def desired_setting() -> Setting:
     """What the ambient scope asks of a session: ``(scope, org)``."""
-    org = context.guarded_scope_org()
-    if org is context.UNGUARDED:
+    org = guarded_scope_org()
+    if org is UNGUARDED:
         return ALL
     if org is None:
         return NONE

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.execute import AttemptEnv, JobExecution
 from ..core.execute_async import execute_job_async
 from ..core.outcomes import Settled

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 import pytest
 
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.run import JobRun
 from ..drivers.memory.events import MemoryEventBus
 from ..drivers.protocol import JobDriver

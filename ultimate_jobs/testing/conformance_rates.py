@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.execute import AttemptEnv, execute_job
 from ..core.rates import RATE_LEAD_MS
 from ..core.run import JobRun

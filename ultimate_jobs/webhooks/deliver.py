@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 import pydantic
 
 from ..core.clock import Clock, Timer
-from ..core.definition import JobHandle, job
+from ..core.declare import job
+from ..core.definition import JobHandle
 from ..core.durations import Duration
 from ..core.factories import factory_body
 from ..core.installed import job_clock
