@@ -56,8 +56,9 @@ def report(timeout_s: float) -> dict[str, Any]:
     from django.conf import settings
 
     from bench.rate_jobs import RATES_NAME, RATES_QUEUE
+    from ultimate_jobs.contracts.operator import MAX_JOB_PAGE, JobFilter
+    from ultimate_jobs.contracts.ordering import job_cursor
     from ultimate_jobs.core.installed import job_driver
-    from ultimate_jobs.drivers.records import MAX_JOB_PAGE, JobFilter, job_cursor
 
     driver = job_driver()
     deadline = time.monotonic() + timeout_s

@@ -21,9 +21,9 @@ from pydantic import SecretStr
 
 from tests.conftest import AnyJobsEnv, Env, installed
 from ultimate_jobs import JobRun, job, operator, task
+from ultimate_jobs.contracts.operator import WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.wake import start_queue_wake
-from ultimate_jobs.drivers.records import WorkerInfo
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 CARD_TOKEN = "tok_live_4242-secret"

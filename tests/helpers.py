@@ -20,7 +20,7 @@ from typing import IO, Any, TypeVar
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from ultimate_jobs.drivers.records import QueueStats
+from ultimate_jobs.contracts.operator import QueueStats
 
 T = TypeVar("T")
 

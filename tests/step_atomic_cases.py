@@ -21,7 +21,7 @@ from django.db import connections
 
 from tests.conftest import AnyJobsEnv
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.drivers.records import JobFilter
+from ultimate_jobs.contracts.operator import JobFilter
 from ultimate_jobs.testing import run_jobs
 
 WAIT = 5.0  # the bound on a cross-thread wait; a passing test never spends it

@@ -7,6 +7,8 @@
 >>> send_welcome.enqueue({"user_id": 7})
 """
 
+from .contracts.jobs import ClaimedJob, ClaimRef, Enqueued, JobOutcome, JobState, NackOptions, nack_state
+from .contracts.protocol import JobDriver
 from .core.clock import Clock, SystemClock, system_clock
 from .core.declare import job
 from .core.definition import Concurrency, JobDescriptor, JobHandle
@@ -19,8 +21,6 @@ from .core.run import JobRun
 from .core.scope import Actor, cross_tenant
 from .core.signals import CancelSignal, current_signal
 from .core.steps import Step, StepSuspension
-from .drivers.protocol import JobDriver
-from .drivers.records import ClaimedJob, ClaimRef, Enqueued, JobOutcome, JobState, NackOptions, nack_state
 from .errors import UltimateError, register_error_retry
 from .events import postgres_event_bus, publish_event, reset_event_bus, set_event_bus
 from .features.backfills import DEFAULT_BACKFILL_RATE, backfill, is_backfill, pending_backfills, registered_backfills

@@ -39,7 +39,7 @@ from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
-from .drivers.protocol import DECLARED_CAPABILITIES
+from .contracts.protocol import DECLARED_CAPABILITIES
 from .guards.row_security import SQL_ROLE_BYPASSES, SQL_TABLES_WITHOUT_POLICY, scoped_models
 from .guards.session_scope import scoped_aliases
 from .integration.schema import migrate_command, unapplied_migrations, unapplied_text

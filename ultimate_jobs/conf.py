@@ -22,6 +22,9 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from .contracts.events import EventBus
+from .contracts.jobs import JobState
+from .contracts.protocol import JobDriver
 from .core.durations import parse_duration
 from .core.installed import job_clock, register_builders
 from .core.outcomes import no_context
@@ -32,10 +35,7 @@ from .defaults import (
     MAX_ASYNC_CONCURRENCY,
     PURGE_BATCH,
 )
-from .drivers.protocol import JobDriver
-from .drivers.records import JobState
 from .errors import DriverUnavailableError, InvariantError, UltimateError
-from .events.base import EventBus
 from .guards.limits import LimitConfig
 from .guards.sync_only import refuse_async
 from .runtime.async_lane import EVENT_LOOPS

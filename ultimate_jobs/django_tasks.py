@@ -42,6 +42,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .contracts.jobs import EnqueueRequest, StepRecord
+from .contracts.operator import JobRecord
+from .contracts.protocol import OperatorStore
 from .core import registry
 from .core.definition import JobHandle
 from .core.installed import job_clock, job_driver
@@ -50,8 +53,6 @@ from .core.outcomes import Settled
 from .core.retry import RetryPolicy, retry_policy
 from .core.run import JobRun
 from .defaults import DEFAULT_EVENT_POLL_MS
-from .drivers.protocol import OperatorStore
-from .drivers.records import EnqueueRequest, JobRecord, StepRecord
 from .errors import InputNotJsonError, InvariantError, NotImplementedOnDriverError, UltimateError
 from .guards.org_boundary import check_job_org
 

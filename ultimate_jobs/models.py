@@ -212,7 +212,7 @@ class JobCounter(models.Model):
     failed = models.IntegerField(default=0)
     dead = models.IntegerField(default=0)
     duration_ms = models.BigIntegerField(default=0)
-    # the settles of runs by run time: run_bin_<i> counts bin i of drivers.records.WAIT_EDGES_MS (under 10 ms,
+    # the settles of runs by run time: run_bin_<i> counts bin i of contracts.series.WAIT_EDGES_MS (under 10 ms,
     # 10-50 ms, … an hour or more), for the run-time percentiles
     run_bin_0 = models.IntegerField(default=0, db_default=0)
     run_bin_1 = models.IntegerField(default=0, db_default=0)
@@ -237,7 +237,7 @@ class JobCounter(models.Model):
 
 class JobWait(models.Model):
     """``x_job_waits``: per queue and bucket, how many attempts started after waiting how long from their row's
-    run time — one row per histogram bin (``drivers.records.WAIT_EDGES_MS``), moved in the statement that
+    run time — one row per histogram bin (``contracts.series.WAIT_EDGES_MS``), moved in the statement that
     settles the attempt and folded through the counter tiers as ``x_job_counters`` is."""
 
     id = models.BigAutoField(primary_key=True)
@@ -256,7 +256,7 @@ class JobWait(models.Model):
 
 class QueueDepthSample(models.Model):
     """``x_job_queue_samples``: per minute and queue, the most rows waiting and the oldest due row's age the
-    counter rollup saw (``queue`` ``""``: the minute was sampled), kept a week (``drivers.records.SAMPLE_KEEP_MS``)."""
+    counter rollup saw (``queue`` ``""``: the minute was sampled), kept a week (``contracts.series.SAMPLE_KEEP_MS``)."""
 
     id = models.BigAutoField(primary_key=True)
     bucket = models.DateTimeField()

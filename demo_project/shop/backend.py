@@ -12,13 +12,15 @@ from typing import TypeAlias
 from django.db import connection
 
 from ultimate_jobs.conf import jobs_settings
+from ultimate_jobs.contracts.events import EventBus
+from ultimate_jobs.contracts.jobs import FINISHED_STATES
+from ultimate_jobs.contracts.operator import JobFilter
+from ultimate_jobs.contracts.ordering import job_cursor
+from ultimate_jobs.contracts.outbox import OutboxStore
 from ultimate_jobs.core.clock import Clock
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import FINISHED_STATES, JobFilter, job_cursor
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
-from ultimate_jobs.events.base import EventBus
-from ultimate_jobs.outbox.store import OutboxStore
 
 DemoDriver: TypeAlias = PostgresDriver | SqliteDriver | RedisDriver
 

@@ -18,9 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ultimate_jobs import JobExecution, JobHandle, job_worker, set_event_bus, set_job_clock, set_job_driver
+from ultimate_jobs.contracts.jobs import StepRecord
+from ultimate_jobs.contracts.operator import JobFilter, JobRecord
+from ultimate_jobs.contracts.series import CounterTotals
 from ultimate_jobs.core.durations import format_duration
 from ultimate_jobs.drivers.memory.events import MemoryEventBus
-from ultimate_jobs.drivers.records import CounterTotals, JobFilter, JobRecord, StepRecord
 from ultimate_jobs.events import reset_event_bus
 from ultimate_jobs.models import Job, JobCounter, JobLease, JobStep, PausedQueue, PausedTask, TaskFire, Worker
 from ultimate_jobs.testing import FrozenClock, run_jobs

@@ -15,7 +15,7 @@ It runs on the demo database's driver (SQLite, Postgres or Redis) with a frozen 
 from __future__ import annotations
 
 from ultimate_jobs import operator
-from ultimate_jobs.drivers.records import MAX_INSTANT_MS
+from ultimate_jobs.core.clock import MAX_INSTANT_MS
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 from .backend import demo_driver

@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 
 from ultimate_jobs.conf import jobs_settings
+from ultimate_jobs.contracts.jobs import Ack
 from ultimate_jobs.core.installed import job_clock
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import Ack
 
 ACK_DELAY_ENV = "UJ_ACK_DELAY_MS"
 

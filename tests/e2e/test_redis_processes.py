@@ -28,9 +28,9 @@ from django.db import connection
 from tests.e2e.test_postgres_processes import DRAIN_DEADLINE_S
 from tests.helpers import POLL_S, START_S, Child, eventually
 from tests.redis_db import redis_test_db, redis_test_url
+from ultimate_jobs.contracts.operator import JobFilter, JobRecord
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.installed import set_job_driver
-from ultimate_jobs.drivers.records import JobFilter, JobRecord
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 

@@ -21,9 +21,10 @@ from django.db import connections
 
 from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.contracts.jobs import Enqueued, EnqueueRequest
+from ultimate_jobs.contracts.operator import JobFilter
 from ultimate_jobs.core.routing import DirectRouter, set_jobs_router
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
-from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest, JobFilter
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import run_jobs
 

@@ -14,9 +14,9 @@ from tests.conftest import AnyJobsEnv
 from tests.helpers import command
 from tests.secapp.models import Post
 from ultimate_jobs import operator
+from ultimate_jobs.contracts.schedules import BackfillBegin
 from ultimate_jobs.core.declare import job
 from ultimate_jobs.core.signals import CancelSignal
-from ultimate_jobs.drivers.records import BackfillBegin
 from ultimate_jobs.features.backfills import backfill
 from ultimate_jobs.testing import run_jobs
 

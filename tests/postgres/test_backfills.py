@@ -525,10 +525,10 @@ def test_tenant_is_required_as_on_job(sweep: AnyJobsEnv) -> None:
 
 
 def test_every_backfill_statement_runs_against_the_migrated_schema() -> None:
+    from ultimate_jobs.contracts.schedules import BackfillBegin
     from ultimate_jobs.core.ids import new_id
     from ultimate_jobs.drivers.postgres.executor import django_executor
     from ultimate_jobs.drivers.postgres.queries import backfills as sql_backfills
-    from ultimate_jobs.drivers.records import BackfillBegin
 
     ran: set[str] = set()
     inner = django_executor("default")

@@ -21,11 +21,12 @@ import pytest
 from tests.conftest import Env, installed
 from tests.helpers import Result, command, manage_py
 from ultimate_jobs import JobRun, job, task
+from ultimate_jobs.contracts.operator import MAX_BULK_ROWS, JobFilter, QueueStats, WorkerInfo
+from ultimate_jobs.contracts.schedules import Fire
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.ids import short_id
 from ultimate_jobs.core.installed import set_job_driver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import MAX_BULK_ROWS, Fire, JobFilter, QueueStats, WorkerInfo
 from ultimate_jobs.guards.redaction import MASK
 from ultimate_jobs.guards.sealing import is_envelope
 from ultimate_jobs.testing import FrozenClock, run_jobs

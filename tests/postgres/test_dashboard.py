@@ -30,8 +30,8 @@ from tests.dashboard_scenario import (
 )
 from tests.helpers import command
 from ultimate_jobs import operator
+from ultimate_jobs.contracts.operator import WorkerInfo
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import WorkerInfo
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.models import WebhookEndpointState
 from ultimate_jobs.operator import DepthPoint, SeriesPoint, WaitPoint

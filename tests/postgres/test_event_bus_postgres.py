@@ -14,10 +14,10 @@ from django.test import override_settings
 from tests.conftest import JobsEnv, installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, events_purge_target, job, postgres_event_bus, publish_event
+from ultimate_jobs.contracts.jobs import StepRecord
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.events import PostgresEventBus
 from ultimate_jobs.drivers.postgres.executor import django_executor
-from ultimate_jobs.drivers.records import StepRecord
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.events import EventRecord, event_bus, reset_event_bus, set_event_bus
 from ultimate_jobs.features.purge import EVENTS_PURGE_TARGET

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from tests.conftest import installed
 from ultimate_jobs import operator
-from ultimate_jobs.drivers.ordering import COUNT_CAP
+from ultimate_jobs.contracts.ordering import COUNT_CAP
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance_support import request, requests

@@ -23,13 +23,14 @@ from demo_project.shop.models import Order
 from tests.conftest import installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.contracts.jobs import Enqueued, EnqueueRequest
+from ultimate_jobs.contracts.outbox import publish_request
 from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.executor import django_executor
 from ultimate_jobs.drivers.postgres.queries import outbox as outbox_sql
 from ultimate_jobs.drivers.postgres.wake import PROBE_PREFIX, conninfo_for
-from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
 from ultimate_jobs.drivers.sql.executor import Binding
 from ultimate_jobs.errors import InvariantError, OutboxNoTxError
 from ultimate_jobs.outbox import (
@@ -40,7 +41,6 @@ from ultimate_jobs.outbox import (
     outbox_relay,
     postgres_outbox_store,
 )
-from ultimate_jobs.outbox.store import publish_request
 from ultimate_jobs.testing import FrozenClock, run_jobs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -14,12 +14,14 @@ import pytest
 from django.db import connection, transaction
 
 from tests.helpers import eventually
+from ultimate_jobs.contracts.jobs import ClaimRef, Progress
+from ultimate_jobs.contracts.operator import BulkFilter, BulkResult, JobFilter
+from ultimate_jobs.contracts.series import COUNTER_TIERS
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.operator import PostgresOperatorStore
 from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
-from ultimate_jobs.drivers.records import COUNTER_TIERS, BulkFilter, BulkResult, ClaimRef, JobFilter, Progress
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (

@@ -20,8 +20,8 @@ from django.db import connection, transaction
 
 from tests.conftest import AnyJobsEnv
 from ultimate_jobs import JobRun, RateLimit, SystemClock, job
+from ultimate_jobs.contracts.operator import JobFilter
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import JobFilter
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.runtime.dbconn import close_thread_connections
 from ultimate_jobs.testing import run_jobs

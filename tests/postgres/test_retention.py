@@ -11,8 +11,8 @@ from django.test import override_settings
 
 from tests.conftest import AnyJobsEnv
 from ultimate_jobs import DEFAULT_PURGE_CRON, JobRun, job
+from ultimate_jobs.contracts.jobs import JobState
 from ultimate_jobs.core import registry
-from ultimate_jobs.drivers.records import JobState
 from ultimate_jobs.errors import InvariantError
 from ultimate_jobs.features.retention import RETENTION_JOB, RETENTION_TASK, retention_hourly, retention_sweep
 from ultimate_jobs.testing import run_jobs

@@ -24,10 +24,10 @@ from django.db import transaction
 from tests.conftest import installed
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job, job_scheduler, job_worker, task
+from ultimate_jobs.contracts.jobs import Enqueued, EnqueueRequest
 from ultimate_jobs.core.routing import set_jobs_router
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.outbox import OutboxRouter, memory_outbox_store, outbox_relay, postgres_outbox_store
 from ultimate_jobs.runtime.dbconn import close_thread_connections

@@ -16,6 +16,9 @@ from django.db import connection
 
 from tests.conftest import Env, installed
 from ultimate_jobs import JobRun, TaskHandle, job, job_scheduler, task
+from ultimate_jobs.contracts.protocol import JobDriver
+from ultimate_jobs.contracts.schedules import Fire
+from ultimate_jobs.contracts.series import COUNTER_TIERS
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
@@ -23,8 +26,6 @@ from ultimate_jobs.drivers.postgres.executor import Binding, Params
 from ultimate_jobs.drivers.postgres.queries import scheduler as scheduler_sql
 from ultimate_jobs.drivers.postgres.queries.jobs import WAKE_CHANNEL
 from ultimate_jobs.drivers.postgres.wake import conninfo_for
-from ultimate_jobs.drivers.protocol import JobDriver
-from ultimate_jobs.drivers.records import COUNTER_TIERS, Fire
 from ultimate_jobs.errors import InvariantError
 from ultimate_jobs.scheduler import LeaseLeader, MemoryLeader, lease_leader
 from ultimate_jobs.scheduler.boot import scheduler_from_settings

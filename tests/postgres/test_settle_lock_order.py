@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from ultimate_jobs.contracts.jobs import Ack, Heartbeat
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import Ack, Heartbeat
 from ultimate_jobs.runtime.dbconn import close_thread_connections
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance_support import QUEUE, request

@@ -20,6 +20,9 @@ from prometheus_client import REGISTRY
 from tests.conftest import ON_POSTGRES, AnyJobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import Concurrency, JobRun, current_signal, job
+from ultimate_jobs.contracts.jobs import Heartbeat, Progress
+from ultimate_jobs.contracts.operator import JobRecord
+from ultimate_jobs.contracts.protocol import JobDriver
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import Settled, job_lease_key
@@ -27,8 +30,6 @@ from ultimate_jobs.core.installed import set_job_clock
 from ultimate_jobs.core.outcomes import tenant_lease_key
 from ultimate_jobs.core.rates import RATE_LEAD_MS
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.protocol import JobDriver
-from ultimate_jobs.drivers.records import Heartbeat, JobRecord, Progress
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.guards.limits import LimitConfig, Limiter
 from ultimate_jobs.worker import JobWorker, job_worker

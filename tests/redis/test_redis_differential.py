@@ -15,17 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.redis_db import redis_test_url
+from ultimate_jobs.contracts.jobs import ClaimedJob, EnqueueRequest, ExhaustedJob, Heartbeat, NackOptions
+from ultimate_jobs.contracts.operator import JobFilter, JobRecord
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.stores import MemoryRateStore
-from ultimate_jobs.drivers.records import (
-    ClaimedJob,
-    EnqueueRequest,
-    ExhaustedJob,
-    Heartbeat,
-    JobFilter,
-    JobRecord,
-    NackOptions,
-)
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.errors import UltimateError

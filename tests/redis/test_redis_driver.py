@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from ultimate_jobs.drivers.protocol import JobDriver
+from ultimate_jobs.contracts.protocol import JobDriver
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.testing.conformance import DriverConformance, DriverFactory, StateWriter
 

@@ -10,8 +10,9 @@ from typing import Literal
 import pytest
 import redis
 
-from ultimate_jobs.drivers.ordering import COUNT_CAP, JOB_ORDERS, JobOrder, order_parts, sort_key
-from ultimate_jobs.drivers.records import JobFilter, JobRecord, NackOptions, job_cursor
+from ultimate_jobs.contracts.jobs import NackOptions
+from ultimate_jobs.contracts.operator import JobFilter, JobRecord
+from ultimate_jobs.contracts.ordering import COUNT_CAP, JOB_ORDERS, JobOrder, job_cursor, order_parts, sort_key
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import QUEUE, claim_one, finish, request, requests

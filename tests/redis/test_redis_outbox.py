@@ -13,8 +13,8 @@ from django.db import transaction
 
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.contracts.jobs import Enqueued
 from ultimate_jobs.core.routing import set_jobs_router
-from ultimate_jobs.drivers.records import Enqueued
 from ultimate_jobs.drivers.redis import RedisDriver
 from ultimate_jobs.outbox import OutboxRouter, outbox_relay, postgres_outbox_store
 from ultimate_jobs.testing import FrozenClock, run_jobs

@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from tests.conftest import installed
 from tests.redis_db import redis_test_url
 from ultimate_jobs import JobRun, job
-from ultimate_jobs.drivers.records import NackOptions, StepRecord
+from ultimate_jobs.contracts.jobs import NackOptions, StepRecord
 from ultimate_jobs.drivers.redis import DONE_TTL_MS, RedisDriver
 from ultimate_jobs.drivers.redis.driver import client_from_url
 from ultimate_jobs.testing import FrozenClock, run_jobs

@@ -30,8 +30,8 @@ from django.urls import reverse
 from tests.admin_scenario import postgres_env
 from tests.conftest import AnyJobsEnv, Env
 from ultimate_jobs import JobRun, job, operator
+from ultimate_jobs.contracts.operator import MAX_FILTER_CHARS
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
-from ultimate_jobs.drivers.records import MAX_FILTER_CHARS
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import run_jobs
 

@@ -17,9 +17,10 @@ import pytest
 from tests.conftest import AnyJobsEnv
 from tests.security.attacks import A, B
 from tests.security.cross_org import DRIVERS, ROLES, database_role, declare_charge, jobs_on_driver
+from ultimate_jobs.contracts.jobs import Enqueued
+from ultimate_jobs.contracts.operator import JobFilter
 from ultimate_jobs.core.routing import jobs_router
 from ultimate_jobs.core.scope import Actor, acting_as
-from ultimate_jobs.drivers.records import Enqueued, JobFilter
 from ultimate_jobs.errors import UltimateError
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -23,12 +23,12 @@ from tests.secapp.models import Bucket, Item
 from tests.security.attacks import A, B, two_orgs
 from tests.security.cross_org import DRIVERS, ROLES, database_role, declare_charge, jobs_on_driver
 from ultimate_jobs import JobRun, backfill, cross_tenant, job, operator
+from ultimate_jobs.contracts.operator import JobFilter, JobRecord
 from ultimate_jobs.core.routing import jobs_router, set_jobs_router
 from ultimate_jobs.core.scope import Actor, current_tenant
 from ultimate_jobs.django_tasks import JobsBackend
 from ultimate_jobs.drivers.postgres.driver import PostgresDriver
 from ultimate_jobs.drivers.postgres.outbox import postgres_outbox_store
-from ultimate_jobs.drivers.records import JobFilter, JobRecord
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.outbox.routing import OutboxRouter
 from ultimate_jobs.testing import FrozenClock, run_jobs

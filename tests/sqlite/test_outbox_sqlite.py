@@ -19,8 +19,8 @@ from django.test import override_settings
 from demo_project.shop.models import Order
 from tests.conftest import installed
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.contracts.jobs import Enqueued
 from ultimate_jobs.core.routing import set_jobs_router
-from ultimate_jobs.drivers.records import Enqueued
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.outbox import SqliteOutboxStore, sqlite_outbox_store
 from ultimate_jobs.drivers.sqlite.rows import dashed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ultimate_jobs.drivers.protocol import JobDriver
+from ultimate_jobs.contracts.protocol import JobDriver
 from ultimate_jobs.testing.conformance import DriverConformance, DriverFactory, StateWriter
 
 pytestmark = [pytest.mark.django_db]

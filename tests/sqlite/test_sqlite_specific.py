@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from tests.readme import documented_tables
 from ultimate_jobs.conf import build_driver, jobs_settings
-from ultimate_jobs.drivers.records import EnqueueRequest, NackOptions
+from ultimate_jobs.contracts.jobs import EnqueueRequest, NackOptions
 from ultimate_jobs.drivers.sqlite.driver import SqliteDriver
 from ultimate_jobs.drivers.sqlite.events import SqliteEventBus, sqlite_event_bus
 from ultimate_jobs.errors import UltimateError

@@ -150,7 +150,7 @@ def _eventually(predicate: Any, timeout: float = 5.0) -> bool:
 
 
 def request_for(key: str, **options: Any) -> Any:
-    from ultimate_jobs.drivers.records import EnqueueRequest
+    from ultimate_jobs.contracts.jobs import EnqueueRequest
 
     return EnqueueRequest("lite_wake_other", QUEUE, {}, key, None, 1, **options)
 

@@ -230,8 +230,8 @@ def test_every_module_sits_in_a_folder_that_names_its_role() -> None:
 
 
 def test_the_page_places_modules_where_the_design_puts_them() -> None:
-    assert layer_of("ultimate_jobs.drivers.records") == "contracts"
-    assert layer_of("ultimate_jobs.drivers.ordering") == "contracts"
+    assert layer_of("ultimate_jobs.contracts.jobs") == "contracts"
+    assert layer_of("ultimate_jobs.contracts.ordering") == "contracts"
     assert layer_of("ultimate_jobs.drivers.postgres.driver") == "backends"
     assert layer_of("ultimate_jobs.admin.jobs") == "surfaces"
     assert layer_of("ultimate_jobs") == "surfaces"

@@ -18,10 +18,10 @@ from tests.conftest import JobsEnv
 from ultimate_jobs import AttemptEnv, JobRun, execute_job, job
 from ultimate_jobs.apps import check_settings
 from ultimate_jobs.checks import undeclared_capabilities
+from ultimate_jobs.contracts.protocol import DECLARED_CAPABILITIES, JobDriver, OperatorStore
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.operator import MemoryOperatorStore
 from ultimate_jobs.drivers.postgres.operator import PostgresOperatorStore
-from ultimate_jobs.drivers.protocol import DECLARED_CAPABILITIES, JobDriver, OperatorStore
 from ultimate_jobs.drivers.redis.operator import RedisOperatorStore
 from ultimate_jobs.drivers.sqlite.operator import SqliteOperatorStore
 from ultimate_jobs.errors import NotImplementedOnDriverError

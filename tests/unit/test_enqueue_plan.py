@@ -17,8 +17,9 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import Concurrency, JobRun, job
+from ultimate_jobs.contracts.jobs import EnqueueRequest
+from ultimate_jobs.contracts.operator import JobFilter
 from ultimate_jobs.core import definition
-from ultimate_jobs.drivers.records import EnqueueRequest, JobFilter
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.guards import admission
 from ultimate_jobs.guards.admission import MAX_JSON_DEPTH, check_request, clean_json

@@ -15,11 +15,12 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import CancelSignal, Concurrency, JobRun, execute_job, job, job_lease_key
+from ultimate_jobs.contracts.jobs import LEASE_LAPSED_FINAL_ATTEMPT, ClaimedJob
+from ultimate_jobs.contracts.series import CounterTotals
 from ultimate_jobs.core import registry
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.execute import AttemptEnv, JobExecution, Settled
 from ultimate_jobs.core.scope import current_tenant
-from ultimate_jobs.drivers.records import LEASE_LAPSED_FINAL_ATTEMPT, ClaimedJob, CounterTotals
 from ultimate_jobs.errors import JobDrainedError, UltimateError, register_error_retry
 from ultimate_jobs.testing import run_jobs
 

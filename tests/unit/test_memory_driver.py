@@ -6,17 +6,12 @@ import random
 
 import pytest
 
+from ultimate_jobs.contracts.jobs import Ack, ClaimRef, Heartbeat, NackOptions
+from ultimate_jobs.contracts.operator import WorkerInfo
+from ultimate_jobs.contracts.protocol import JobDriver
+from ultimate_jobs.defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.rows import MemoryRow
-from ultimate_jobs.drivers.protocol import JobDriver
-from ultimate_jobs.drivers.records import (
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
-    Ack,
-    ClaimRef,
-    Heartbeat,
-    NackOptions,
-    WorkerInfo,
-)
 from ultimate_jobs.errors import UltimateError
 from ultimate_jobs.testing import FrozenClock
 from ultimate_jobs.testing.conformance import (

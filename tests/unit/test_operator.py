@@ -15,8 +15,10 @@ from typing_extensions import TypedDict
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import JobRun, job, operator, task
+from ultimate_jobs.contracts.jobs import NackOptions
+from ultimate_jobs.contracts.operator import MAX_BULK_ROWS, QueueStats, WorkerInfo
+from ultimate_jobs.contracts.schedules import Fire
 from ultimate_jobs.core import registry
-from ultimate_jobs.drivers.records import MAX_BULK_ROWS, Fire, NackOptions, QueueStats, WorkerInfo
 from ultimate_jobs.guards.redaction import MASK, redact, scrub, secret_values
 from ultimate_jobs.guards.sealing import clear_model, is_envelope, seal_model, unseal
 from ultimate_jobs.operator import BulkOutcome

@@ -14,8 +14,9 @@ import pytest
 from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, job
+from ultimate_jobs.contracts.jobs import Enqueued, EnqueueRequest
+from ultimate_jobs.contracts.outbox import check_claim_lease, publish_request, request_from_json, request_to_json
 from ultimate_jobs.core.routing import DirectRouter, jobs_router, set_jobs_router
-from ultimate_jobs.drivers.records import Enqueued, EnqueueRequest
 from ultimate_jobs.errors import (
     DriverUnavailableError,
     InvariantError,
@@ -37,7 +38,6 @@ from ultimate_jobs.outbox import (
 )
 from ultimate_jobs.outbox import boot as outbox_boot
 from ultimate_jobs.outbox.relay import is_permanent
-from ultimate_jobs.outbox.store import check_claim_lease, publish_request, request_from_json, request_to_json
 from ultimate_jobs.testing import run_jobs
 from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS
 

@@ -15,10 +15,10 @@ import pytest
 from tests.conftest import JobsEnv
 from tests.helpers import eventually
 from ultimate_jobs import JobRun, JobScheduler, TaskHandle, job, job_scheduler, task
+from ultimate_jobs.contracts.protocol import SchedulerStore
+from ultimate_jobs.contracts.schedules import Fire, FireResult
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.drivers.memory import MemoryDriver
-from ultimate_jobs.drivers.protocol import SchedulerStore
-from ultimate_jobs.drivers.records import Fire, FireResult
 from ultimate_jobs.errors import InvariantError, UltimateError
 from ultimate_jobs.scheduler import PAUSE_RECHECK_MS, LeaseLeader, MemoryLeader, lease_leader
 from ultimate_jobs.scheduler.cron import CronSchedule, from_ms, to_ms

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import eventually
-from ultimate_jobs.drivers.records import Ack, ClaimRef
+from ultimate_jobs.contracts.jobs import Ack, ClaimRef
 from ultimate_jobs.worker.acks import SettleBuffer
 
 WAIT = 5.0  # the bound on every cross-thread wait; a passing test never spends it

@@ -18,10 +18,10 @@ import pytest
 
 from tests.conftest import JobsEnv
 from ultimate_jobs import Actor, JobRun, job, job_worker
+from ultimate_jobs.contracts.operator import JobRecord
+from ultimate_jobs.contracts.outbox import request_from_json, request_to_json
 from ultimate_jobs.core.definition import JobHandle
 from ultimate_jobs.core.tracing import current_traceparent
-from ultimate_jobs.drivers.records import JobRecord
-from ultimate_jobs.outbox.store import request_from_json, request_to_json
 from ultimate_jobs.testing import run_jobs
 
 otel_trace = pytest.importorskip("opentelemetry.trace")

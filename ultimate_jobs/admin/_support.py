@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..drivers.records import filter_text_problem
+from ..contracts.operator import filter_text_problem
 from ..errors import JobPageInvalidError, UltimateError
 from ..operator.arguments import check_name, shown
 from ._changelist import PageList

@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 from .. import operator
-from ..drivers.records import BACKFILL_STATUSES
+from ..contracts.schedules import BACKFILL_STATUSES
 from ..errors import JobArgumentInvalidError, UltimateError
 from ..features.backfills import pending_backfills
 from ..models import Backfill

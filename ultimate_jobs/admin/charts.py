@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from ..drivers.records import WAIT_EDGES_MS
+from ..contracts.series import WAIT_EDGES_MS
 from ..operator import QueueDepths, QueueWaits, SeriesPoint
 from ..operator.dashboard import wait_text
 

@@ -22,10 +22,11 @@ from urllib.parse import urlencode
 from django.http import QueryDict
 from django.utils import timezone
 
+from ..contracts.jobs import JOB_STATES, JobState
+from ..contracts.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order
 from ..core import registry
+from ..core.clock import MAX_INSTANT_MS, MIN_INSTANT_MS
 from ..core.definition import JobHandle
-from ..drivers.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order
-from ..drivers.records import JOB_STATES, MAX_INSTANT_MS, MIN_INSTANT_MS, JobState
 from ..errors import JobPageInvalidError
 from ..operator.arguments import check_instant, check_state
 from ..operator.queues import declared_queues

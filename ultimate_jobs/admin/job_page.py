@@ -8,7 +8,7 @@ from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 
-from ..drivers.records import LIVE_STATES
+from ..contracts.jobs import LIVE_STATES
 from ..operator import JobDetail
 from ._format import pretty_json
 

@@ -23,7 +23,8 @@ from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from .. import operator
-from ..drivers.records import MAX_BULK_ROWS, MAX_JOB_PAGE, JobState
+from ..contracts.jobs import JobState
+from ..contracts.operator import MAX_BULK_ROWS, MAX_JOB_PAGE
 from ..errors import JobArgumentInvalidError, JobNotFoundError, UltimateError
 from ..models import DeadLetter, Job
 from ..operator import BulkOutcome, JobActionResult, JobDetail, JobRow

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order, order_parts
+from ..contracts.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order, order_parts
 from .filters import ORDER, ListQuery
 
 ORDER_TEXT: dict[JobOrder, str] = {

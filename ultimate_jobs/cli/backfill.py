@@ -23,11 +23,12 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from .. import operator
 from ..conf import context_factory, jobs_settings
+from ..contracts.operator import MAX_JOB_PAGE
+from ..contracts.schedules import BACKFILL_STATUSES
 from ..core import registry
 from ..core.definition import JobHandle
 from ..core.installed import job_driver
 from ..core.scope import cross_tenant
-from ..drivers.records import BACKFILL_STATUSES, MAX_JOB_PAGE
 from ..errors import (
     BackfillAppliedError,
     BackfillEnvironmentError,

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from .. import operator
 from ..conf import driver_resolution
-from ..drivers.ordering import DEFAULT_JOB_ORDER
+from ..contracts.ordering import DEFAULT_JOB_ORDER
 from ..errors import JobArgumentInvalidError, UltimateError
 from . import render
 from .parsing import EXIT_ERROR, EXIT_OK

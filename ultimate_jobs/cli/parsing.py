@@ -8,8 +8,9 @@ from typing import Any
 import django
 from django.core.management.base import CommandError, CommandParser
 
-from ..drivers.ordering import COUNT_CAP, DEFAULT_JOB_ORDER, JOB_ORDERS, ORDER_COLUMNS
-from ..drivers.records import JOB_STATES, MAX_JOB_PAGE
+from ..contracts.jobs import JOB_STATES
+from ..contracts.operator import MAX_JOB_PAGE
+from ..contracts.ordering import COUNT_CAP, DEFAULT_JOB_ORDER, JOB_ORDERS, ORDER_COLUMNS
 from ..errors import UltimateError
 from ..operator import MANIFEST_FILE
 from ..operator.arguments import check_instant

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from functools import cached_property
 from typing import Any
 
-from ..drivers.records import PROGRESS_INTERVAL_MS, Ack, ClaimedJob, NackOptions, Progress
+from ..contracts.jobs import PROGRESS_INTERVAL_MS, Ack, ClaimedJob, NackOptions, Progress
 from ..errors import UltimateError, code_of, retry_after_seconds_of, retry_class
 from ..guards.admission import check_progress
 from ..guards.redaction import scrub, secret_values

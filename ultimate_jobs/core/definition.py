@@ -12,7 +12,7 @@ from typing import Any, Generic, Literal, Required, TypedDict, TypeVar
 
 import pydantic
 
-from ..drivers.records import Enqueued, EnqueueRequest
+from ..contracts.jobs import Enqueued, EnqueueRequest
 from ..errors import (
     InputNotJsonError,
     InvariantError,

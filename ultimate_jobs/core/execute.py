@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..drivers.records import ClaimedJob
+from ..contracts.jobs import ClaimedJob
 from ..runtime.async_lane import AsyncLane
 from .attempt import Attempt
 from .definition import JobHandle

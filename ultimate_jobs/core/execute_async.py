@@ -22,7 +22,7 @@ import contextlib
 import logging
 from typing import Any
 
-from ..drivers.records import ClaimedJob
+from ..contracts.jobs import ClaimedJob
 from ..errors import UltimateError
 from ..runtime.async_lane import AsyncLane
 from .attempt import Attempt

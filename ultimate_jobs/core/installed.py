@@ -22,8 +22,8 @@ from ..errors import DriverUnavailableError
 from .clock import Clock, system_clock
 
 if TYPE_CHECKING:
-    from ..drivers.protocol import JobDriver
-    from ..events.base import EventBus
+    from ..contracts.events import EventBus
+    from ..contracts.protocol import JobDriver
 
 _lock = threading.Lock()
 _driver: JobDriver | None = None

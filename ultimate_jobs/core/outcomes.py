@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
-from ..drivers.protocol import JobDriver
-from ..drivers.records import DEFAULT_VISIBILITY_TIMEOUT_MS, Ack, ClaimRef, JobOutcome
+from ..contracts.jobs import Ack, ClaimRef, JobOutcome
+from ..contracts.protocol import JobDriver
+from ..defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
 from ..errors import UltimateError
 from .clock import Clock
 

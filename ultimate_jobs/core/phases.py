@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from django.conf import settings
 
-from ..drivers.protocol import JobDriver
-from ..drivers.records import ClaimedJob, NackOptions
+from ..contracts.jobs import ClaimedJob, NackOptions
+from ..contracts.protocol import JobDriver
 from ..errors import (
     ConcurrencyUnenforceableError,
     JobAbortedError,

@@ -4,7 +4,7 @@ A :class:`RateLimit` names a rate; ``@job(rate_limit=...)`` holds a job's starts
 string: the limit is the job's own) or shared with every job that names the same ``RateLimit`` (one per
 external API, say) — per ``rate_key(input)`` when one is given (per org, per account).
 
-The driver keeps each key's schedule (:class:`~ultimate_jobs.drivers.protocol.RateStore`) as a generic
+The driver keeps each key's schedule (:class:`~ultimate_jobs.contracts.protocol.RateStore`) as a generic
 cell rate algorithm: one start every ``interval_ms`` (the period over the count, rounded up), so no window
 of one period ever holds more than ``count`` starts, plus one at its edge. A start that finds its key busy
 takes the next free instant: within :data:`RATE_HOLD_MS` it is the run's own, to wait for in its slot and

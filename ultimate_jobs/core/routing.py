@@ -8,7 +8,7 @@ from typing import Protocol
 
 from asgiref.sync import AsyncToSync, sync_to_async
 
-from ..drivers.records import Enqueued, EnqueueRequest
+from ..contracts.jobs import Enqueued, EnqueueRequest
 from ..guards.admission import check_request
 from .installed import job_driver
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..drivers.records import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
+from ..contracts.jobs import LEASE_LAPSED_FINAL_ATTEMPT, ExhaustedJob
 from ..errors import JobOnSettledFailedError, UltimateError
 from ..guards.redaction import scrub, secret_values
 from ..guards.sync_only import call_to_completion, is_coroutine_callable

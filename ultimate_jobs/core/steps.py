@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from ..contracts.events import EventBus
+from ..contracts.jobs import ClaimRef, StepRecord
 from ..defaults import DEFAULT_EVENT_POLL_MS
-from ..drivers.records import ClaimRef, StepRecord
 from ..errors import (
     InvariantError,
     JobAbortedError,
@@ -35,7 +36,6 @@ from ..errors import (
     StepDuplicateError,
     UltimateError,
 )
-from ..events.base import EventBus
 from ..guards.admission import check_json, check_text
 from ..guards.redaction import renderings
 from ..guards.sealing import is_envelope, refuse_reserved, seal, seal_object, unseal

@@ -32,7 +32,7 @@ else:
     _PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 if TYPE_CHECKING:
-    from ..drivers.records import ClaimedJob
+    from ..contracts.jobs import ClaimedJob
     from .outcomes import JobExecution
 
 FAILED_OUTCOMES = frozenset({"retried", "dead-lettered", "dropped", "refused"})

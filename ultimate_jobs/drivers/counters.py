@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .records import COUNTER_VALUES, WAIT_BINS, CounterBucket, WaitBucket, counter_bucket
+from ..contracts.series import COUNTER_VALUES, WAIT_BINS, CounterBucket, WaitBucket, counter_bucket
 
 
 def summed_series(buckets: dict[tuple[str, int, int], list[int]], since_ms: int, width_ms: int) -> list[CounterBucket]:

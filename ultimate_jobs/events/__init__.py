@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..contracts.events import DEFAULT_EVENT_TTL, EventBus, EventRecord
 from ..core.durations import Duration
 from ..core.installed import event_bus, reset_event_bus, set_event_bus
 from ..drivers.memory.events import MemoryEventBus
 from ..drivers.postgres.events import PostgresEventBus, postgres_event_bus
-from .base import DEFAULT_EVENT_TTL, EventBus, EventRecord
 
 __all__ = [
     "EventBus",

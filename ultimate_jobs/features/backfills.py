@@ -35,6 +35,8 @@ import pydantic
 from django.db import transaction
 
 from ..conf import jobs_settings
+from ..contracts.protocol import BackfillStore
+from ..contracts.schedules import BackfillBegin, BackfillRun
 from ..core.declare import job
 from ..core.definition import JobHandle
 from ..core.durations import Duration
@@ -45,8 +47,6 @@ from ..core.retry import RetryPolicy
 from ..core.run import JobRun
 from ..core.scope import cross_tenant
 from ..core.signals import CancelSignal, current_signal
-from ..drivers.protocol import BackfillStore
-from ..drivers.records import BackfillBegin, BackfillRun
 from ..errors import (
     BackfillEnvironmentError,
     BackfillStalledError,

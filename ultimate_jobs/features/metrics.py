@@ -31,15 +31,16 @@ from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..contracts.operator import QueueStats
+from ..contracts.protocol import JobDriver
+from ..contracts.schedules import RateState
 from ..core.clock import Clock
 from ..core.rates import declared_rate_limits, limit_of
-from ..drivers.protocol import JobDriver
-from ..drivers.records import QueueStats, RateState
 from ..errors import JobArgumentInvalidError
 from ..runtime.counters import prime_counters
 
 if TYPE_CHECKING:
-    from ..outbox.store import OutboxStore
+    from ..contracts.outbox import OutboxStore
 
 
 def queue_depth(stats: QueueStats) -> int:

@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..contracts.events import EventBus
 from ..core.declare import job
 from ..core.definition import JobHandle
 from ..core.run import JobRun
 from ..errors import InvariantError, JobDeclarationInvalidError
-from ..events.base import EventBus
 from ..guards.sync_only import refuse_async
 
 DEFAULT_PURGE_CRON = "0 * * * *"

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..conf import jobs_settings
+from ..contracts.jobs import JobState
+from ..contracts.outbox import OutboxStore
 from ..core.installed import job_driver
 from ..core.routing import jobs_router
-from ..drivers.records import JobState
 from ..events import event_bus
-from ..outbox.store import OutboxStore
 from ..scheduler import task
 from .purge import DEFAULT_PURGE_CRON, PurgeTarget, PurgeTargetLike, events_purge_target, purge
 

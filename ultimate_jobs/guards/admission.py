@@ -20,8 +20,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ..contracts.jobs import EnqueueRequest
+from ..core.clock import MAX_INSTANT_MS, MIN_INSTANT_MS
 from ..core.durations import parse_duration
-from ..drivers.records import MAX_INSTANT_MS, MIN_INSTANT_MS, EnqueueRequest
 from ..errors import InvariantError, JobRequestInvalidError, UltimateError
 from .org_boundary import check_enqueue_org
 from .sealing import ENVELOPE_KEY

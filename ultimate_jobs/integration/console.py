@@ -21,7 +21,7 @@ from django.db import connections
 from ..core.ids import short_id
 
 if TYPE_CHECKING:
-    from ..drivers.protocol import JobDriver
+    from ..contracts.protocol import JobDriver
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")

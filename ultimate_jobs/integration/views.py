@@ -21,9 +21,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from .. import operator
+from ..contracts.operator import DEFAULT_JOB_PAGE
+from ..contracts.ordering import DEFAULT_JOB_ORDER, check_order
 from ..core.installed import job_clock
-from ..drivers.ordering import DEFAULT_JOB_ORDER, check_order
-from ..drivers.records import DEFAULT_JOB_PAGE
 from ..errors import CodedError, JobArgumentInvalidError, JobPageInvalidError, UltimateError
 from ..operator.arguments import check_instant, check_state, shown
 from ..operator.backfills import DEFAULT_BACKFILL_LIMIT

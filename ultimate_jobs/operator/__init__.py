@@ -23,7 +23,7 @@ outbox, the backfill ledger, pauses) are refused. The CLI, the admin and the JSO
 run, where none of this applies.
 """
 
-from ..drivers.ordering import JobCount
+from ..contracts.ordering import JobCount
 from .backfills import BackfillRow, inspect_backfills
 from .dashboard import (
     AttentionItem,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..contracts.jobs import Progress, StepRecord
+from ..contracts.operator import JobRecord
+from ..contracts.protocol import JobDriver, OperatorStore
 from ..core.installed import job_driver
-from ..drivers.protocol import JobDriver, OperatorStore
-from ..drivers.records import JobRecord, Progress, StepRecord
 from ..errors import JobNotFoundError, NotImplementedOnDriverError
 from ..guards.org_boundary import check_job_org, guarded
 from ..guards.redaction import redact, scrub, secret_values

@@ -14,14 +14,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-from ..drivers.records import (
-    JOB_STATES,
-    MAX_FILTER_CHARS,
-    MAX_INSTANT_MS,
-    MIN_INSTANT_MS,
-    JobState,
-    filter_text_problem,
-)
+from ..contracts.jobs import JOB_STATES, JobState
+from ..contracts.operator import MAX_FILTER_CHARS, filter_text_problem
+from ..core.clock import MAX_INSTANT_MS, MIN_INSTANT_MS
 from ..errors import JobArgumentInvalidError, JobIdInvalidError, JobPageInvalidError
 
 SHOWN_CHARS = 40
@@ -59,7 +54,7 @@ def check_job_id(value: object) -> str:
 
 def check_name(value: object, *, what: str) -> str:
     """``value`` unchanged when it can name a queue, task or step (``what``), or ``X_JOB_ARGUMENT_INVALID``:
-    blank, a NUL byte, or longer than :data:`~ultimate_jobs.drivers.records.MAX_FILTER_CHARS`."""
+    blank, a NUL byte, or longer than :data:`~ultimate_jobs.contracts.operator.MAX_FILTER_CHARS`."""
     problem = "is blank" if isinstance(value, str) and not value.strip() else _text_problem(value)
     if problem is None:
         return str(value)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.protocol import BackfillStore, JobDriver
-from ..drivers.records import BACKFILL_STATUSES, MAX_JOB_PAGE, BackfillRun, BackfillStatus
+from ..contracts.operator import MAX_JOB_PAGE
+from ..contracts.protocol import BackfillStore, JobDriver
+from ..contracts.schedules import BACKFILL_STATUSES, BackfillRun, BackfillStatus
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..features.backfills import registered_backfills
 from ..guards.org_boundary import refuse_fleet_view

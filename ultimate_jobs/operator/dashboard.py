@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..contracts.protocol import JobDriver
+from ..contracts.series import COUNTER_VALUES, WAIT_BINS, WAIT_EDGES_MS, CounterBucket, QueueSample, WaitBucket
 from ..core.installed import job_clock
-from ..drivers.protocol import JobDriver
-from ..drivers.records import COUNTER_VALUES, WAIT_BINS, WAIT_EDGES_MS, CounterBucket, QueueSample, WaitBucket
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ..models import WebhookEndpointState

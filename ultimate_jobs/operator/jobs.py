@@ -5,18 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..drivers.ordering import DEFAULT_JOB_ORDER, JobCount, JobOrder
-from ..drivers.protocol import BackfillStore, JobDriver
-from ..drivers.records import (
-    DEFAULT_JOB_PAGE,
-    LIVE_STATES,
-    MAX_JOB_PAGE,
-    BulkFilter,
-    BulkResult,
-    JobFilter,
-    JobState,
-    job_cursor,
-)
+from ..contracts.jobs import LIVE_STATES, JobState
+from ..contracts.operator import DEFAULT_JOB_PAGE, MAX_JOB_PAGE, BulkFilter, BulkResult, JobFilter
+from ..contracts.ordering import DEFAULT_JOB_ORDER, JobCount, JobOrder, job_cursor
+from ..contracts.protocol import BackfillStore, JobDriver
 from ..errors import CancelUnsupportedError, JobNotCancellableError
 from ..features.backfills import registered_backfills
 from ..guards.org_boundary import check_job_org, confine_tenant_filter

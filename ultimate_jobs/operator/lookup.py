@@ -11,8 +11,8 @@ while the random end names one in practice, as a shortened hash does in git.
 
 from __future__ import annotations
 
+from ..contracts.protocol import JobDriver
 from ..core.ids import SHORT_ID_CHARS, ends_an_id, starts_an_id
-from ..drivers.protocol import JobDriver
 from ..errors import JobIdAmbiguousError, JobIdInvalidError, JobNotFoundError
 from .arguments import check_job_id
 from .jobs import list_jobs

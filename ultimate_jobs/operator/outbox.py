@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..drivers.records import DEFAULT_JOB_PAGE
+from ..contracts.operator import DEFAULT_JOB_PAGE
+from ..contracts.outbox import FailedOutboxRow, OutboxStore
 from ..errors import JobArgumentInvalidError
 from ..guards.org_boundary import refuse_fleet_view
 from ..outbox.boot import outbox_store
-from ..outbox.store import FailedOutboxRow, OutboxStore
 from .arguments import check_job_id
 
 OutboxActionName = Literal["retry", "remove"]

@@ -4,12 +4,13 @@ backfill passes in flight beside the depth."""
 from __future__ import annotations
 
 from ..conf import jobs_settings
+from ..contracts.operator import MAX_JOB_PAGE
+from ..contracts.protocol import JobDriver
 from ..core import registry
+from ..core.clock import MIN_INSTANT_MS
 from ..core.definition import JobHandle
 from ..core.durations import Duration, format_duration, parse_duration
 from ..core.installed import job_clock
-from ..drivers.protocol import JobDriver
-from ..drivers.records import MAX_JOB_PAGE, MIN_INSTANT_MS
 from ..errors import JobArgumentInvalidError, NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ._support import require_operator, resolve

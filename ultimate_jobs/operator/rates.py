@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..contracts.protocol import JobDriver
 from ..core.rates import declared_rate_limits, limit_of
-from ..drivers.protocol import JobDriver
 from ..errors import NotImplementedOnDriverError
 from ..guards.org_boundary import refuse_fleet_view
 from ._support import resolve

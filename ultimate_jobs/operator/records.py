@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..contracts.jobs import JobState, Progress
+from ..contracts.ordering import DEFAULT_JOB_ORDER, JobOrder
 from ..core.definition import JobDescriptor
-from ..drivers.ordering import DEFAULT_JOB_ORDER, JobOrder
-from ..drivers.records import JobState, Progress
 from ..scheduler.task import TaskDescriptor
 
 if TYPE_CHECKING:  # operator.backfills imports _support, which imports this module

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..contracts.protocol import JobDriver
 from ..core import registry
 from ..core.definition import JobHandle
 from ..core.installed import job_clock
-from ..drivers.protocol import JobDriver
 from ..errors import JobArgumentInvalidError
 from ..guards.org_boundary import refuse_fleet_view
 from ..scheduler.task import TaskHandle, next_task_run

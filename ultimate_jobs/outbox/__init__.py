@@ -4,6 +4,7 @@ can never lose one. Not on until installed: :func:`install_outbox` (the router) 
 :func:`outbox_relay` (``manage.py jobs_relay``). See docs/outbox.md.
 """
 
+from ..contracts.outbox import DEFAULT_CLAIM_LEASE_MS, OUTBOX_WAKE_CHANNEL, OutboxMode, OutboxRecord, OutboxStore
 from ..drivers.memory.outbox import MemoryOutboxStore, memory_outbox_store
 from ..drivers.postgres.outbox import PostgresOutboxStore, postgres_outbox_store
 from .boot import (
@@ -16,7 +17,6 @@ from .boot import (
 )
 from .relay import OutboxRelay, RelayStats, outbox_relay
 from .routing import OutboxRouter
-from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_WAKE_CHANNEL, OutboxMode, OutboxRecord, OutboxStore
 
 __all__ = [
     "DEFAULT_CLAIM_LEASE_MS",

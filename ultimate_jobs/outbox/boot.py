@@ -15,15 +15,15 @@ from typing import cast
 from django.db import connections
 
 from ..conf import jobs_settings
+from ..contracts.outbox import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore
+from ..contracts.protocol import JobDriver
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_driver
 from ..core.routing import set_jobs_router
 from ..drivers.postgres.outbox import postgres_outbox_store
-from ..drivers.protocol import JobDriver
 from ..errors import DriverUnavailableError, InvariantError, UltimateError
 from .relay import RELAY_BATCH_SIZE, RELAY_INTERVAL_MS, OutboxRelay, outbox_relay
 from .routing import OutboxRouter
-from .store import DEFAULT_CLAIM_LEASE_MS, OUTBOX_MODES, OutboxMode, OutboxStore
 
 _lock = threading.Lock()
 _store: OutboxStore | None = None

@@ -37,16 +37,17 @@ from typing import Any
 import psycopg
 from django import db
 
+from ..contracts.jobs import Enqueued
+from ..contracts.operator import MAX_BULK_ROWS
+from ..contracts.outbox import OutboxRecord, OutboxStore, publish_request
+from ..contracts.protocol import JobDriver
 from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..core.logs import log_event
-from ..drivers.protocol import JobDriver
-from ..drivers.records import MAX_BULK_ROWS, Enqueued
 from ..errors import InvariantError, UltimateError, retry_class
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole
-from .store import OutboxRecord, OutboxStore, publish_request
 
 RELAY_INTERVAL_MS = 200
 RELAY_BATCH_SIZE = 100

@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 
 from asgiref.sync import sync_to_async
 
+from ..contracts.jobs import Enqueued, EnqueueRequest
+from ..contracts.outbox import OUTBOX_MODES, OutboxMode, OutboxStore
+from ..contracts.protocol import JobDriver
 from ..core.ids import new_id
 from ..core.installed import job_driver
-from ..drivers.protocol import JobDriver
-from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import InvariantError, OutboxNoTxError
 from ..guards.admission import check_request
-from .store import OUTBOX_MODES, OutboxMode, OutboxStore
 
 
 class OutboxRouter:

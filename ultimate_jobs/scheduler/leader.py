@@ -17,10 +17,10 @@ import socket
 import uuid
 from typing import Protocol
 
+from ..contracts.protocol import JobDriver, LeaderStore
 from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
-from ..drivers.protocol import JobDriver, LeaderStore
 from ..errors import InvariantError, NotImplementedOnDriverError
 
 DEFAULT_LEASE_TTL_MS = 30_000

@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..contracts.jobs import EnqueueRequest
+from ..contracts.protocol import JobDriver, SchedulerStore
+from ..contracts.schedules import Fire
 from ..core import registry
 from ..core.clock import Clock
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..core.logs import log_event
-from ..drivers.protocol import JobDriver, SchedulerStore
-from ..drivers.records import EnqueueRequest, Fire
 from ..errors import InvariantError, NotImplementedOnDriverError
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Required, TypedDict, Unpack, get_args
 
+from ..contracts.jobs import Enqueued, EnqueueRequest
 from ..core import registry
 from ..core.definition import JobHandle
-from ..drivers.records import Enqueued, EnqueueRequest
 from ..errors import JobDeclarationInvalidError, UltimateError
 from ..guards.admission import check_request
 from ..guards.sync_only import refuse_async

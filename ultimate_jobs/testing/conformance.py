@@ -6,7 +6,7 @@
 ...         return lambda clock: MemoryDriver(clock=clock)
 
 The suite builds a fresh driver per test from ``make_driver(clock)`` over a :class:`FrozenClock`
-(the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.drivers.protocol`.
+(the ``clock`` fixture), and speaks only the public protocol of :mod:`ultimate_jobs.contracts.protocol`.
 A test of an optional capability asks for the ``operator_store``, ``leases``, ``leader_store``,
 ``scheduler_state`` or ``backfills`` fixture, which skips, with its reason, only when the driver declares
 that capability ``None``. Each test expects an empty store: a driver over a database truncates (or rolls
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ..drivers.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore, OperatorStore, SchedulerStore
+from ..contracts.protocol import BackfillStore, JobDriver, LeaderStore, LeaseStore, OperatorStore, SchedulerStore
 from .clock import FrozenClock
 from .conformance_async import AsyncJobContract
 from .conformance_backfills import BackfillContract

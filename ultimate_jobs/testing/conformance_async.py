@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ..contracts.protocol import JobDriver
 from ..core.declare import job
 from ..core.definition import JobHandle
 from ..core.execute import AttemptEnv, JobExecution
@@ -26,7 +27,6 @@ from ..core.outcomes import Settled
 from ..core.run import JobRun
 from ..core.signals import CancelSignal, current_signal
 from ..drivers.memory.events import MemoryEventBus
-from ..drivers.protocol import JobDriver
 from ..errors import JobAbortedError, JobDrainedError, LeaseLostError, UltimateError
 from ..events import publish_event
 from ..runtime.async_lane import AsyncLane

@@ -4,9 +4,9 @@ pass's retries, settled completed or failed, listed newest first. Mixed into
 
 from __future__ import annotations
 
+from ..contracts.protocol import BackfillStore
+from ..contracts.schedules import BackfillBegin
 from ..core.ids import new_id
-from ..drivers.protocol import BackfillStore
-from ..drivers.records import BackfillBegin
 from .clock import FrozenClock
 
 NAME = "conformance.rewrite"

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 import pytest
 
+from ..contracts.protocol import JobDriver
 from ..core.declare import job
 from ..core.definition import JobHandle
 from ..core.run import JobRun
 from ..drivers.memory.events import MemoryEventBus
-from ..drivers.protocol import JobDriver
 from ..errors import UltimateError
 from .clock import FrozenClock
 from .conformance_support import QUEUE

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..drivers.protocol import JobDriver
-from ..drivers.records import NackOptions
+from ..contracts.jobs import NackOptions
+from ..contracts.protocol import JobDriver
 from .clock import FrozenClock
 from .conformance_support import claim, request
 

@@ -14,33 +14,30 @@ from typing import Any
 
 import pytest
 
-from ..core.ids import short_id
-from ..drivers.protocol import JobDriver, OperatorStore
-from ..drivers.records import (
-    COUNTER_TIERS,
+from ..contracts.jobs import LEASE_LAPSED_FINAL_ATTEMPT, Ack, Heartbeat, NackOptions, Progress, StepRecord
+from ..contracts.operator import (
     DEFAULT_JOB_PAGE,
-    LEASE_LAPSED_FINAL_ATTEMPT,
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
     MAX_WORKER_IN_FLIGHT,
-    SAMPLE_KEEP_MS,
-    WAIT_BINS,
-    Ack,
     BulkFilter,
     BulkResult,
+    JobFilter,
+    WorkerInfo,
+)
+from ..contracts.ordering import job_cursor
+from ..contracts.protocol import JobDriver, OperatorStore
+from ..contracts.series import (
+    COUNTER_TIERS,
+    SAMPLE_KEEP_MS,
+    WAIT_BINS,
     CounterBucket,
     CounterTotals,
-    Heartbeat,
-    JobFilter,
-    NackOptions,
-    Progress,
     QueueSample,
-    StepRecord,
     WaitBucket,
-    WorkerInfo,
-    job_cursor,
     wait_bin,
 )
+from ..core.ids import short_id
 from .clock import FrozenClock
 from .conformance_support import (
     JOB,

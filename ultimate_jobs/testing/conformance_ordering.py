@@ -13,9 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from ..drivers.ordering import COUNT_CAP, JOB_ORDERS, JobOrder, order_parts, sort_key
-from ..drivers.protocol import JobDriver, OperatorStore
-from ..drivers.records import JobFilter, JobRecord, NackOptions, job_cursor
+from ..contracts.jobs import NackOptions
+from ..contracts.operator import JobFilter, JobRecord
+from ..contracts.ordering import COUNT_CAP, JOB_ORDERS, JobOrder, job_cursor, order_parts, sort_key
+from ..contracts.protocol import JobDriver, OperatorStore
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim_one, finish, one_millisecond, raises_code, request, requests
 

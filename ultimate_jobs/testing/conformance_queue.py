@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from ..drivers.protocol import JobDriver
-from ..drivers.records import ClaimRef, Heartbeat, NackOptions, StepRecord
+from ..contracts.jobs import ClaimRef, Heartbeat, NackOptions, StepRecord
+from ..contracts.protocol import JobDriver
 from .clock import FrozenClock
 from .conformance_support import (
     JOB,

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from ..contracts.protocol import JobDriver, OperatorStore, RateStore
 from ..core.declare import job
 from ..core.definition import JobHandle
 from ..core.execute import AttemptEnv, execute_job
 from ..core.rates import RATE_LEAD_MS
 from ..core.run import JobRun
-from ..drivers.protocol import JobDriver, OperatorStore, RateStore
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim, declared, record
 from .django import installed_jobs

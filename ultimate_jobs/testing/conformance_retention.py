@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..drivers.protocol import JobDriver, OperatorStore
-from ..drivers.records import JobState, StepRecord
+from ..contracts.jobs import JobState, StepRecord
+from ..contracts.protocol import JobDriver, OperatorStore
 from .clock import FrozenClock
 from .conformance_support import claim_one, finish, raises_code, request
 

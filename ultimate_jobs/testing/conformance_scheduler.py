@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from ..drivers.protocol import JobDriver, LeaderStore, OperatorStore, SchedulerStore
-from ..drivers.records import COUNTER_TIERS, Fire, FireResult, JobFilter, LeaderLease, TaskFire
+from ..contracts.operator import JobFilter
+from ..contracts.protocol import JobDriver, LeaderStore, OperatorStore, SchedulerStore
+from ..contracts.schedules import Fire, FireResult, LeaderLease, TaskFire
+from ..contracts.series import COUNTER_TIERS
 from .clock import FrozenClock
 from .conformance_support import QUEUE, claim_one, declared, request, settle_done
 

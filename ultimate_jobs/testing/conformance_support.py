@@ -1,6 +1,6 @@
 """Helpers the driver conformance suite builds its scenarios from (public: a driver's own tests use them too).
 
-Everything here speaks the driver protocol of :mod:`ultimate_jobs.drivers.protocol` only, so a scenario
+Everything here speaks the driver protocol of :mod:`ultimate_jobs.contracts.protocol` only, so a scenario
 written with it runs unchanged on every driver.
 """
 
@@ -17,9 +17,10 @@ from unittest import mock
 
 import pytest
 
+from ..contracts.jobs import ClaimedJob, EnqueueRequest, NackOptions
+from ..contracts.operator import JobRecord
+from ..contracts.protocol import JobDriver, OperatorStore
 from ..core import ids as core_ids
-from ..drivers.protocol import JobDriver, OperatorStore
-from ..drivers.records import ClaimedJob, EnqueueRequest, JobRecord, NackOptions
 from ..errors import UltimateError
 
 QUEUE = "conformance"

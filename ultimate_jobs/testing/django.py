@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..contracts.protocol import JobDriver
 from ..core import registry
 from ..core.installed import set_job_clock, set_job_driver
 from ..drivers.memory import MemoryDriver
 from ..drivers.memory.events import MemoryEventBus
-from ..drivers.protocol import JobDriver
 from ..events import reset_event_bus, set_event_bus
 from .clock import FrozenClock
 from .runner import RunReport, run_jobs

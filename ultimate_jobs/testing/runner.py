@@ -11,6 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..contracts.jobs import ClaimedJob, ExhaustedJob, JobState
+from ..contracts.operator import MAX_JOB_PAGE, JobFilter, JobRecord
+from ..contracts.ordering import job_cursor
+from ..contracts.protocol import JobDriver
 from ..core.execute import (
     AttemptEnv,
     JobExecution,
@@ -21,8 +25,6 @@ from ..core.execute import (
     find_handle,
 )
 from ..core.installed import job_clock, job_driver
-from ..drivers.protocol import JobDriver
-from ..drivers.records import MAX_JOB_PAGE, ClaimedJob, ExhaustedJob, JobFilter, JobRecord, JobState, job_cursor
 from ..runtime.async_lane import AsyncLane
 from .clock import FrozenClock
 

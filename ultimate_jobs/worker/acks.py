@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..contracts.jobs import Ack, ClaimRef
+from ..contracts.protocol import JobDriver
 from ..core.logs import log_event
-from ..drivers.protocol import JobDriver
-from ..drivers.records import Ack, ClaimRef
 from ..runtime.dbconn import close_thread_connections, release_stale_connections
 
 MAX_ACK_BATCH = 500

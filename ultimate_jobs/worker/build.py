@@ -10,13 +10,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..contracts.protocol import JobDriver
 from ..core import registry
 from ..core.clock import Clock
 from ..core.definition import JobHandle
 from ..core.durations import Duration, parse_duration
 from ..core.installed import job_clock
 from ..defaults import DEFAULT_ASYNC_CONCURRENCY, MAX_ASYNC_CONCURRENCY
-from ..drivers.protocol import JobDriver
 from ..errors import ClaimQueuesEmptyError, InvariantError
 from ..guards.limits import LimitConfig
 from ..runtime.async_lane import event_loop_factory

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..contracts.operator import WorkerInfo
+from ..contracts.protocol import JobDriver
 from ..core.clock import Clock
 from ..core.logs import log_event
-from ..drivers.protocol import JobDriver
-from ..drivers.records import WorkerInfo
 from ..runtime.dbconn import close_thread_connections, release_stale_connections
 from .inflight import InFlight, lease_lost, renew_round
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..contracts.jobs import ClaimedJob, Heartbeat
 from ..core.logs import log_event
 from ..core.signals import CancelSignal
-from ..drivers.records import ClaimedJob, Heartbeat
 from ..errors import JobSlotLostError, LeaseLostError
 from ..runtime.counters import JOB_LEASES_LOST
 

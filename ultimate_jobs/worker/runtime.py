@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
+from ..contracts.jobs import ClaimedJob, NackOptions
+from ..contracts.protocol import JobDriver
 from ..core import registry
 from ..core.attempt import completion_settled
 from ..core.clock import Clock, SystemClock, Timer
@@ -38,8 +40,6 @@ from ..core.execute import (
 from ..core.logs import log_event
 from ..core.rates import RATE_HOLD_MS, RATE_LEAD_MS
 from ..core.signals import CancelSignal
-from ..drivers.protocol import JobDriver
-from ..drivers.records import ClaimedJob, NackOptions
 from ..errors import ConcurrencyUnenforceableError, JobDrainedError, RateLimitUnenforceableError
 from ..guards.limits import LimitConfig, Limiter
 from ..runtime.async_lane import AsyncLane

@@ -1,5 +1,5 @@
 """The memory driver's ``x_job_counters``: per job, settle counts in time buckets of every tier
-(:data:`~ultimate_jobs.drivers.records.COUNTER_TIERS`). The driver moves them in the settling call and folds
+(:data:`~ultimate_jobs.contracts.series.COUNTER_TIERS`). The driver moves them in the settling call and folds
 them (``driver.rollup_counters()``, the leader's renewal); ``driver.operator`` reads them. Callers hold the
 driver's lock."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..counters import summed_series, waits_of
-from ..records import (
+from ...contracts.series import (
     COUNTER_TIERS,
     COUNTER_VALUES,
     SAMPLE_KEEP_MS,
@@ -21,6 +20,7 @@ from ..records import (
     merged_samples,
     wait_bin,
 )
+from ..counters import summed_series, waits_of
 
 CounterField = Literal["done", "retried", "failed", "dead"]
 
@@ -28,7 +28,7 @@ CounterField = Literal["done", "retried", "failed", "dead"]
 class CounterBuckets:
     """The buckets, keyed ``(job, width_ms, bucket_ms)``, each ``[done, retried, failed, dead, duration_ms]``,
     and the queues' wait histograms (``x_job_waits``), keyed ``(queue, width_ms, bucket_ms)``, each a count per
-    bin of :data:`~ultimate_jobs.drivers.records.WAIT_EDGES_MS`."""
+    bin of :data:`~ultimate_jobs.contracts.series.WAIT_EDGES_MS`."""
 
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, int, int], list[int]] = {}
@@ -54,7 +54,7 @@ class CounterBuckets:
         return fold_buckets(self._buckets, now)
 
     def sample(self, samples: list[QueueSample], now: int) -> None:
-        """Keep the queues' depth ``samples`` (:func:`~ultimate_jobs.drivers.records.queue_samples_of`), the
+        """Keep the queues' depth ``samples`` (:func:`~ultimate_jobs.contracts.series.queue_samples_of`), the
         most of each per minute, and drop those older than a week."""
         for s in samples:
             seen = self._samples.get((s.bucket_ms, s.queue))

@@ -16,16 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
-from ...core.clock import Clock, system_clock
-from ...core.logs import log_event
-from ...errors import ClaimQueuesEmptyError, JobDuplicateError, StepAtomicUnsupportedError
-from ..lanes import LanePick, lanes_to_serve, share_of
-from ..records import (
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
+from ...contracts.jobs import (
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
-    MAX_WORKER_IN_FLIGHT,
-    PURGE_BATCH,
     Ack,
     Claim,
     ClaimedJob,
@@ -37,17 +30,20 @@ from ..records import (
     JobState,
     NackOptions,
     Progress,
-    QueueStats,
     StepRecord,
-    WorkerInfo,
-    finished_cutoffs,
     id_taken,
     lane_of,
     nack_counter,
     nack_state,
-    queue_samples_of,
     same_tenant,
 )
+from ...contracts.operator import MAX_WORKER_IN_FLIGHT, QueueStats, WorkerInfo, finished_cutoffs
+from ...contracts.series import queue_samples_of
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
+from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError, StepAtomicUnsupportedError
+from ..lanes import LanePick, lanes_to_serve, share_of
 from .counters import CounterBuckets
 from .index import ClaimEntry, ClaimIndex, claim_order
 from .operator import MemoryOperatorStore

@@ -7,10 +7,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ...contracts.events import DEFAULT_EVENT_TTL, EventRecord, matches
 from ...core.clock import Clock
 from ...core.durations import Duration, parse_duration
 from ...core.installed import job_clock
-from ...events.base import DEFAULT_EVENT_TTL, EventRecord, matches
 
 
 class MemoryEventBus:

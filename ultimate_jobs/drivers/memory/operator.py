@@ -6,34 +6,26 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING
 
+from ...contracts.jobs import LIVE_STATES, PROMOTABLE_STATES, REQUEUEABLE_STATES, StepRecord
+from ...contracts.operator import (
+    MAX_BULK_ROWS,
+    BulkFilter,
+    BulkResult,
+    JobFilter,
+    JobPage,
+    JobRecord,
+    WorkerInfo,
+    check_page,
+)
+from ...contracts.ordering import JobCount, after_cursor, decode_cursor, order_parts, sort_key
+from ...contracts.schedules import MAX_TASK_FIRES, TaskFire
+from ...contracts.series import CounterBucket, CounterTotals, QueueSample, WaitBucket
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
     JobNotPromotableError,
     JobNotRemovableError,
     JobNotRequeueableError,
-)
-from ..ordering import JobCount, after_cursor, order_parts, sort_key
-from ..records import (
-    LIVE_STATES,
-    MAX_BULK_ROWS,
-    MAX_TASK_FIRES,
-    PROMOTABLE_STATES,
-    REQUEUEABLE_STATES,
-    BulkFilter,
-    BulkResult,
-    CounterBucket,
-    CounterTotals,
-    JobFilter,
-    JobPage,
-    JobRecord,
-    QueueSample,
-    StepRecord,
-    TaskFire,
-    WaitBucket,
-    WorkerInfo,
-    check_page,
-    decode_cursor,
 )
 from .rows import MemoryRow, copy_step
 

@@ -13,10 +13,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...core.clock import Clock
-from ...core.installed import job_clock
-from ...errors import InvariantError
-from ...outbox.store import (
+from ...contracts.jobs import EnqueueRequest
+from ...contracts.outbox import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,
     OutboxRecord,
@@ -26,7 +24,9 @@ from ...outbox.store import (
     check_limit,
     check_staged,
 )
-from ..records import EnqueueRequest
+from ...core.clock import Clock
+from ...core.installed import job_clock
+from ...errors import InvariantError
 
 
 @dataclass(slots=True)

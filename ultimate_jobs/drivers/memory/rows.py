@@ -10,7 +10,8 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..records import ClaimRef, JobRecord, JobState, Progress, StepRecord
+from ...contracts.jobs import ClaimRef, JobState, Progress, StepRecord
+from ...contracts.operator import JobRecord
 
 
 @dataclass(slots=True)

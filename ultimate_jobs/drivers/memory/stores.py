@@ -16,10 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...core.clock import Clock
-from ...core.ids import new_id
-from ..rates import decide
-from ..records import (
+from ...contracts.schedules import (
     BackfillBegin,
     BackfillRun,
     BackfillStatus,
@@ -29,6 +26,9 @@ from ..records import (
     RateState,
     TaskFire,
 )
+from ...core.clock import Clock
+from ...core.ids import new_id
+from ..rates import decide
 
 if TYPE_CHECKING:
     from .driver import MemoryDriver

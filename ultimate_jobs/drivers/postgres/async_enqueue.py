@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from django.db import connections
 
+from ...contracts.jobs import Enqueued, EnqueueRequest
 from ...errors import DriverUnavailableError
-from ..records import Enqueued, EnqueueRequest
 from .executor import IDLE, ONLY_WHEN_ASKED, ROWS
 from .rows import needs_transaction
 from .wake import conninfo_for

@@ -10,9 +10,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ...core.clock import system_clock
-from ...core.ids import new_id
-from ..records import (
+from ...contracts.jobs import (
     Ack,
     Enqueued,
     EnqueueRequest,
@@ -23,6 +21,8 @@ from ..records import (
     lane_of,
     nack_counter,
 )
+from ...core.clock import system_clock
+from ...core.ids import new_id
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import ClaimRow, StepRow, claimed_job, exhausted_job, step_record, worker_params
 from .async_enqueue import AsyncEnqueue

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...contracts.events import DEFAULT_EVENT_TTL, EventRecord
 from ...core.durations import Duration
-from ...events.base import DEFAULT_EVENT_TTL, EventRecord
 from ..sql.events import checked_publish, purge_in_batches
 from .executor import Executor, from_jsonb, jsonb
 from .queries.events import SQL_EVENT_FIND, SQL_EVENT_NOW, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE

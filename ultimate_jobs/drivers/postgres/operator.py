@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from ...contracts.operator import MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
 from ...errors import JobDuplicateError
-from ..records import MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
 from ..sql import operator as shared
 from .queries import operator as sql
 

@@ -14,9 +14,8 @@ from typing import Any
 
 from django.db import connections
 
-from ...core.clock import Clock, system_clock
-from ...core.installed import jobs_database
-from ...outbox.store import (
+from ...contracts.jobs import EnqueueRequest
+from ...contracts.outbox import (
     DEFAULT_CLAIM_LEASE_MS,
     OUTBOX_WAKE_CHANNEL,
     OutboxRecord,
@@ -25,7 +24,8 @@ from ...outbox.store import (
     check_limit,
     request_to_json,
 )
-from ..records import EnqueueRequest
+from ...core.clock import Clock, system_clock
+from ...core.installed import jobs_database
 from ..sql.outbox import SqlOutboxStore
 from .executor import Executor, django_executor, jsonb
 from .queries import outbox as sql

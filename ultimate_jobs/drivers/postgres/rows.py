@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ...contracts.jobs import EnqueueRequest, lane_of
 from ...core.ids import new_ids
-from ..records import EnqueueRequest, lane_of
 from ..sql.dialect import Dialect, canonical_id, loads
 
 __all__ = ["POSTGRES", "canonical_id", "enqueue_rows", "is_uuid", "needs_transaction", "uuid_or_none"]

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
+from ...contracts.schedules import Fire, FireResult, LeaderLease
 from ...core.clock import SystemClock
-from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
 from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlRateStore, SqlSchedulerStore
 from .executor import jsonb

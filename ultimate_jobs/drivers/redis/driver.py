@@ -23,21 +23,7 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from ...core.clock import Clock, system_clock
-from ...core.logs import log_event
-from ...errors import (
-    ClaimQueuesEmptyError,
-    DriverUnavailableError,
-    InvariantError,
-    JobDuplicateError,
-    StepAtomicUnsupportedError,
-)
-from ..records import (
-    COUNTER_TIERS,
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
-    MAX_WORKER_IN_FLIGHT,
-    PURGE_BATCH,
-    SAMPLE_KEEP_MS,
+from ...contracts.jobs import (
     Ack,
     Claim,
     ClaimRef,
@@ -47,15 +33,22 @@ from ..records import (
     JobState,
     NackOptions,
     Progress,
-    QueueStats,
     StepRecord,
-    WorkerInfo,
-    finished_cutoffs,
     id_taken,
     nack_counter,
     nack_state,
-    queue_samples_of,
-    wait_bin,
+)
+from ...contracts.operator import MAX_WORKER_IN_FLIGHT, QueueStats, WorkerInfo, finished_cutoffs
+from ...contracts.series import COUNTER_TIERS, SAMPLE_KEEP_MS, queue_samples_of, wait_bin
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
+from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
+from ...errors import (
+    ClaimQueuesEmptyError,
+    DriverUnavailableError,
+    InvariantError,
+    JobDuplicateError,
+    StepAtomicUnsupportedError,
 )
 from ..wake_hub import WakeHub
 from .operator import RedisOperatorStore

@@ -7,6 +7,29 @@ import json
 import random
 from typing import TYPE_CHECKING, Any, cast
 
+from ...contracts.jobs import PROMOTABLE_STATES, REQUEUEABLE_STATES, StepRecord
+from ...contracts.operator import (
+    MAX_BULK_ROWS,
+    MAX_WORKER_IN_FLIGHT,
+    BulkFilter,
+    BulkResult,
+    JobFilter,
+    JobPage,
+    JobRecord,
+    WorkerInfo,
+    check_page,
+)
+from ...contracts.ordering import COUNT_CAP, CountBasis, Cursor, JobCount, decode_cursor, order_parts
+from ...contracts.schedules import MAX_TASK_FIRES, TaskFire
+from ...contracts.series import (
+    COUNTER_VALUES,
+    CounterBucket,
+    CounterTotals,
+    QueueSample,
+    WaitBucket,
+    counter_bucket,
+    merged_samples,
+)
 from ...errors import (
     JobDuplicateError,
     JobNotFoundError,
@@ -15,31 +38,6 @@ from ...errors import (
     JobNotRequeueableError,
 )
 from ..counters import summed_series, waits_of
-from ..ordering import COUNT_CAP, CountBasis, Cursor, JobCount, order_parts
-from ..records import (
-    COUNTER_VALUES,
-    MAX_BULK_ROWS,
-    MAX_TASK_FIRES,
-    MAX_WORKER_IN_FLIGHT,
-    PROMOTABLE_STATES,
-    REQUEUEABLE_STATES,
-    BulkFilter,
-    BulkResult,
-    CounterBucket,
-    CounterTotals,
-    JobFilter,
-    JobPage,
-    JobRecord,
-    QueueSample,
-    StepRecord,
-    TaskFire,
-    WaitBucket,
-    WorkerInfo,
-    check_page,
-    counter_bucket,
-    decode_cursor,
-    merged_samples,
-)
 from .rows import job_record, pairs, steps_in_order, text
 
 if TYPE_CHECKING:

@@ -7,18 +7,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from ...contracts.jobs import ClaimedJob, EnqueueRequest, ExhaustedJob, JobState, Progress, StepRecord
+from ...contracts.operator import JobRecord
+from ...contracts.schedules import BackfillRun, BackfillStatus
 from ...core.ids import new_id
-from ..records import (
-    BackfillRun,
-    BackfillStatus,
-    ClaimedJob,
-    EnqueueRequest,
-    ExhaustedJob,
-    JobRecord,
-    JobState,
-    Progress,
-    StepRecord,
-)
 
 
 def text(value: Any) -> Any:

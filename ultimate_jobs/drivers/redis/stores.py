@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from ...contracts.schedules import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, RateState
 from ...core.ids import new_id
-from ..records import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, RateState
 from .rows import backfill_run, pairs, request_doc, text
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ catalogue; this is only the part the two write alike)."""
 
 from __future__ import annotations
 
-from ..records import WAIT_BINS
+from ...contracts.series import WAIT_BINS
 
 # The takeover rule of the leader lease upsert (x_job_scheduler_leases, primary key): the row is taken
 # when it is already this holder's or expired; a live lease of another holder is left alone (the upsert

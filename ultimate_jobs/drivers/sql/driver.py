@@ -13,12 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ...core.clock import Clock, system_clock
-from ...core.logs import log_event
-from ...errors import ClaimQueuesEmptyError, JobDuplicateError
-from ..records import (
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
-    PURGE_BATCH,
+from ...contracts.jobs import (
     Ack,
     Claim,
     ClaimedJob,
@@ -29,13 +24,15 @@ from ..records import (
     JobState,
     NackOptions,
     Progress,
-    QueueStats,
     StepRecord,
-    WorkerInfo,
-    finished_cutoffs,
     id_taken,
     nack_state,
 )
+from ...contracts.operator import QueueStats, WorkerInfo, finished_cutoffs
+from ...core.clock import Clock, system_clock
+from ...core.logs import log_event
+from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
+from ...errors import ClaimQueuesEmptyError, JobDuplicateError
 from ..wake_hub import WakeHub
 from .dialect import Dialect, dumps
 from .rows import worker_params

@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core.durations import Duration, parse_duration
+from ...defaults import PURGE_BATCH
 from ...errors import InvariantError
-from ..records import PURGE_BATCH
 from .dialect import dumps
 
 

@@ -10,6 +10,11 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
+from ...contracts.jobs import LIVE_STATES, PROMOTABLE_STATES, REQUEUEABLE_STATES, StepRecord
+from ...contracts.operator import BulkFilter, JobFilter, JobPage, JobRecord, WorkerInfo, check_page
+from ...contracts.ordering import COUNT_CAP, Cursor, JobCount, JobOrder, decode_cursor, opposite, order_parts
+from ...contracts.schedules import MAX_TASK_FIRES, TaskFire
+from ...contracts.series import CounterBucket, CounterTotals, QueueSample, WaitBucket, counter_bucket
 from ...core.ids import ends_an_id
 from ...errors import (
     JobDuplicateError,
@@ -20,27 +25,6 @@ from ...errors import (
     JobPageInvalidError,
 )
 from ..counters import waits_of
-from ..ordering import COUNT_CAP, Cursor, JobCount, JobOrder, opposite, order_parts
-from ..records import (
-    LIVE_STATES,
-    MAX_TASK_FIRES,
-    PROMOTABLE_STATES,
-    REQUEUEABLE_STATES,
-    BulkFilter,
-    CounterBucket,
-    CounterTotals,
-    JobFilter,
-    JobPage,
-    JobRecord,
-    QueueSample,
-    StepRecord,
-    TaskFire,
-    WaitBucket,
-    WorkerInfo,
-    check_page,
-    counter_bucket,
-    decode_cursor,
-)
 from .dialect import Dialect
 from .rows import JobRow, StepRow, WorkerRow, job_record, step_record, worker_info
 

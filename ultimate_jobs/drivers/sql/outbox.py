@@ -15,10 +15,8 @@ from typing import Any
 
 from django.db import IntegrityError, connections
 
-from ...core.clock import Clock
-from ...core.installed import job_clock
-from ...errors import InvariantError
-from ...outbox.store import (
+from ...contracts.jobs import EnqueueRequest
+from ...contracts.outbox import (
     DEFAULT_CLAIM_LEASE_MS,
     FailedOutboxRow,
     OutboxRecord,
@@ -29,7 +27,9 @@ from ...outbox.store import (
     check_staged,
     request_from_json,
 )
-from ..records import EnqueueRequest
+from ...core.clock import Clock
+from ...core.installed import job_clock
+from ...errors import InvariantError
 from .dialect import Dialect
 from .rows import row_class
 

@@ -12,17 +12,9 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ..records import (
-    MAX_WORKER_IN_FLIGHT,
-    BackfillRun,
-    ClaimedJob,
-    ExhaustedJob,
-    JobRecord,
-    LeaderLease,
-    Progress,
-    StepRecord,
-    WorkerInfo,
-)
+from ...contracts.jobs import ClaimedJob, ExhaustedJob, Progress, StepRecord
+from ...contracts.operator import MAX_WORKER_IN_FLIGHT, JobRecord, WorkerInfo
+from ...contracts.schedules import BackfillRun, LeaderLease
 from .dialect import Dialect, dumps
 
 

@@ -9,8 +9,8 @@ import builtins
 from types import ModuleType
 from typing import Any, Literal
 
+from ...contracts.schedules import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease, RateState
 from ...core.ids import new_id
-from ..records import BackfillBegin, BackfillRun, BackfillStatus, LeaderLease, RateState
 from .dialect import dumps
 from .rows import BackfillRow, LeaseRow, backfill_run, leader_lease
 

@@ -22,16 +22,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ...core.clock import Clock
-from ...core.ids import new_id
-from ...errors import DriverUnavailableError, InvariantError
-from ..lanes import LanePick, lanes_to_serve, share_of
-from ..records import (
-    COUNTER_TIERS,
-    COUNTER_VALUES,
-    DEFAULT_VISIBILITY_TIMEOUT_MS,
-    SAMPLE_KEEP_MS,
-    WAIT_BINS,
+from ...contracts.jobs import (
     Ack,
     Enqueued,
     EnqueueRequest,
@@ -41,8 +32,13 @@ from ..records import (
     StepRecord,
     lane_of,
     nack_counter,
-    wait_bin,
 )
+from ...contracts.series import COUNTER_TIERS, COUNTER_VALUES, SAMPLE_KEEP_MS, WAIT_BINS, wait_bin
+from ...core.clock import Clock
+from ...core.ids import new_id
+from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS
+from ...errors import DriverUnavailableError, InvariantError
+from ..lanes import LanePick, lanes_to_serve, share_of
 from ..sql.dialect import canonical_id
 from ..sql.driver import CLAIM_BURY_SCAN, ClaimAnswer, ClaimAsk, SqlDriver
 from ..sql.rows import JobRow, StepRow, claimed_job, exhausted_job, row_class, step_record, worker_params

@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ...contracts.events import DEFAULT_EVENT_TTL, EventRecord, matches
 from ...core.clock import Clock, system_clock
 from ...core.durations import Duration
-from ...events.base import DEFAULT_EVENT_TTL, EventRecord, matches
 from ..sql.events import checked_publish, purge_in_batches
 from .executor import SqliteExecutor
 from .queries.events import SQL_EVENT_CANDIDATES, SQL_EVENT_PUBLISH, SQL_EVENT_PURGE

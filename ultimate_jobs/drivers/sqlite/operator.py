@@ -7,7 +7,8 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from ..records import COUNTER_TIERS, MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
+from ...contracts.operator import MAX_BULK_ROWS, BulkFilter, BulkResult, JobRecord, WorkerInfo
+from ...contracts.series import COUNTER_TIERS
 from ..sql import operator as shared
 from .queries import jobs as sql_hot
 from .queries import operator as sql

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 
 from django.db import connections, transaction
 
+from ...contracts.jobs import EnqueueRequest
+from ...contracts.outbox import DEFAULT_CLAIM_LEASE_MS, OutboxRecord, WakeListener, check_limit, request_to_json
 from ...core.clock import Clock
 from ...core.installed import jobs_database
-from ...outbox.store import DEFAULT_CLAIM_LEASE_MS, OutboxRecord, WakeListener, check_limit, request_to_json
-from ..records import EnqueueRequest
 from ..sql.outbox import SqlOutboxStore
 from .executor import SqliteExecutor
 from .queries import outbox as sql

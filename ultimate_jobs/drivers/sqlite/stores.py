@@ -10,8 +10,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ...contracts.schedules import Fire, FireResult, LeaderLease
 from ..rates import decide
-from ..records import Fire, FireResult, LeaderLease
 from ..sql.rows import LeaseRow, leader_lease
 from ..sql.stores import SqlBackfillStore, SqlLeaseStore, SqlRateStore, SqlSchedulerStore
 from .queries import jobs as sql

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from ...cli.roles import RoleCommand, duration_flag, whole_number
-from ...drivers.records import MAX_BULK_ROWS
+from ...contracts.operator import MAX_BULK_ROWS
 from ...integration.schema import require_migrated
 from ...outbox.boot import relay_from_settings
 

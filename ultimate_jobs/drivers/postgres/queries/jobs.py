@@ -8,7 +8,7 @@ back as epoch ms. The operator statements live in :mod:`.operator`.
 
 from __future__ import annotations
 
-from ...records import WAIT_BINS, WAIT_EDGES_MS
+from ....contracts.series import WAIT_BINS, WAIT_EDGES_MS
 from ...sql.clauses import RUN_BINS, run_bins_added
 
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"
@@ -277,7 +277,7 @@ take AS (
 ),
 {CLAIM_SETTLE}"""
 
-# The wait histogram's bin edges (drivers.records.WAIT_EDGES_MS) as an array literal: width_bucket(wait,
+# The wait histogram's bin edges (contracts.series.WAIT_EDGES_MS) as an array literal: width_bucket(wait,
 # WAIT_EDGES) is the bin of a wait, as wait_bin() computes it.
 WAIT_EDGES = "'{" + ",".join(str(edge) for edge in WAIT_EDGES_MS) + "}'::bigint[]"
 

@@ -72,7 +72,7 @@ ORDER BY j.created_at, j.id
 LIMIT %(limit)s
 """
 
-# Each sort column of the window (ultimate_jobs.drivers.ordering): its value as the window selects it
+# Each sort column of the window (ultimate_jobs.contracts.ordering): its value as the window selects it
 # (text by code point, as every driver orders it), and the cursor's value as it compares with that.
 _SORTED = {
     "run_at": ("j.run_at", "to_timestamp(%(cursor_value)s / 1000.0)"),

@@ -9,7 +9,7 @@ caller's transaction.
 
 from __future__ import annotations
 
-from ....outbox.store import OUTBOX_WAKE_CHANNEL
+from ....contracts.outbox import OUTBOX_WAKE_CHANNEL
 
 # The columns every statement that answers rows selects, in this order, named as
 # drivers.sql.outbox.OUTBOX_FIELDS names them (times as epoch ms).

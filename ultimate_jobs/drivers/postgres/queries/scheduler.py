@@ -12,7 +12,7 @@ here.
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS, SAMPLE_KEEP_MS, WAIT_BINS
+from ....contracts.series import COUNTER_TIERS, SAMPLE_KEEP_MS, WAIT_BINS
 from ...sql.clauses import LEASE_TAKEOVER, RUN_BINS, run_bins_added
 from .jobs import ENQUEUE_RECORDSET, INSERT_JOBS_FROM_REQ, NOW_MINUTE, WAKE_CHANNEL, WAKE_DUE_WITHIN_MS
 

@@ -1,7 +1,7 @@
 r"""The Lua behind the Redis driver's job list and count (``driver.operator.list``, ``.count``).
 
 A list sorted by creation walks ``T:all`` (or the state's set, ``stk(state)``), scored by creation: equal
-scores keep byte order of their ids, the tie-break :mod:`~ultimate_jobs.drivers.ordering` asks for. Every
+scores keep byte order of their ids, the tie-break :mod:`~ultimate_jobs.contracts.ordering` asks for. Every
 other order sorts the window the SQL drivers sort — the newest ``COUNT_CAP`` matching rows, read by one walk
 of the same set — so no write keeps an index for it. ``ARGV[1]`` is the filter as one JSON document (``f``):
 its fields, ``col`` and ``desc`` (the order), ``fin`` (finished rows only), and a cursor ``after`` or ``before`` as
@@ -131,7 +131,7 @@ return {'ok', rows, cut}
 )
 
 # COUNT — how many rows f matches (sorted by finish, finished rows only): {rows, basis}, basis as
-# drivers/ordering.py's JobCount ('' and '' for "not counted"). ARGV[2] is COUNT_CAP, ARGV[3] the sample's
+# contracts/ordering.py's JobCount ('' and '' for "not counted"). ARGV[2] is COUNT_CAP, ARGV[3] the sample's
 # draws, ARGV[4] the sample's seed (the caller's: a script draws nothing itself). Exact from T:counts when f
 # names only a queue (with a state, or finished rows); else the smallest candidate set that holds every
 # match — a state's set or T:all in f's creation range, T:finished — is exact

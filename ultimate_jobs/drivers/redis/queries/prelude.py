@@ -12,7 +12,7 @@ Numbers are stored as the decimal text the caller sent, and scripts compare them
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS, WAIT_EDGES_MS
+from ....contracts.series import COUNTER_TIERS, WAIT_EDGES_MS
 
 _TIERS = ", ".join(f"{{{width}, {keep}}}" for width, keep in COUNTER_TIERS)
 _EDGES = ", ".join(str(edge) for edge in WAIT_EDGES_MS)

@@ -10,7 +10,7 @@ atomic as Postgres's single statement. The operator statements live in :mod:`.op
 
 from __future__ import annotations
 
-from ...records import WAIT_BINS
+from ....contracts.series import WAIT_BINS
 from ...sql.clauses import RUN_BINS, run_bins_added
 
 LIVE_STATES_SQL = "('ready', 'delayed', 'running', 'suspended')"

@@ -5,7 +5,7 @@ An operation of several statements (a requeue: read, check, move, cut its steps)
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS
+from ....contracts.series import COUNTER_TIERS
 from ...sql.clauses import RUN_BIN_SUMS, RUN_BINS
 from .jobs import FINISHED_STATES_SQL, JOB_COLUMNS, LIVE_STATES_SQL, RETURNING_JOB_COLUMNS, STEP_COLUMNS
 
@@ -53,7 +53,7 @@ ORDER BY j.created_at, j.id
 LIMIT :limit
 """
 
-# Each sort column of the window (ultimate_jobs.drivers.ordering), as the window selects it. SQLite compares
+# Each sort column of the window (ultimate_jobs.contracts.ordering), as the window selects it. SQLite compares
 # text by its bytes (BINARY): by code point, as every driver orders it.
 _SORTED = {
     "run_at": "j.run_at",

@@ -4,7 +4,7 @@ constant each. The conventions of :mod:`.jobs` hold here too."""
 
 from __future__ import annotations
 
-from ...records import COUNTER_TIERS
+from ....contracts.series import COUNTER_TIERS
 from ...sql.clauses import LEASE_TAKEOVER, RUN_BINS, run_bins_added
 from .jobs import RUN_BIN_PARAMS
 

@@ -1,6 +1,7 @@
 """The driver contract: the one interface a job queue backend implements (:class:`JobDriver`), the optional
 stores it may carry (the operator's store, fleet leases, the scheduler's state and leader, the backfill ledger),
-and the capabilities it declares. The records they answer in are :mod:`ultimate_jobs.drivers.records`."""
+and the capabilities it declares. The records they answer in are the other modules of
+:mod:`ultimate_jobs.contracts` (``jobs``, ``operator``, ``series``, ``schedules``)."""
 
 from __future__ import annotations
 
@@ -8,39 +9,12 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..defaults import PURGE_BATCH
+from .jobs import Ack, Claim, ClaimRef, Enqueued, EnqueueRequest, Heartbeat, JobState, NackOptions, Progress, StepRecord
+from .operator import BulkFilter, BulkResult, JobFilter, JobPage, JobRecord, QueueStats, WorkerInfo
 from .ordering import JobCount
-from .records import (
-    PURGE_BATCH,
-    Ack,
-    BackfillBegin,
-    BackfillRun,
-    BackfillStatus,
-    BulkFilter,
-    BulkResult,
-    Claim,
-    ClaimRef,
-    CounterBucket,
-    CounterTotals,
-    Enqueued,
-    EnqueueRequest,
-    Fire,
-    FireResult,
-    Heartbeat,
-    JobFilter,
-    JobPage,
-    JobRecord,
-    JobState,
-    LeaderLease,
-    NackOptions,
-    Progress,
-    QueueSample,
-    QueueStats,
-    RateState,
-    StepRecord,
-    TaskFire,
-    WaitBucket,
-    WorkerInfo,
-)
+from .schedules import BackfillBegin, BackfillRun, BackfillStatus, Fire, FireResult, LeaderLease, RateState, TaskFire
+from .series import CounterBucket, CounterTotals, QueueSample, WaitBucket
 
 
 class LeaderStore(Protocol):

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..drivers.records import EnqueueRequest
 from ..errors import InvariantError
+from .jobs import EnqueueRequest
 
 DEFAULT_CLAIM_LEASE_MS = 30_000
 OUTBOX_WAKE_CHANNEL = "x_outbox_wake"
