@@ -39,7 +39,7 @@ from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import CHECK_DRIVER_UNKNOWN, context_factory, read_settings
-from .contracts.protocol import DECLARED_CAPABILITIES
+from .contracts.base import BaseDriver, undeclared_capabilities
 from .guards.row_security import SQL_ROLE_BYPASSES, SQL_TABLES_WITHOUT_POLICY, scoped_models
 from .guards.session_scope import scoped_aliases
 from .integration.schema import migrate_command, unapplied_migrations, unapplied_text
@@ -188,7 +188,7 @@ def _driver(name: str) -> list[checks.CheckMessage]:
                 "name a zero-argument callable answering a driver, or 'postgres' or 'memory'",
             )
         ]
-    missing = undeclared_capabilities(driver)
+    missing = driver.check() if isinstance(driver, BaseDriver) else undeclared_capabilities(driver)
     if missing:
         return [
             _error(
@@ -200,22 +200,6 @@ def _driver(name: str) -> list[checks.CheckMessage]:
         ]
     found = [] if driver.leases is not None else _concurrency(name)
     return found if driver.rates is not None else [*found, *_rate_limits(name)]
-
-
-def undeclared_capabilities(driver: object) -> list[str]:
-    """What ``driver`` leaves undeclared or declares wrongly, one line each — empty for a driver that
-    declares every capability of :data:`DECLARED_CAPABILITIES` and the wake methods its flags promise."""
-    missing = [f"{attr} ({meaning})" for attr, meaning in DECLARED_CAPABILITIES if not hasattr(driver, attr)]
-    for flag in ("supports_wake", "supports_listen"):
-        if hasattr(driver, flag) and not isinstance(getattr(driver, flag), bool):
-            missing.append(f"{flag} must be True or False, not {getattr(driver, flag)!r}")
-    promised = (("supports_wake", "subscribe"), ("supports_listen", "wake_is_live"))
-    for flag, method in promised:
-        if getattr(driver, flag, False) is True and not callable(getattr(driver, method, None)):
-            missing.append(f"{method}() (declared by {flag} = True)")
-    if getattr(driver, "supports_listen", False) is True and getattr(driver, "supports_wake", False) is not True:
-        missing.append("supports_wake = True (supports_listen is a wake that crosses processes)")
-    return missing
 
 
 def _concurrency(driver: str) -> list[checks.CheckMessage]:

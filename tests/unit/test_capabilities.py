@@ -17,14 +17,15 @@ from django.test import override_settings
 from tests.conftest import JobsEnv
 from ultimate_jobs import AttemptEnv, JobRun, execute_job, job
 from ultimate_jobs.apps import check_settings
-from ultimate_jobs.checks import undeclared_capabilities
+from ultimate_jobs.contracts.base import BaseDriver, undeclared_capabilities
+from ultimate_jobs.contracts.jobs import Ack, Claim, ClaimRef
 from ultimate_jobs.contracts.protocol import DECLARED_CAPABILITIES, JobDriver, OperatorStore
 from ultimate_jobs.drivers.memory import MemoryDriver
 from ultimate_jobs.drivers.memory.operator import MemoryOperatorStore
 from ultimate_jobs.drivers.postgres.operator import PostgresOperatorStore
 from ultimate_jobs.drivers.redis.operator import RedisOperatorStore
 from ultimate_jobs.drivers.sqlite.operator import SqliteOperatorStore
-from ultimate_jobs.errors import NotImplementedOnDriverError
+from ultimate_jobs.errors import NotImplementedOnDriverError, UltimateError
 from ultimate_jobs.operator import inspect_backfills
 from ultimate_jobs.worker import IDLE_POLL_CEILING_MS, WOKEN_IDLE_POLL_CEILING_MS, JobWorker, job_worker
 
@@ -133,6 +134,33 @@ class FlagIsNoBool(HandRolled):
     supports_wake = "yes"  # type: ignore[assignment]
 
 
+class OnTheBase(BaseDriver):
+    """A driver on the base class: it names itself and claims; every capability is the base's default."""
+
+    name = "on-the-base"
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+        self.acked: list[Ack] = []
+
+    def _claim_checked(self, **ask: Any) -> Claim:
+        self.asked.append(ask)
+        return Claim()
+
+    def ack_many(self, acks: Any) -> frozenset[str]:
+        self.acked.extend(acks)
+        return frozenset(a.job_id for a in acks)
+
+
+class ChecksItself(OnTheBase):
+    """A driver with a rule of its own for the system check."""
+
+    name = "checks-itself"
+
+    def check(self) -> list[str]:
+        return [*super().check(), "a replica set (this driver needs its primary)"]
+
+
 def errors_for(factory: str) -> list[Error]:
     with override_settings(ULTIMATE_JOBS={"DRIVER": f"tests.unit.test_capabilities.{factory}"}):
         found = check_settings()
@@ -143,6 +171,37 @@ def errors_for(factory: str) -> list[Error]:
 def test_a_driver_declaring_every_capability_passes_the_check() -> None:
     assert UNDECLARED not in [e.id for e in errors_for("HandRolled")]  # (its leases=None may refuse a job)
     assert undeclared_capabilities(MemoryDriver()) == []
+
+
+def test_a_driver_on_the_base_class_declares_every_capability_by_its_default() -> None:
+    driver = OnTheBase()
+    assert undeclared_capabilities(driver) == [] and driver.check() == []
+    assert (driver.alias, driver.supports_wake, driver.supports_listen, driver.async_enqueue) == (
+        None,
+        False,
+        False,
+        None,
+    )
+    assert (driver.operator, driver.leases, driver.rates, driver.leader, driver.backfills) == (None,) * 5
+    assert driver.fair_queues == frozenset() and driver.visibility_timeout_ms > 0
+    assert UNDECLARED not in [e.id for e in errors_for("OnTheBase")]
+
+
+def test_the_system_check_asks_the_driver_on_the_base_class() -> None:
+    (error,) = [e for e in errors_for("ChecksItself") if e.id == UNDECLARED]
+    assert "a replica set (this driver needs its primary)" in error.msg
+
+
+def test_the_base_class_checks_a_claim_and_acks_through_ack_many() -> None:
+    driver = OnTheBase()
+    with pytest.raises(UltimateError) as caught:
+        driver.claim(queues=[], limit=1, worker_id="w")
+    assert caught.value.code == "X_JOB_CLAIM_QUEUES_EMPTY" and driver.asked == []
+    driver.claim(queues=["q"], limit=3, worker_id="w")
+    driver.claim(queues=["q"], limit=3, worker_id="w", visibility_timeout_ms=1_234)
+    assert [ask["window_ms"] for ask in driver.asked] == [driver.visibility_timeout_ms, 1_234]
+    assert driver.ack("j-1", ClaimRef("w", "c"), duration_ms=5) is True
+    assert driver.acked == [Ack("j-1", ClaimRef("w", "c"), 5, None)]
 
 
 def test_a_driver_leaving_capabilities_undeclared_is_refused_naming_each() -> None:

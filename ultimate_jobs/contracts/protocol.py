@@ -382,5 +382,7 @@ DECLARED_CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("async_enqueue", "the native async enqueue (an object with async enqueue_many), or None"),
 )
 """Every attribute a driver declares beside its methods, with what it holds: verified by the system check
-(:func:`ultimate_jobs.checks.undeclared_capabilities`) and the conformance suite, and read plainly —
-never probed with a default — where it is used."""
+(:meth:`~ultimate_jobs.contracts.base.BaseDriver.check`, or
+:func:`~ultimate_jobs.contracts.base.undeclared_capabilities` for a driver written against the protocol alone)
+and the conformance suite, and read plainly — never probed with a default — where it is used.
+:class:`~ultimate_jobs.contracts.base.BaseDriver` declares each with its default."""

@@ -36,7 +36,7 @@ class QueueContract:
     # -- the contract's declarations -----------------------------------------------------------
 
     def test_the_driver_declares_every_capability(self, driver: JobDriver) -> None:
-        from ..checks import undeclared_capabilities
+        from ..contracts.base import undeclared_capabilities
 
         assert undeclared_capabilities(driver) == []
 

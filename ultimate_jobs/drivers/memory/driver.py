@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
+from ...contracts.base import BaseDriver
 from ...contracts.jobs import (
     LEASE_LAPSED_FINAL_ATTEMPT,
     LIVE_STATES,
@@ -42,7 +43,7 @@ from ...contracts.series import queue_samples_of
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
-from ...errors import ClaimQueuesEmptyError, JobDuplicateError, StepAtomicUnsupportedError
+from ...errors import JobDuplicateError, StepAtomicUnsupportedError
 from ..lanes import LanePick, lanes_to_serve, share_of
 from .counters import CounterBuckets
 from .index import ClaimEntry, ClaimIndex, claim_order
@@ -54,7 +55,7 @@ WakeListener = Callable[[str], None]
 STATS_STATES = frozenset((*LIVE_STATES, "dead"))  # what stats() counts: depth and the dead-letter queue
 
 
-class MemoryDriver:
+class MemoryDriver(BaseDriver):
     """Every driver operation over in-process maps, thread-safe under one lock.
 
     >>> driver = MemoryDriver(clock=FrozenClock())
@@ -62,10 +63,7 @@ class MemoryDriver:
     """
 
     name = "memory"
-    alias = None  # the rows live in this process
-    supports_wake = True
-    supports_listen = False  # the wake is this process's enqueues only
-    async_enqueue = None  # an async enqueue runs the sync one on Django's thread-sensitive thread
+    supports_wake = True  # the wake is this process's enqueues only (supports_listen stays False)
 
     def __init__(
         self,
@@ -235,22 +233,19 @@ class MemoryDriver:
 
     # -- claim ---------------------------------------------------------------------------------
 
-    def claim(
+    def _claim_checked(
         self,
         *,
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int | None = None,
-        drop_exhausted: frozenset[str] = frozenset(),
-        queue_limits: Mapping[str, int] | None = None,
-        record: WorkerInfo | None = None,
+        window_ms: int,
+        drop_exhausted: frozenset[str],
+        queue_limits: Mapping[str, int] | None,
+        record: WorkerInfo | None,
     ) -> Claim:
-        if not queues:
-            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if record is not None:
             self.record_worker(record)
-        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         claimed: list[ClaimedJob] = []
         with self.lock:
             now = self.clock.now_ms()
@@ -283,7 +278,7 @@ class MemoryDriver:
             for *_, row in offered[: max(limit, 0)]:
                 row.attempts += 1
                 row.worker_id, row.claim = worker_id, uuid.uuid4().hex
-                row.lease_until_ms = now + window
+                row.lease_until_ms = now + window_ms
                 self.set_state(row, "running")
                 claimed.append(self._claimed(row))
         return Claim(jobs=claimed, buried=exhausted)

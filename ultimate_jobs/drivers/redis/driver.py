@@ -23,6 +23,7 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from ...contracts.base import BaseDriver
 from ...contracts.jobs import (
     Ack,
     Claim,
@@ -44,7 +45,6 @@ from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
 from ...errors import (
-    ClaimQueuesEmptyError,
     DriverUnavailableError,
     InvariantError,
     JobDuplicateError,
@@ -100,7 +100,7 @@ def worker_doc(info: WorkerInfo) -> str:
     )
 
 
-class RedisDriver:
+class RedisDriver(BaseDriver):
     """The whole driver protocol over Redis, with the operator's store, fleet leases, rate schedules, the
     scheduler's leader and watermarks, and the backfill ledger.
 
@@ -112,10 +112,8 @@ class RedisDriver:
     """
 
     name = "redis"
-    alias = None  # the rows live in Redis, outside Django's databases
     supports_wake = True
     supports_listen = True
-    async_enqueue = None  # an async enqueue runs the sync one on Django's thread-sensitive thread
 
     def __init__(
         self,
@@ -249,21 +247,18 @@ class RedisDriver:
 
     # -- claim ---------------------------------------------------------------------------------
 
-    def claim(
+    def _claim_checked(
         self,
         *,
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int | None = None,
-        drop_exhausted: frozenset[str] = frozenset(),
-        queue_limits: Mapping[str, int] | None = None,
-        record: WorkerInfo | None = None,
+        window_ms: int,
+        drop_exhausted: frozenset[str],
+        queue_limits: Mapping[str, int] | None,
+        record: WorkerInfo | None,
     ) -> Claim:
-        if not queues:
-            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         now = self.clock.now_ms()
-        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
         limit = max(limit, 0)
         fair = self.fair_queues
         caps = [
@@ -279,7 +274,7 @@ class RedisDriver:
             "record": None if record is None else [record.id, worker_doc(record)],
         }
         claimed, exhausted = json.loads(
-            self.run("claim", str(now), str(limit), worker_id, str(now + window), json.dumps(spec))
+            self.run("claim", str(now), str(limit), worker_id, str(now + window_ms), json.dumps(spec))
         )
         buried = [exhausted_job(row) for row in exhausted or ()]  # an empty list comes back as {}
         return Claim(jobs=[claimed_job(row, steps) for row, steps in claimed or ()], buried=buried)
@@ -288,9 +283,6 @@ class RedisDriver:
 
     def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
-
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
-        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0, wait_ms)])
 
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:
         if not acks:

@@ -7,12 +7,13 @@ on SQLite."""
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ...contracts.base import BaseDriver
 from ...contracts.jobs import (
     Ack,
     Claim,
@@ -32,7 +33,7 @@ from ...contracts.operator import QueueStats, WorkerInfo, finished_cutoffs
 from ...core.clock import Clock, system_clock
 from ...core.logs import log_event
 from ...defaults import DEFAULT_VISIBILITY_TIMEOUT_MS, PURGE_BATCH
-from ...errors import ClaimQueuesEmptyError, JobDuplicateError
+from ...errors import JobDuplicateError
 from ..wake_hub import WakeHub
 from .dialect import Dialect, dumps
 from .rows import worker_params
@@ -59,7 +60,7 @@ class ClaimAsk:
     record: WorkerInfo | None
 
 
-class SqlDriver(ABC):
+class SqlDriver(BaseDriver):
     """The shared half of an SQL driver. A subclass names its ``dialect``, its hot-path catalogue ``sql``,
     the classes of its stores, and implements ``_claim``, ``_fence``, ``enqueue_many``, ``ack_many``,
     ``nack``, ``heartbeat``, ``purge_finished`` and ``rollup_counters``."""
@@ -177,25 +178,22 @@ class SqlDriver(ABC):
 
     # -- claim ---------------------------------------------------------------------------------
 
-    def claim(
+    def _claim_checked(
         self,
         *,
         queues: Sequence[str],
         limit: int,
         worker_id: str,
-        visibility_timeout_ms: int | None = None,
-        drop_exhausted: frozenset[str] = frozenset(),
-        queue_limits: Mapping[str, int] | None = None,
-        record: WorkerInfo | None = None,
+        window_ms: int,
+        drop_exhausted: frozenset[str],
+        queue_limits: Mapping[str, int] | None,
+        record: WorkerInfo | None,
     ) -> Claim:
-        if not queues:
-            raise ClaimQueuesEmptyError("claim() named no queue; pass at least one queue name", {})
         if limit <= 0:
             return Claim()
         names = list(dict.fromkeys(queues))
         caps = [min(limit, (queue_limits or {}).get(q, limit)) for q in names]
-        window = self.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
-        ask = ClaimAsk(names, caps, worker_id, window, drop_exhausted, record)
+        ask = ClaimAsk(names, caps, worker_id, window_ms, drop_exhausted, record)
         claimed, exhausted = self._claim(ask)
         claimed.sort(key=lambda job: (-job.priority, job.run_at_ms, job.id))
         if len(claimed) > limit:  # per-queue caps summed past the overall limit: hand the rest back now
@@ -217,9 +215,6 @@ class SqlDriver(ABC):
 
     def _unowned(self, job_id: str, ref: ClaimRef, op: str) -> None:
         log_event(logging.WARNING, "jobs.settle.unowned", job_id=job_id, op=op, worker_id=ref.worker_id)
-
-    def ack(self, job_id: str, ref: ClaimRef, *, duration_ms: int | None = None, wait_ms: int | None = None) -> bool:
-        return job_id in self.ack_many([Ack(job_id, ref, duration_ms or 0, wait_ms)])
 
     @abstractmethod
     def ack_many(self, acks: Sequence[Ack]) -> frozenset[str]:

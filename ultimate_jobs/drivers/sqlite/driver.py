@@ -79,7 +79,6 @@ class SqliteDriver(SqlDriver):
     name = "sqlite"
     supports_wake = True
     supports_listen = True  # the watch on the file carries other processes' commits
-    async_enqueue = None  # an async enqueue runs the sync one on Django's thread-sensitive thread
     dialect = SQLITE
     sql = sql
     parts = (SqliteOperatorStore, SqliteLeaseStore, SqliteSchedulerStore, SqliteBackfillStore, SqliteRateStore)
