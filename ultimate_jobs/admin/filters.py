@@ -24,12 +24,10 @@ from django.utils import timezone
 
 from ..contracts.jobs import JOB_STATES, JobState
 from ..contracts.ordering import DEFAULT_JOB_ORDER, JobOrder, check_order
-from ..core import registry
 from ..core.clock import MAX_INSTANT_MS, MIN_INSTANT_MS
-from ..core.definition import JobHandle
 from ..errors import JobPageInvalidError
 from ..operator.arguments import check_instant, check_state
-from ..operator.queues import declared_queues
+from ..operator.queues import declared_job_names, declared_queues
 
 SEARCH = "q"
 STATE = "state__exact"  # the name the admin's state filter always had: the queues page links with it
@@ -250,8 +248,7 @@ def sidebar(query: ListQuery, *, with_state: bool, shown_names: Iterable[str] = 
     if with_state:
         found.append(_choices(query, "state", STATE, list(JOB_STATES)))
     found.append(_choices(query, "queue", "queue", sorted(declared_queues())))
-    declared = {h.name for h in registry.registered("job") if isinstance(h, JobHandle)}
-    jobs = sorted(declared | set(shown_names))
+    jobs = sorted(declared_job_names() | set(shown_names))
     found.append(_choices(query, "job", "name", jobs))
     found.append(_typed(query, "tenant", [("tenant_id", "exact tenant id")]))
     found.append(_typed(query, "idempotency key", [("idempotency_key", "exact key")]))

@@ -42,6 +42,11 @@ def declared_queues() -> set[str]:
     return queues | set(jobs_settings().queues)
 
 
+def declared_job_names() -> set[str]:
+    """The names of the jobs this process declares (``@job`` and the factories over it)."""
+    return {h.name for h in registry.registered("job") if isinstance(h, JobHandle)}
+
+
 def inspect_queues(*, driver: JobDriver | None = None) -> list[QueueRow]:
     """Every queue with live or dead rows, a declaration or a pause: depth by live state, the dead-letter
     queue, the oldest due row, paused.

@@ -42,8 +42,14 @@ class Leader(Protocol):
     def term(self) -> int:
         """Bumped each time the lease is taken afresh (never by a renewal of a live lease)."""
 
-    def acquire(self) -> bool:
-        """Take or renew the lease; ``False`` while another holder's lease is live."""
+    def acquire(self, *, rollup: bool = False) -> bool:
+        """Take or renew the lease; ``False`` while another holder's lease is live. With ``rollup``, the
+        counter rollup runs in the same round trip when the lease landed — asked only of a leader that
+        :meth:`carries_rollup_of` the scheduler's driver."""
+
+    def carries_rollup_of(self, driver: JobDriver) -> bool:
+        """Whether :meth:`acquire` can fold ``driver``'s counter rollup into its renewal (its lease lives
+        in that driver): else the scheduler calls ``driver.rollup_counters()`` itself."""
 
     def release(self) -> None:
         """Hand the lease back (a clean stop); a standby takes it at its next ask."""
@@ -99,9 +105,12 @@ class MemoryLeader:
     def term(self) -> int:
         return self._terms.term
 
-    def acquire(self) -> bool:
+    def acquire(self, *, rollup: bool = False) -> bool:
         self._terms.landed(0)
         return True
+
+    def carries_rollup_of(self, driver: JobDriver) -> bool:
+        return False  # no lease: nothing to fold the rollup into
 
     def release(self) -> None:
         self._terms.lost()
@@ -146,6 +155,9 @@ class LeaseLeader:
     def release(self) -> None:
         self._terms.lost()
         self.store.release(self.name, self.holder)
+
+    def carries_rollup_of(self, driver: JobDriver) -> bool:
+        return driver is self.driver  # the lease row and the counters live in the same store
 
 
 def memory_leader(*, holder: str | None = None, ttl: Duration = DEFAULT_LEASE_TTL_MS) -> MemoryLeader:

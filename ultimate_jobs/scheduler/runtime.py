@@ -33,7 +33,7 @@ from ..errors import InvariantError, NotImplementedOnDriverError
 from ..runtime.lifecycle import DEFAULT_DRAIN_DEADLINE_MS
 from ..runtime.polling import Pass, PollingRole
 from .catchup import plan_fires
-from .leader import DEFAULT_LEASE_TTL_MS, Leader, LeaseLeader, lease_leader
+from .leader import DEFAULT_LEASE_TTL_MS, Leader, lease_leader
 from .task import TaskHandle
 
 TICK_INTERVAL_MS = 1_000
@@ -230,13 +230,10 @@ class JobScheduler(PollingRole):
                 self._rollup()
             self.stats.rollups += 1
 
-    def _rollup_carrier(self) -> LeaseLeader | None:
-        """The leader, when its lease is this driver's: then the driver folds the counters in the
-        renewal itself (else the rollup is ``driver.rollup_counters()``, a call of its own)."""
-        leader = self.leader
-        if isinstance(leader, LeaseLeader) and leader.driver is self.driver:
-            return leader
-        return None
+    def _rollup_carrier(self) -> Leader | None:
+        """The leader, when it carries this driver's rollup in its renewal (its lease is this driver's);
+        else the rollup is ``driver.rollup_counters()``, a call of its own."""
+        return self.leader if self.leader.carries_rollup_of(self.driver) else None
 
     def _rollup(self) -> None:
         try:
