@@ -129,8 +129,8 @@ def check_instant(ms: int, *, field: str, refuse: Refusal) -> None:
 
 def check_text(value: str, *, field: str, refuse: Refusal) -> None:
     """Refuse text no database text column can hold: a NUL byte, or a lone surrogate (not UTF-8)."""
-    if value.isascii() and "\x00" not in value:
-        return  # the common case: no surrogate can hide in ASCII, so no pattern search
+    if _storable(value):
+        return
     if "\x00" in value:
         raise refuse(
             f"{field} contains a NUL byte (\\u0000), which no database text can hold; strip it before enqueueing",
@@ -142,6 +142,12 @@ def check_text(value: str, *, field: str, refuse: Refusal) -> None:
             "decode the bytes it came from as UTF-8",
             {"field": field},
         )
+
+
+def _storable(text: str) -> bool:
+    """Whether every database text column can hold ``text``: no NUL byte, no lone surrogate (ASCII, the
+    common case, holds none, so it needs no pattern search)."""
+    return "\x00" not in text and (text.isascii() or _SURROGATE.search(text) is None)
 
 
 def clean_json(value: Any) -> bool:
@@ -157,7 +163,7 @@ def clean_json(value: Any) -> bool:
 def _clean(value: Any, depth: int) -> bool:
     kind = type(value)
     if kind is str:
-        return "\x00" not in value and (value.isascii() or _SURROGATE.search(value) is None)
+        return _storable(value)
     if kind is int or kind is bool or value is None:
         return True
     if kind is float:
@@ -168,7 +174,7 @@ def _clean(value: Any, depth: int) -> bool:
         if ENVELOPE_KEY in value:
             return False
         for key, child in value.items():
-            if type(key) is not str or "\x00" in key or not (key.isascii() or _SURROGATE.search(key) is None):
+            if type(key) is not str or not _storable(key):
                 return False
             if not _clean(child, depth + 1):
                 return False
